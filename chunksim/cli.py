@@ -1,0 +1,41 @@
+"""The `sim` command line: parse, build config, call a library function, write files.
+
+Library code raises ValueError for bad input; `main()` turns it into one clean message
+and exit code 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="sim",
+    help="chunksim: which prefill scheduling policy and chunk size should I run?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+workload_app = typer.Typer(help="Inspect workloads and traces.", no_args_is_help=True)
+app.add_typer(workload_app, name="workload")
+
+# --- command registration (each module keeps heavy imports inside its functions) ---
+# BEGIN REGISTRATIONS
+from chunksim.sim.command import run as _run  # noqa: E402
+
+app.command("run")(_run)
+# END REGISTRATIONS
+
+
+def main() -> None:
+    """Console-script entry point: run the app, turning ValueError into a clean message."""
+    try:
+        app()
+    except ValueError as exc:  # bad input from a file or flag: say what and how to fix
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Fixed per-request chunk, three real variants.
+
+- `mixed` models Sarathi (2023) / the classic "chunked prefill" of tutorials and the seed's
+  mini-runtime: each prefilling request advances by min(chunk, remaining) per step, a
+  per-step prefill budget bounds how many chunks join one step, and every running decode
+  rides along in the same forward pass (decodes are not charged to the prefill budget).
+- `two-pass` is the same plan run as two forward passes (prefill part, then decode part),
+  as a teaching runtime does; step time = T(prefill part) + T(decode part).
+- `alternate` models Sarathi-Serve's `simple_chunking` scheduler: prefill-only steps of at
+  most `chunk` tokens alternate with decode-only steps.
+
+Prefills go in order: running requests mid-prefill first, then waiting requests FCFS.
+Decode growth preempts the most recently admitted request (recompute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from chunksim.policies.base import KVLedger, Plan, SchedulerState, preempt_until_fits
+
+
+@dataclass(frozen=True)
+class FixedChunkPolicy:
+    """Chunked prefill with a per-request chunk size."""
+
+    chunk: int = 1024
+    """Most prefill tokens one request computes per step (the seed runtime used 1024)."""
+    variant: str = "mixed"
+    """`mixed` (Sarathi 2023), `two-pass`, or `alternate` (Sarathi-Serve simple_chunking)."""
+    prefill_budget: int = 8192
+    """Most prefill tokens per step, over all chunks (the seed runtime used 8192). The
+    `alternate` variant uses `chunk` as its per-step prefill budget, as Sarathi-Serve does."""
+    max_num_seqs: int = 256
+    """Seat cap: most requests running at once."""
+    name: str = "chunk"
+
+    def __post_init__(self) -> None:
+        if self.variant not in ("mixed", "two-pass", "alternate"):
+            raise ValueError(
+                f"chunk policy variant {self.variant!r} is unknown; use mixed, two-pass or "
+                "alternate"
+            )
+        if self.chunk < 1 or self.prefill_budget < 1 or self.max_num_seqs < 1:
+            raise ValueError(
+                f"chunk={self.chunk}, prefill_budget={self.prefill_budget}, "
+                f"max_num_seqs={self.max_num_seqs} must all be >= 1"
+            )
+
+    def params(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "name"}
+
+    def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        return None
+
+    def plan(self, state: SchedulerState) -> Plan:
+        if self.variant != "alternate":
+            return self._plan(state, decodes=True, prefills=True, budget=self.prefill_budget)
+        # Sarathi-Serve simple_chunking: turns alternate; a turn with nothing to do passes.
+        prefill_turn = not state.last_step_prefill
+        plan = self._plan(state, not prefill_turn, prefill_turn, self.chunk)
+        if plan.scheduled or plan.preempted:
+            return plan
+        return self._plan(state, prefill_turn, not prefill_turn, self.chunk)
+
+    def _plan(self, state: SchedulerState, decodes: bool, prefills: bool, budget: int) -> Plan:
+        ledger = KVLedger(state.kv)
+        running = list(state.running)
+        scheduled: list[tuple] = []
+        preempted: list = []
+        i = 0
+        while i < len(running):
+            req = running[i]
+            remaining = req.num_remaining
+            if remaining == 1:
+                if not decodes:
+                    i += 1
+                    continue
+                want = 1
+            else:
+                if not prefills or budget <= 0:
+                    i += 1
+                    continue
+                want = min(self.chunk, remaining, budget)
+            ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
+            # decodes are not charged to the prefill budget; a removed prefill chunk is refunded
+            budget += sum(n for r, n in removed if r.num_remaining > 1)
+            if not ok:
+                break
+            scheduled.append((req, want))
+            if remaining > 1:
+                budget -= want
+            i += 1
+        admitted: list = []
+        if prefills and not preempted:
+            seats = self.max_num_seqs - len(running)
+            for req in state.waiting:
+                if budget <= 0 or seats <= 0:
+                    break
+                want = min(self.chunk, req.num_remaining, budget)
+                if not ledger.try_grow(req, want):
+                    break
+                scheduled.append((req, want))
+                admitted.append(req)
+                budget -= want
+                seats -= 1
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), self.variant == "two-pass")

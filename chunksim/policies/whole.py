@@ -1,0 +1,98 @@
+"""Whole-prompt prefill, two real versions with very different ITL.
+
+- `prefill-first` models vLLM V0's default scheduler (`vllm/core/scheduler.py`, v0.5–0.6,
+  chunked prefill off): if any waiting prompt can be admitted the step is prefill-only
+  (running decodes stall for it); otherwise it decodes every running request.
+- `mixed` models Orca / vLLM V1 with chunking disabled: decodes first, then whole waiting
+  prompts while they fit the remaining token budget. (Deviation: Orca reserves KV for
+  max_model_len at admission; we allocate incrementally as V1 does.)
+
+Admission is FCFS and stops at the first prompt that does not fit the token cap, the seats
+or the KV blocks. Decode growth preempts the most recently admitted request (recompute).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from chunksim.policies.base import KVLedger, Plan, SchedulerState, preempt_until_fits
+
+
+@dataclass(frozen=True)
+class WholePrefillPolicy:
+    """Unchunked prefill: every prompt (or recompute) runs in one step."""
+
+    variant: str = "prefill-first"
+    """`prefill-first` (vLLM V0 default) or `mixed` (Orca / V1 without chunking)."""
+    max_num_batched_tokens: int = 16384
+    """Token cap per step; V0's default is max(max_model_len, 2048). A longer prompt can
+    never run and is rejected."""
+    max_num_seqs: int = 256
+    """Seat cap: most requests running at once."""
+    name: str = "whole"
+
+    def __post_init__(self) -> None:
+        if self.variant not in ("prefill-first", "mixed"):
+            raise ValueError(
+                f"whole policy variant {self.variant!r} is unknown; use prefill-first or mixed"
+            )
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} and "
+                f"max_num_seqs={self.max_num_seqs} must be >= 1"
+            )
+
+    def params(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "name"}
+
+    def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        # A recompute after preemption re-prefills prompt + generated tokens, up to P + O - 1.
+        if prompt_tokens + output_tokens - 1 > self.max_num_batched_tokens:
+            return (
+                f"prompt+output {prompt_tokens}+{output_tokens} tokens exceeds the whole-prefill "
+                f"token cap {self.max_num_batched_tokens} (raise --max-num-batched-tokens)"
+            )
+        return None
+
+    def _admit(self, state, ledger, running, budget, scheduled, admitted) -> int:
+        seats = self.max_num_seqs - len(running)
+        for req in state.waiting:
+            want = req.num_remaining
+            if want > budget or seats <= 0 or not ledger.try_grow(req, want):
+                break
+            scheduled.append((req, want))
+            admitted.append(req)
+            budget -= want
+            seats -= 1
+        return budget
+
+    def _decode_all(self, running, ledger, scheduled, preempted, budget) -> int:
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            ok, removed = preempt_until_fits(req, 1, running, ledger, scheduled, preempted)
+            budget += sum(n for _, n in removed)
+            if not ok:
+                break
+            scheduled.append((req, 1))
+            budget -= 1
+            i += 1
+        return budget
+
+    def plan(self, state: SchedulerState) -> Plan:
+        ledger = KVLedger(state.kv)
+        running = list(state.running)
+        scheduled: list[tuple] = []
+        admitted: list = []
+        preempted: list = []
+        budget = self.max_num_batched_tokens
+        if self.variant == "prefill-first":
+            self._admit(state, ledger, running, budget, scheduled, admitted)
+            if admitted:
+                return Plan(tuple(scheduled), tuple(admitted))
+            self._decode_all(running, ledger, scheduled, preempted, budget)
+            return Plan(tuple(scheduled), (), tuple(preempted))
+        budget = self._decode_all(running, ledger, scheduled, preempted, budget)
+        if not preempted:
+            self._admit(state, ledger, running, budget, scheduled, admitted)
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))

@@ -1,0 +1,133 @@
+"""Policy, engine and profile flags, declared once for `sim run/compare/capacity/validate`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from chunksim.policies import PolicyKnobs, PolicyName
+from chunksim.sim.engine import EngineConfig
+from chunksim.sim.metrics import parse_slos
+from chunksim.sim.run import RunConfig
+
+_P = "Policy"
+_E = "Engine and KV cache"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The flags as parsed; `to_config` builds the library's RunConfig."""
+
+    profile: str | None = None
+    policy: PolicyName = PolicyName.budget
+    variant: str | None = None
+    chunk: int | None = None
+    budget: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    prefill_budget: int | None = None
+    long_prefill_threshold: int | None = None
+    max_partial_prefills: int | None = None
+    reserve_full_prompt: bool = True
+    kv_blocks: int | None = None
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None
+    jitter: bool = False
+    step_overhead_ms: float | None = None
+    goodput: list[str] | None = None
+    fast_forward: bool = True
+
+    def knobs(self, chunk: int | None = None) -> PolicyKnobs:
+        if self.chunk is not None and self.budget is not None and self.chunk != self.budget:
+            raise ValueError(
+                f"--chunk {self.chunk} and --budget {self.budget} disagree; --budget is an "
+                "alias of --chunk for the budget policy, give one")
+        return PolicyKnobs(
+            chunk=chunk if chunk is not None else (self.chunk or self.budget),
+            variant=self.variant, max_num_seqs=self.max_num_seqs,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            prefill_budget=self.prefill_budget,
+            long_prefill_token_threshold=self.long_prefill_threshold,
+            max_num_partial_prefills=self.max_partial_prefills,
+            reserve_full_prompt=self.reserve_full_prompt)
+
+    def to_config(self, seed: int, policy: str | None = None,
+                  chunk: int | None = None) -> RunConfig:
+        """RunConfig for this policy (or another one, for comparisons) and seed."""
+        return RunConfig(
+            policy=policy or PolicyName(self.policy).value,
+            knobs=self.knobs(chunk),
+            kv_blocks=self.kv_blocks, block_size=self.block_size,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            engine=EngineConfig(jitter=self.jitter, seed=seed, fast_forward=self.fast_forward,
+                                max_model_len=self.max_model_len),
+            step_overhead_s=None if self.step_overhead_ms is None
+            else self.step_overhead_ms / 1000.0,
+            slos_s=parse_slos(self.goodput))
+
+
+def _opt(t, *names, panel=_P, **kw):
+    return Annotated[t, typer.Option(*names, rich_help_panel=panel, **kw)]
+
+
+RUN_PARAMS = [
+    ("profile", _opt(str | None, "--profile", panel=_E, help=(
+        "Latency profile: a bundled name (default tiny-cpu) or a CSV written by "
+        "`sim profile`.")), None),
+    ("policy", _opt(PolicyName, "--policy", help=(
+        "whole = unchunked prefill (vLLM V0 / Orca); chunk = fixed per-request chunk "
+        "(Sarathi 2023); budget = token budget with decodes first (vLLM V1 / "
+        "Sarathi-Serve).")), PolicyName.budget),
+    ("variant", _opt(str | None, "--variant", help=(
+        "whole: prefill-first [default] | mixed. chunk: mixed [default] | two-pass | "
+        "alternate. budget: v1.")), None),
+    ("chunk", _opt(int | None, "--chunk", min=1, help=(
+        "chunk: prefill tokens per request per step [1024]; budget: tokens per step, "
+        "decodes included [8192 on H100/H200 profiles, else 2048].")), None),
+    ("budget", _opt(int | None, "--budget", min=1, help="Alias of --chunk for the budget "
+                    "policy."), None),
+    ("max_num_seqs", _opt(int | None, "--max-num-seqs", min=1, help=(
+        "Seat cap: most requests running at once [1024 on H100/H200 profiles, else "
+        "256].")), None),
+    ("max_num_batched_tokens", _opt(int | None, "--max-num-batched-tokens", min=1, help=(
+        "whole: token cap per step [16384]; longer prompts are rejected.")), None),
+    ("prefill_budget", _opt(int | None, "--prefill-budget", min=1, help=(
+        "chunk: prefill tokens per step over all chunks [8192].")), None),
+    ("long_prefill_threshold", _opt(int | None, "--long-prefill-threshold", min=0, help=(
+        "budget: cap on one request's tokens per step [0 = off].")), None),
+    ("max_partial_prefills", _opt(int | None, "--max-partial-prefills", min=0, help=(
+        "budget: most concurrent partial prefills [0 = unlimited].")), None),
+    ("reserve_full_prompt", _opt(bool, "--reserve-full-prompt/--no-reserve-full-prompt",
+                                 help="budget: admit only if KV for the whole prompt is "
+                                 "free."), True),
+    ("kv_blocks", _opt(int | None, "--kv-blocks", min=1, panel=_E, help=(
+        "KV capacity in blocks [from the profile: device memory x utilization - "
+        "weights].")), None),
+    ("block_size", _opt(int, "--block-size", min=1, panel=_E, help="Tokens per KV block."),
+     16),
+    ("gpu_memory_utilization", _opt(float, "--gpu-memory-utilization", panel=_E, help=(
+        "Memory fraction for weights + KV when deriving --kv-blocks.")), 0.9),
+    ("max_model_len", _opt(int | None, "--max-model-len", min=2, panel=_E, help=(
+        "Reject requests with prompt + output above this [no cap].")), None),
+    ("jitter", _opt(bool, "--jitter/--no-jitter", panel=_E, help=(
+        "Sample each step's time from the profile's measured spread (seeded by "
+        "--seed).")), False),
+    ("step_overhead_ms", _opt(float | None, "--step-overhead-ms", min=0.0, panel=_E, help=(
+        "Per-step CPU overhead added to every step [the profile's measured "
+        "value].")), None),
+    ("goodput", _opt(list[str] | None, "--goodput", panel=_E, help=(
+        "SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the "
+        "flag).")), None),
+    ("fast_forward", _opt(bool, "--fast-forward/--no-fast-forward", panel=_E, hidden=True,
+                          help="Bulk-simulate steady decode stretches (same results)."), True),
+]
+
+
+def with_run_options(fn):
+    """Decorator: add RUN_PARAMS to a command, which receives `run_opts: RunOptions`."""
+    from chunksim.cli_bundle import bundle
+
+    return bundle(RUN_PARAMS, RunOptions, "run_opts")(fn)

@@ -1,0 +1,244 @@
+"""The latency model: a step's composition in, seconds out. Pure; reads only the table.
+
+How a real step maps onto the table (keys: chunk_len, decode_count, kv_len, prior_len):
+
+- Prefill chunks: all chunk tokens of the step add up to `chunk_len` (the linear layers see
+  the step's total tokens). Their attention work, sum_i L_i * (c_i + (L_i + 1) / 2) for a
+  chunk of L_i tokens after c_i tokens of its own prior context, is matched by one chunk
+  of the total length with an *effective* prior context c_eff (clamped at 0), which feeds
+  the prior-context correction T(chunk, c_eff) - T(chunk, 0).
+- Decodes: `decode_count` is their number and `kv_len` their mean context, since decode
+  attention cost is linear in each decode's context.
+- A step with one token for a request is a decode over its computed context, also when it
+  is the 1-token tail of a prompt: the forward pass is the same.
+
+Interpolation is multilinear on the measured grid; outside the grid it extrapolates
+linearly from the edge cell and flags the step (counted in the run summary). Optional
+jitter multiplies the forward-pass time by exp(sigma * z), with sigma from the measured
+p10/p90 spread (log-normal) and z a seeded standard normal per step index.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from chunksim.sim.profile import Profile
+
+_Z90 = 1.2815515655446004  # standard normal 90th percentile
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What the latency model needs to know about one forward pass."""
+
+    prefill_tokens: int = 0
+    """Prefill tokens over all chunks of the step."""
+    prior_tokens: float = 0.0
+    """Effective prior context of the prefill part (see module docstring), tokens."""
+    decode_count: int = 0
+    """Requests decoding one token."""
+    decode_kv_tokens: float = 0.0
+    """Mean context (tokens already in KV) of the decodes."""
+
+
+class _Axis:
+    """One grid axis: cell lookup with linear extrapolation beyond the ends."""
+
+    __slots__ = ("values", "lo", "hi", "n")
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = [float(v) for v in values]
+        self.lo = self.values[0]
+        self.hi = self.values[-1]
+        self.n = len(values)
+
+    def cell(self, x: float) -> tuple[int, float, bool]:
+        """(left index, weight of the right neighbour, outside the grid)."""
+        v = self.values
+        if self.n == 1:
+            return 0, 0.0, x != v[0]
+        i = bisect_right(v, x) - 1
+        i = 0 if i < 0 else (self.n - 2 if i > self.n - 2 else i)
+        return i, (x - v[i]) / (v[i + 1] - v[i]), x < self.lo or x > self.hi
+
+    def cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        v = np.asarray(self.values)
+        if self.n == 1:
+            return np.zeros(len(x), int), np.zeros(len(x)), x != v[0]
+        i = np.clip(np.searchsorted(v, x, side="right") - 1, 0, self.n - 2)
+        return i, (x - v[i]) / (v[i + 1] - v[i]), (x < self.lo) | (x > self.hi)
+
+
+class LatencyModel:
+    """Step time from a profile: `step_s(shape)`, and a vectorized decode-only path."""
+
+    def __init__(self, profile: Profile, step_overhead_s: float | None = None) -> None:
+        t = profile.table
+        main = t[t["prior_len"] == 0]
+        self.chunk = _Axis(sorted(main["chunk_len"].unique()))
+        self.dec = _Axis(sorted(main["decode_count"].unique()))
+        kvs = sorted(main.loc[main["decode_count"] > 0, "kv_len"].unique()) or [0]
+        self.kv = _Axis(kvs)
+        if self.chunk.lo != 0 or self.dec.lo != 0:
+            raise ValueError(
+                f"profile {profile.path}: the main grid must include chunk_len 0 and "
+                f"decode_count 0 (has chunk_len from {self.chunk.lo}, decode_count from "
+                f"{self.dec.lo}); see docs/profile-format.md"
+            )
+        med, sig, self.filled_cells = self._grid(main, "median_s"), None, 0
+        p10, p90 = self._grid(main, "p10_s"), self._grid(main, "p90_s")
+        sig = np.log(np.maximum(p90, 1e-12) / np.maximum(p10, 1e-12)) / (2 * _Z90)
+        med, filled = _fill_missing(med)
+        sig, _ = _fill_missing(sig)
+        self.filled = filled
+        self.filled_cells = int(filled.sum())
+        self.med = med
+        self.sig = np.maximum(sig, 0.0)
+        self._med_l = med.tolist()
+        self._sig_l = self.sig.tolist()
+        self._filled_l = filled.tolist()
+        # prior-context correction: delta[c, p] = T(c, p) - T(c, 0), p = 0 column is 0
+        pri = t[(t["prior_len"] > 0) & (t["decode_count"] == 0)]
+        if len(pri):
+            pc = sorted(pri["chunk_len"].unique())
+            pp = [0] + sorted(pri["prior_len"].unique())
+            delta = np.zeros((len(pc), len(pp)))
+            base = {c: self.step_s(BatchShape(prefill_tokens=int(c)), jitter_z=None)[0]
+                    for c in pc}
+            for row in pri.itertuples(index=False):
+                delta[pc.index(row.chunk_len), pp.index(row.prior_len)] = (
+                    row.median_s - base[row.chunk_len]
+                )
+            self.pchunk, self.pprior = _Axis(pc), _Axis(pp)
+            self._delta_l = delta.tolist()
+        else:
+            self.pchunk = self.pprior = None
+            self._delta_l = []
+        self.overhead_s = float(
+            profile.provenance.get("step_overhead_s", 0.0) if step_overhead_s is None
+            else step_overhead_s
+        )
+        if self.overhead_s < 0:
+            raise ValueError(f"step overhead {self.overhead_s} s must be >= 0 (--step-overhead-ms)")
+        self.profile_sha256 = profile.sha256
+
+    def _grid(self, main, col: str) -> np.ndarray:
+        g = np.full((self.chunk.n, self.dec.n, self.kv.n), np.nan)
+        ci = {v: i for i, v in enumerate(self.chunk.values)}
+        di = {v: i for i, v in enumerate(self.dec.values)}
+        ki = {v: i for i, v in enumerate(self.kv.values)}
+        for c, d, k, val in zip(main["chunk_len"], main["decode_count"], main["kv_len"],
+                                main[col], strict=True):
+            if d == 0:
+                g[ci[float(c)], 0, :] = val  # decode_count 0: kv is irrelevant, broadcast
+            elif float(k) in ki:
+                g[ci[float(c)], di[float(d)], ki[float(k)]] = val
+        # (chunk 0, decode 0) is not a step; one decode's cost is the closest real figure
+        if self.dec.n > 1:
+            g[0, 0, :] = g[0, 1, :]
+        return g
+
+    # -- scalar path (one step) -------------------------------------------------------
+    def _interp3(self, grid: list, c: float, d: float, k: float) -> tuple[float, bool]:
+        ic, tc, oc = self.chunk.cell(c)
+        id_, td, od = self.dec.cell(d)
+        ik, tk, ok = self.kv.cell(k) if d > 0 else (0, 0.0, False)
+        acc = 0.0
+        filled = False
+        for a, wa in ((ic, 1.0 - tc), (ic + 1, tc)):
+            if wa == 0.0:
+                continue
+            ga = grid[a]
+            for b, wb in ((id_, 1.0 - td), (id_ + 1, td)):
+                if wb == 0.0:
+                    continue
+                row = ga[b]
+                for e, we in ((ik, 1.0 - tk), (ik + 1, tk)):
+                    if we == 0.0:
+                        continue
+                    acc += (wa * wb * we) * row[e]
+                    filled = filled or self._filled_l[a][b][e]
+        return acc, oc or od or ok or filled
+
+    def _delta(self, c: float, p: float) -> tuple[float, bool]:
+        if self.pchunk is None or p <= 0 or c <= 0:
+            return 0.0, False
+        ic, tc, oc = self.pchunk.cell(c)
+        ip, tp, op = self.pprior.cell(p)
+        d = self._delta_l
+        val = ((1 - tc) * ((1 - tp) * d[ic][ip] + tp * d[ic][ip + 1])
+               + tc * ((1 - tp) * d[ic + 1][ip] + tp * d[ic + 1][ip + 1]))
+        return val, oc or op
+
+    def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
+        """Forward-pass time of one step in seconds (no overhead), and whether the lookup
+        left the measured grid. `jitter_z` (a standard normal) applies measured spread."""
+        c, d, k = shape.prefill_tokens, shape.decode_count, shape.decode_kv_tokens
+        t, out = self._interp3(self._med_l, c, d, k)
+        if shape.prior_tokens > 0:
+            dt, out2 = self._delta(c, shape.prior_tokens)
+            t += dt
+            out = out or out2
+        if jitter_z is not None:
+            sig, _ = self._interp3(self._sig_l, c, d, k)
+            t *= math.exp(sig * jitter_z)
+        return (t if t > 1e-9 else 1e-9), out
+
+    # -- vectorized decode-only path (the engine's fast-forward) ------------------------
+    def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
+                       jitter_z: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Times of decode-only steps with `decode_count` decodes at mean contexts
+        `kv_tokens` (one entry per step), and their out-of-grid flags. The same arithmetic,
+        in the same order, as `step_s`, so both paths give bit-identical seconds."""
+        id_, td, od = self.dec.cell(decode_count)
+        ik, tk, flag = self.kv.cells(kv_tokens)
+        flag = flag | od
+        hi = np.minimum(ik + 1, self.kv.n - 1)
+        wk = 1.0 - tk
+        t = np.zeros(len(kv_tokens))
+        s = np.zeros(len(kv_tokens))
+        for b, wb in ((id_, 1.0 - td), (id_ + 1, td)):
+            if wb == 0.0:
+                continue
+            for grid, acc in ((self.med, t), (self.sig, s)):
+                row = grid[0, b]
+                acc += np.where(wk != 0.0, (wb * wk) * row[ik], 0.0)
+                acc += np.where(tk != 0.0, (wb * tk) * row[hi], 0.0)
+            fl = self.filled[0, b]
+            flag = flag | (fl[ik] & (wk != 0.0)) | (fl[hi] & (tk != 0.0))
+        if jitter_z is not None:
+            # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
+            t = t * np.fromiter((math.exp(v) for v in (s * jitter_z).tolist()), float, len(t))
+        return np.maximum(t, 1e-9), flag
+
+
+def _fill_missing(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fill pruned cells by linear extrapolation along kv (then decode_count); mark them."""
+    filled = np.isnan(g)
+    g = g.copy()
+    if not filled.any():
+        return g, filled
+    nc, nd, nk = g.shape
+    for axis_len, axis in ((nk, 2), (nd, 1)):
+        for idx in np.ndindex(*[n for ax, n in enumerate(g.shape) if ax != axis]):
+            sl = list(idx)
+            sl.insert(axis, slice(None))
+            line = g[tuple(sl)]
+            ok = np.flatnonzero(~np.isnan(line))
+            if len(ok) == 0 or len(ok) == axis_len:
+                continue
+            if len(ok) == 1:
+                line[np.isnan(line)] = line[ok[0]]
+                continue
+            x = np.arange(axis_len)
+            slope = (line[ok[-1]] - line[ok[-2]]) / (ok[-1] - ok[-2])
+            missing = np.isnan(line)
+            line[missing] = np.interp(x[missing], ok, line[ok], right=np.nan)
+            still = np.isnan(line)
+            line[still] = line[ok[-1]] + slope * (x[still] - ok[-1])
+    g[np.isnan(g)] = np.nanmax(g)
+    return g, filled

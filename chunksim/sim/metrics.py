@@ -1,0 +1,121 @@
+"""Metrics as `vllm bench serve` defines them, computed from a run's records only.
+
+TTFT = arrival -> first token; E2EL = arrival -> last token; TPOT per request =
+(E2EL - TTFT) / (output_tokens - 1) over requests with > 1 output token; ITL = every gap
+between consecutive tokens of a request, all requests pooled. Percentiles use numpy's
+default (linear) method, as vLLM does. Seconds inside, `_ms` keys at the edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+PERCENTILES = (50, 90, 95, 99)
+SLO_METRICS = ("ttft", "tpot", "e2el", "itl")
+"""Goodput SLOs are per request: ttft, tpot, e2el, and itl (the request's worst gap)."""
+
+
+def parse_slos(items: list[str] | None) -> dict[str, float]:
+    """`["ttft=500", "tpot:50"]` (ms) -> {"ttft": 0.5, "tpot": 0.05} (seconds)."""
+    slos: dict[str, float] = {}
+    for item in items or []:
+        for part in item.replace(",", " ").split():
+            key, sep, val = part.replace(":", "=").partition("=")
+            key = key.strip().lower().removesuffix("_ms")
+            if not sep or key not in SLO_METRICS:
+                raise ValueError(
+                    f"--goodput {part!r}: use METRIC=MS with METRIC one of {', '.join(SLO_METRICS)}"
+                    " (e.g. --goodput ttft=500 --goodput tpot=50)")
+            try:
+                ms = float(val)
+            except ValueError:
+                raise ValueError(f"--goodput {part!r}: {val!r} is not a number of ms") from None
+            if ms <= 0:
+                raise ValueError(f"--goodput {part!r}: the SLO must be > 0 ms")
+            slos[key] = ms / 1000.0
+    return slos
+
+
+def _stats(name: str, values_s: np.ndarray) -> dict[str, float]:
+    ms = np.asarray(values_s, dtype=float) * 1000.0
+    if len(ms) == 0:
+        ms = np.zeros(1)
+    out = {
+        f"mean_{name}_ms": float(np.mean(ms)),
+        f"median_{name}_ms": float(np.median(ms)),
+        f"std_{name}_ms": float(np.std(ms)),
+    }
+    for p, v in zip(PERCENTILES, np.percentile(ms, PERCENTILES), strict=True):
+        out[f"p{p}_{name}_ms"] = float(v)
+    return out
+
+
+def per_request(requests) -> dict[str, np.ndarray]:
+    """TTFT, E2EL, TPOT, scheduling delay (seconds) of the completed requests."""
+    done = requests[~requests["rejected"].to_numpy()]
+    arrival = done["arrival_s"].to_numpy()
+    ttft = done["first_token_s"].to_numpy() - arrival
+    e2el = done["finish_s"].to_numpy() - arrival
+    out_tokens = done["generated_tokens"].to_numpy()
+    multi = out_tokens > 1
+    tpot = (e2el[multi] - ttft[multi]) / (out_tokens[multi] - 1)
+    return {
+        "ttft": ttft, "e2el": e2el, "tpot": tpot, "tpot_mask": multi,
+        "sched": done["first_scheduled_s"].to_numpy() - arrival,
+        "max_itl": done["max_itl_s"].to_numpy(),
+    }
+
+
+def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | None = None,
+              meta: Mapping | None = None) -> dict:
+    """The run's summary, keys named like `vllm bench serve --save-result`."""
+    slos = dict(slos or {})
+    m = per_request(requests)
+    done = requests[~requests["rejected"].to_numpy()]
+    n_done = len(done)
+    start = float(requests["arrival_s"].min())
+    end = float(np.nanmax(done["finish_s"].to_numpy())) if n_done else start
+    duration = max(end - start, 1e-12)
+    in_tok = int(done["prompt_tokens"].sum())
+    out_tok = int(done["generated_tokens"].sum())
+    good = np.ones(n_done, dtype=bool)
+    for key, limit in slos.items():
+        if key == "tpot":
+            ok = np.ones(n_done, dtype=bool)
+            ok[m["tpot_mask"]] = m["tpot"] <= limit
+        else:
+            ok = {"ttft": m["ttft"], "e2el": m["e2el"], "itl": m["max_itl"]}[key] <= limit
+        good &= ok
+    busy = float(steps["duration_s"].sum()) if len(steps) else 0.0
+    summary: dict = {
+        "completed": n_done,
+        "rejected": int(requests["rejected"].sum()),
+        "total_input_tokens": in_tok,
+        "total_output_tokens": out_tok,
+        "duration": duration,
+        "request_throughput": n_done / duration,
+        "output_throughput": out_tok / duration,
+        "total_token_throughput": (in_tok + out_tok) / duration,
+        "request_goodput": float(good.sum()) / duration if slos else None,
+        "goodput_slos_ms": {k: v * 1000.0 for k, v in slos.items()},
+    }
+    summary.update(_stats("ttft", m["ttft"]))
+    summary.update(_stats("tpot", m["tpot"]))
+    summary.update(_stats("itl", itl_s))
+    summary.update(_stats("e2el", m["e2el"]))
+    summary.update(_stats("sched_delay", m["sched"]))
+    summary.update({
+        "max_decode_stall_ms": float(np.max(itl_s)) * 1000.0 if len(itl_s) else 0.0,
+        "preemptions": int(requests["preemptions"].sum()),
+        "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+        "steps": len(steps),
+        "extrapolated_steps": int(steps["extrapolated"].sum()) if len(steps) else 0,
+        "busy_fraction": busy / duration,
+        "mean_step_ms": busy / max(len(steps), 1) * 1000.0,
+        "peak_kv_blocks_used": int(steps["kv_blocks_used"].max()) if len(steps) else 0,
+    })
+    if meta:
+        summary.update(meta)
+    return summary

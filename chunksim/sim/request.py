@@ -1,0 +1,72 @@
+"""Request state as counters, not phases (vLLM V1's `num_computed_tokens` chases `num_tokens`).
+
+A step gives a request `n` new tokens: `num_computed_tokens += n`. If that covers its last
+uncomputed token the step samples one output token (`num_output_tokens += 1`, so
+`num_tokens` grows by one). Hence the step holding the last prompt chunk emits the first
+token, a non-final chunk emits nothing, each decode emits one, and the last output token's
+KV is never computed. Preemption by recompute sets `num_computed_tokens = 0`; the request
+then re-prefills prompt + generated tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chunksim.workloads.spec import RequestSpec
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """Mutable per-request scheduling state. Only the engine mutates it."""
+
+    spec: RequestSpec
+    """The immutable request as the workload defines it."""
+    num_computed_tokens: int = 0
+    """Tokens whose KV is in the cache (reset to 0 on preemption)."""
+    num_output_tokens: int = 0
+    """Output tokens sampled so far (kept across preemptions)."""
+    num_blocks: int = 0
+    """KV blocks held."""
+    num_cached_tokens: int = 0
+    """Tokens of this round served by the prefix cache (counted in num_computed_tokens)."""
+    num_preemptions: int = 0
+    """Times this request was preempted (recompute)."""
+    first_scheduled_s: float = -1.0
+    """Start of the first step that scheduled it, seconds (-1 = never)."""
+    first_token_s: float = -1.0
+    """End of the step that emitted its first output token, seconds."""
+    last_token_s: float = -1.0
+    """End of the step that emitted its latest output token, seconds."""
+    max_itl_s: float = 0.0
+    """Largest gap between two of its consecutive output tokens, seconds."""
+
+    @property
+    def request_id(self) -> int:
+        return self.spec.request_id
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.spec.prompt_tokens
+
+    @property
+    def max_output_tokens(self) -> int:
+        return self.spec.output_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens: what `num_computed_tokens` chases."""
+        return self.spec.prompt_tokens + self.num_output_tokens
+
+    @property
+    def num_remaining(self) -> int:
+        """Tokens still to compute before the next token can be sampled (1 for a decode)."""
+        return self.spec.prompt_tokens + self.num_output_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefilling(self) -> bool:
+        """True while more than one token is uncomputed (prompt or recompute after preemption)."""
+        return self.num_remaining > 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.num_output_tokens >= self.spec.output_tokens
