@@ -276,6 +276,7 @@ class Engine:
         else:
             dur, out = lat.step_s(BatchShape(prefill, prior, decodes, kv_mean), z)
         dur += lat.overhead_s
+        n_running, n_waiting, used = len(self.running), len(self.waiting), self.kv.used_blocks
         yield env.timeout(dur)
         end = env.now
         emitted = 0
@@ -298,8 +299,7 @@ class Engine:
                 if req.num_output_tokens >= req.spec.output_tokens:
                     finished = True
         self.steps.append((start, dur, prefill, prefill_reqs, prior, decodes, kv_mean, emitted,
-                           self.kv.used_blocks, len(self.running), len(self.waiting),
-                           len(plan.preempted), out))
+                           used, n_running, n_waiting, len(plan.preempted), out))
         self.last_prefill = prefill > 0
         if finished:
             self._retire(end)
@@ -339,69 +339,86 @@ class Engine:
         return True
 
     def _bulk_decode(self, env: simpy.Environment):
-        running = self.running
-        n = len(running)
+        """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
+        hit; requests finishing on the way leave and the rest decode on (each such segment
+        is what stepping one by one would plan, since nothing waits)."""
+        now = t = env.now
         bs = self.kv.block_size
-        ctx = np.fromiter((r.num_computed_tokens for r in running), np.int64, n)
-        held = np.fromiter((r.num_blocks for r in running), np.int64, n)
-        left = np.fromiter((r.spec.output_tokens - r.num_output_tokens for r in running),
-                           np.int64, n)
-        k = int(min(left.min(), _MAX_BULK_STEPS))
-        grown = _block_growth(ctx, held, bs, k)  # grown[j-1]: extra blocks held in step j
-        k = max(1, min(k, int(np.searchsorted(grown, self.kv.free_blocks, side="right"))))
-        kv_sum0 = int(ctx.sum())
-        kv_mean = (kv_sum0 + np.arange(k, dtype=np.int64) * n) / n
-        z = self.noise.range(self.steps.n, k) if self.noise is not None else None
-        dur, out = self.latency.decode_steps_s(n, kv_mean, z)
-        dur = dur + self.latency.overhead_s
-        now = env.now
-        times = np.cumsum(np.concatenate(([now], dur)))  # sequential, as step-by-step adds
         specs = self.workload.requests
-        if self.next_arrival < len(specs):  # a step sees arrivals up to its start time
-            a = specs[self.next_arrival].arrival_s
-            k = max(1, min(k, int(np.searchsorted(times[:k], a, side="left"))))
-        starts, ends = times[:k], times[1 : k + 1]
-        end = float(ends[-1])
-        yield env.timeout(end - now)
-        used_before = self.kv.used_blocks
-        self.kv.free_blocks -= int(grown[k - 1])
-        steady_gap = np.diff(ends)
-        run_max = float(steady_gap.max()) if k > 1 else 0.0
-        finished = False
-        for req in running:
-            req.num_computed_tokens += k
-            req.num_output_tokens += k
-            req.num_blocks = -(-req.num_computed_tokens // bs)
-            self.computed[req.request_id] += k
-            g0 = float(ends[0]) - req.last_token_s
-            self.gaps.single.append(g0)
-            m = g0 if g0 > run_max else run_max
-            if m > req.max_itl_s:
-                req.max_itl_s = m
-            req.last_token_s = end
-            if req.num_output_tokens >= req.spec.output_tokens:
-                finished = True
-        if k > 1:
-            self.gaps.runs.append((steady_gap, n))
-        self.steps.extend(start_s=starts, duration_s=dur[:k], prefill_tokens=0,
-                          prefill_requests=0, prior_tokens=0.0, decodes=n,
-                          decode_kv_tokens=kv_mean[:k], tokens_emitted=n,
-                          kv_blocks_used=used_before + grown[:k], running=n, waiting=0,
-                          preempted=0, extrapolated=out[:k])
+        arrival = specs[self.next_arrival].arrival_s if self.next_arrival < len(specs) else None
+        first_segment = True
+        budget = _MAX_BULK_STEPS
+        while True:
+            running = self.running
+            n = len(running)
+            ctx = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
+            held = np.array([r.num_blocks for r in running], dtype=np.int64)
+            k_left = min(r.spec.output_tokens - r.num_output_tokens for r in running)
+            k = min(k_left, budget)
+            grown = _block_growth(ctx, held, bs, k)  # grown[j-1]: extra blocks in step j
+            k_kv = max(1, int(np.searchsorted(grown, self.kv.free_blocks, side="right")))
+            k = min(k, k_kv)
+            kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
+            z = self.noise.range(self.steps.n, k) if self.noise is not None else None
+            dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+            if self.latency.overhead_s:
+                dur = dur + self.latency.overhead_s
+            times = np.cumsum(np.concatenate(((t,), dur)))  # sequential, as step-by-step
+            if arrival is not None:  # a step sees arrivals up to its start time
+                k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
+                if k_arr < k:
+                    k = max(1, k_arr)
+            ends = times[1 : k + 1]
+            gaps = np.diff(times[: k + 1]) if not first_segment else np.diff(ends)
+            run_max = float(gaps.max()) if len(gaps) else 0.0
+            end = float(ends[-1])
+            for req in running:
+                req.num_computed_tokens += k
+                req.num_output_tokens += k
+                req.num_blocks = -(-req.num_computed_tokens // bs)
+                m = run_max
+                if first_segment:  # the first step's gap depends on each one's last token
+                    g0 = float(ends[0]) - req.last_token_s
+                    self.gaps.single.append(g0)
+                    if g0 > m:
+                        m = g0
+                if m > req.max_itl_s:
+                    req.max_itl_s = m
+                req.last_token_s = end
+            for req in running:
+                self.computed[req.request_id] += k
+            if len(gaps):
+                self.gaps.runs.append((gaps, n))
+            used_before = self.kv.used_blocks
+            self.kv.free_blocks -= int(grown[k - 1])
+            self.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k],
+                                      used_before + grown[:k], out[:k])
+            t = end
+            budget -= k
+            if k == k_left:
+                self._retire(end)
+            if (k < k_left or budget <= 0 or not self.running
+                    or (arrival is not None and arrival <= t)):
+                break
+            first_segment = False
+        yield env.timeout(t - now)
         self.last_prefill = False
-        if finished:
-            self._retire(end)
 
 
 def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
     """Extra KV blocks the running set holds during decode step j = 1..k (slots for step
     j's token are allocated before it): sum_i max(ceil((ctx_i + j) / bs) - held_i, 0)."""
     j = np.arange(1, k + 1, dtype=np.int64)
+    if len(ctx) * k <= 65536:  # small: one broadcast is cheapest
+        need = -(-(ctx[:, None] + j) // block_size) - held[:, None]
+        return np.maximum(need, 0).sum(axis=0)
     if np.array_equal(held, -(-ctx // block_size)):
         # each request needs a new block whenever ctx_i + j - 1 is a multiple of bs, i.e.
         # at j = first_i, first_i + bs, ...: a periodic pattern counted once per phase
         first = (-ctx) % block_size + 1
         per_phase = np.bincount(first, minlength=block_size + 1)
         return np.cumsum(per_phase[(j - 1) % block_size + 1])
-    need = -(-(ctx[:, None] + j[None, :]) // block_size) - held[:, None]
-    return np.maximum(need, 0).sum(axis=0)
+    out = np.zeros(k, dtype=np.int64)
+    for c, h in zip(ctx.tolist(), held.tolist(), strict=True):
+        out += np.maximum(-(-(c + j) // block_size) - h, 0)
+    return out

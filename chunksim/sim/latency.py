@@ -89,11 +89,12 @@ class LatencyModel:
                 f"decode_count 0 (has chunk_len from {self.chunk.lo}, decode_count from "
                 f"{self.dec.lo}); see docs/profile-format.md"
             )
-        med, sig, self.filled_cells = self._grid(main, "median_s"), None, 0
+        med = self._grid(main, "median_s")
         p10, p90 = self._grid(main, "p10_s"), self._grid(main, "p90_s")
         sig = np.log(np.maximum(p90, 1e-12) / np.maximum(p10, 1e-12)) / (2 * _Z90)
-        med, filled = _fill_missing(med)
-        sig, _ = _fill_missing(sig)
+        coords = [self.chunk.values, self.dec.values, self.kv.values]
+        med, filled = _fill_missing(med, coords)
+        sig, _ = _fill_missing(sig, coords)
         self.filled = filled
         self.filled_cells = int(filled.sum())
         self.med = med
@@ -107,6 +108,7 @@ class LatencyModel:
             pc = sorted(pri["chunk_len"].unique())
             pp = [0] + sorted(pri["prior_len"].unique())
             delta = np.zeros((len(pc), len(pp)))
+            self._lines = {}
             base = {c: self.step_s(BatchShape(prefill_tokens=int(c)), jitter_z=None)[0]
                     for c in pc}
             for row in pri.itertuples(index=False):
@@ -125,6 +127,7 @@ class LatencyModel:
         if self.overhead_s < 0:
             raise ValueError(f"step overhead {self.overhead_s} s must be >= 0 (--step-overhead-ms)")
         self.profile_sha256 = profile.sha256
+        self._lines: dict[int, _Line] = {}
 
     def _grid(self, main, col: str) -> np.ndarray:
         g = np.full((self.chunk.n, self.dec.n, self.kv.n), np.nan)
@@ -178,6 +181,17 @@ class LatencyModel:
         """Forward-pass time of one step in seconds (no overhead), and whether the lookup
         left the measured grid. `jitter_z` (a standard normal) applies measured spread."""
         c, d, k = shape.prefill_tokens, shape.decode_count, shape.decode_kv_tokens
+        if c == 0:  # decode-only: the same per-decode-count line as decode_steps_s
+            line = self._line(d)
+            xs = line.xs
+            i = bisect_right(xs, k) - 1
+            i = 0 if i < 0 else (line.last if i > line.last else i)
+            dx = k - xs[i]
+            t = line.base[i] + line.slope[i] * dx
+            if jitter_z is not None:
+                t *= math.exp((line.sbase[i] + line.sslope[i] * dx) * jitter_z)
+            out = line.out_d or k < xs[0] or k > xs[-1] or line.filled[i]
+            return (t if t > 1e-9 else 1e-9), out
         t, out = self._interp3(self._med_l, c, d, k)
         if shape.prior_tokens > 0:
             dt, out2 = self._delta(c, shape.prior_tokens)
@@ -188,57 +202,98 @@ class LatencyModel:
             t *= math.exp(sig * jitter_z)
         return (t if t > 1e-9 else 1e-9), out
 
-    # -- vectorized decode-only path (the engine's fast-forward) ------------------------
+    # -- decode-only steps: one piecewise-linear line over kv per decode count ---------
+    def _line(self, decode_count: int) -> _Line:
+        line = self._lines.get(decode_count)
+        if line is None:
+            xs = self.kv.values
+            med = [self._interp3(self._med_l, 0, decode_count, x) for x in xs]
+            sig = [self._interp3(self._sig_l, 0, decode_count, x)[0] for x in xs]
+            line = _Line(xs, [m for m, _ in med], [f for _, f in med], sig,
+                         self.dec.cell(decode_count)[2])
+            self._lines[decode_count] = line
+        return line
+
     def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
                        jitter_z: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Times of decode-only steps with `decode_count` decodes at mean contexts
-        `kv_tokens` (one entry per step), and their out-of-grid flags. The same arithmetic,
-        in the same order, as `step_s`, so both paths give bit-identical seconds."""
-        id_, td, od = self.dec.cell(decode_count)
-        ik, tk, flag = self.kv.cells(kv_tokens)
-        flag = flag | od
-        hi = np.minimum(ik + 1, self.kv.n - 1)
-        wk = 1.0 - tk
-        t = np.zeros(len(kv_tokens))
-        s = np.zeros(len(kv_tokens))
-        for b, wb in ((id_, 1.0 - td), (id_ + 1, td)):
-            if wb == 0.0:
-                continue
-            for grid, acc in ((self.med, t), (self.sig, s)):
-                row = grid[0, b]
-                acc += np.where(wk != 0.0, (wb * wk) * row[ik], 0.0)
-                acc += np.where(tk != 0.0, (wb * tk) * row[hi], 0.0)
-            fl = self.filled[0, b]
-            flag = flag | (fl[ik] & (wk != 0.0)) | (fl[hi] & (tk != 0.0))
+        `kv_tokens` (one entry per step), and their out-of-grid flags. The same arithmetic
+        as `step_s` (element-wise IEEE ops), so both paths give bit-identical seconds."""
+        line = self._line(decode_count)
+        xs = line.xs
+        lo, hi = float(kv_tokens[0]), float(kv_tokens[-1])  # kv_tokens ascend
+        i0 = bisect_right(xs, lo) - 1
+        if jitter_z is None and 0 <= i0 < line.last + 1 and hi < xs[i0 + 1]:
+            # the whole stretch lies in one kv cell: scalars broadcast, same IEEE ops
+            t = line.base[i0] + line.slope[i0] * (kv_tokens - xs[i0])
+            out = np.full(len(kv_tokens), line.out_d or line.filled[i0])
+            return np.maximum(t, 1e-9), out
+        a = line.arrays
+        i = np.searchsorted(a["xs"], kv_tokens, side="right") - 1
+        np.minimum(np.maximum(i, 0, out=i), line.last, out=i)
+        dx = kv_tokens - a["xs"][i]
+        t = a["base"][i] + a["slope"][i] * dx
         if jitter_z is not None:
             # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
-            t = t * np.fromiter((math.exp(v) for v in (s * jitter_z).tolist()), float, len(t))
-        return np.maximum(t, 1e-9), flag
+            e = (a["sbase"][i] + a["sslope"][i] * dx) * jitter_z
+            t = t * np.fromiter((math.exp(v) for v in e.tolist()), float, len(t))
+        out = a["filled"][i] | (kv_tokens < line.xs[0]) | (kv_tokens > line.xs[-1])
+        if line.out_d:
+            out[:] = True
+        return np.maximum(t, 1e-9), out
 
 
-def _fill_missing(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Fill pruned cells by linear extrapolation along kv (then decode_count); mark them."""
+class _Line:
+    """Decode-only step time at one decode count: value and slope per kv cell."""
+
+    __slots__ = ("xs", "base", "slope", "sbase", "sslope", "filled", "last", "out_d", "arrays")
+
+    def __init__(self, xs: list[float], med: list[float], filled_pts: list[bool],
+                 sig: list[float], out_d: bool) -> None:
+        n = len(xs)
+        self.xs = xs if n > 1 else [xs[0], xs[0] + 1.0]
+        med = med if n > 1 else [med[0], med[0]]
+        sig = sig if n > 1 else [sig[0], sig[0]]
+        filled_pts = filled_pts if n > 1 else [filled_pts[0]] * 2
+        m = len(self.xs) - 1
+        self.last = m - 1
+        dx = [self.xs[j + 1] - self.xs[j] for j in range(m)]
+        self.base = med[:m]
+        self.slope = [(med[j + 1] - med[j]) / dx[j] for j in range(m)]
+        self.sbase = sig[:m]
+        self.sslope = [(sig[j + 1] - sig[j]) / dx[j] for j in range(m)]
+        self.filled = [filled_pts[j] or filled_pts[j + 1] for j in range(m)]
+        self.out_d = out_d
+        self.arrays = {k: np.asarray(getattr(self, k)) for k in
+                       ("xs", "base", "slope", "sbase", "sslope", "filled")}
+
+
+def _fill_missing(g: np.ndarray, coords: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Fill pruned cells by linear extrapolation along kv (then decode_count) in axis units,
+    from the last two measured points of each line; return the grid and the filled mask."""
     filled = np.isnan(g)
     g = g.copy()
     if not filled.any():
         return g, filled
-    nc, nd, nk = g.shape
-    for axis_len, axis in ((nk, 2), (nd, 1)):
-        for idx in np.ndindex(*[n for ax, n in enumerate(g.shape) if ax != axis]):
+    for axis in (2, 1):
+        x = np.asarray(coords[axis], dtype=float)
+        others = [n for ax, n in enumerate(g.shape) if ax != axis]
+        for idx in np.ndindex(*others):
             sl = list(idx)
             sl.insert(axis, slice(None))
-            line = g[tuple(sl)]
+            line = g[tuple(sl)]  # a view: writes land in g
             ok = np.flatnonzero(~np.isnan(line))
-            if len(ok) == 0 or len(ok) == axis_len:
+            if len(ok) == 0 or len(ok) == len(line):
                 continue
             if len(ok) == 1:
                 line[np.isnan(line)] = line[ok[0]]
                 continue
-            x = np.arange(axis_len)
-            slope = (line[ok[-1]] - line[ok[-2]]) / (ok[-1] - ok[-2])
-            missing = np.isnan(line)
-            line[missing] = np.interp(x[missing], ok, line[ok], right=np.nan)
-            still = np.isnan(line)
-            line[still] = line[ok[-1]] + slope * (x[still] - ok[-1])
+            a, b = ok[-2], ok[-1]
+            slope = (line[b] - line[a]) / (x[b] - x[a])
+            miss = np.isnan(line)
+            inside = miss & (x < x[b])
+            line[inside] = np.interp(x[inside], x[ok], line[ok])
+            beyond = miss & (x > x[b])
+            line[beyond] = line[b] + slope * (x[beyond] - x[b])
     g[np.isnan(g)] = np.nanmax(g)
     return g, filled

@@ -17,8 +17,8 @@ STEP_COLUMNS: dict[str, type] = {
     "decode_kv_tokens": float, # mean context of the decodes
     "tokens_emitted": int,     # output tokens sampled at the end of the step
     "kv_blocks_used": int,     # KV blocks in use during the step
-    "running": int,            # requests running after admission/preemption
-    "waiting": int,            # requests queued during the step
+    "running": int,            # requests running in the step (after admission/preemption)
+    "waiting": int,            # requests queued at the step's start
     "preempted": int,          # requests preempted right before the step
     "extrapolated": bool,      # latency lookup left the measured grid
 }
@@ -49,13 +49,23 @@ class StepLog:
             a[i] = v
         self.n += 1
 
-    def extend(self, **cols) -> None:
-        """k steps at once; every column given as a length-k array or a scalar."""
-        k = len(cols["start_s"])
+    def extend_decodes(self, start_s, duration_s, decodes: int, kv_tokens, kv_blocks_used,
+                       extrapolated) -> None:
+        """k decode-only steps of `decodes` requests each (the engine's bulk path). Columns
+        not written stay 0, which is their value for such steps."""
+        k = len(start_s)
         self.reserve(k)
-        for name, a in self.cols.items():
-            a[self.n : self.n + k] = cols[name]
-        self.n += k
+        i, j = self.n, self.n + k
+        c = self.cols
+        c["start_s"][i:j] = start_s
+        c["duration_s"][i:j] = duration_s
+        c["decodes"][i:j] = decodes
+        c["decode_kv_tokens"][i:j] = kv_tokens
+        c["tokens_emitted"][i:j] = decodes
+        c["kv_blocks_used"][i:j] = kv_blocks_used
+        c["running"][i:j] = decodes
+        c["extrapolated"][i:j] = extrapolated
+        self.n = j
 
     def frame(self):
         import pandas as pd

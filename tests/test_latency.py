@@ -1,0 +1,81 @@
+"""The latency model: exact on multilinear laws, flags extrapolation, both paths agree."""
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from factories import linear_time, make_profile
+
+from chunksim.sim.latency import BatchShape, LatencyModel
+from chunksim.sim.profile import load_profile
+
+
+@pytest.mark.parametrize("c,p,d,k", [
+    (100, 0, 0, 0), (700, 0, 3, 500), (3000, 2000, 10, 3000), (16, 0, 200, 10000),
+    (0, 0, 37, 1234.5), (5000, 12000, 0, 0),
+])
+def test_interpolation_reproduces_a_multilinear_law(linear_profile, c, p, d, k):
+    lat = LatencyModel(linear_profile)
+    t, out = lat.step_s(BatchShape(c, p, d, k))
+    assert t == pytest.approx(linear_time(c, p, d, k), rel=1e-12)
+    assert not out
+
+
+def test_outside_the_grid_extrapolates_linearly_and_is_flagged(linear_profile):
+    lat = LatencyModel(linear_profile)
+    t, out = lat.step_s(BatchShape(20000, 0, 0, 0))  # grid stops at 16384
+    assert out
+    assert t == pytest.approx(linear_time(20000, 0, 0, 0), rel=1e-9)
+    assert lat.step_s(BatchShape(0, 0, 300, 100))[1]  # 300 decodes > 256
+    assert lat.step_s(BatchShape(100, 20000, 0, 0))[1]  # prior beyond grid
+
+
+def test_vectorized_decode_path_is_bit_identical_to_the_scalar_path(linear_profile):
+    lat = LatencyModel(linear_profile)
+    kv = np.array([1.0, 17.5, 255.0, 256.0, 3000.25, 16383.0, 20000.0])
+    z = np.linspace(-2, 2, len(kv))
+    for d in (1, 5, 64, 300):
+        for zz in (None, z):
+            vec, flags = lat.decode_steps_s(d, kv, zz)
+            for i, k in enumerate(kv):
+                t, out = lat.step_s(BatchShape(0, 0.0, d, float(k)),
+                                    None if zz is None else float(zz[i]))
+                assert vec[i] == t  # exact: the engine's fast-forward relies on it
+                assert flags[i] == out
+
+
+def test_jitter_follows_the_measured_spread(linear_profile):
+    lat = LatencyModel(linear_profile)  # spread p90/p10 = 1.5
+    shape = BatchShape(256, 0, 4, 1024)
+    med = lat.step_s(shape)[0]
+    z = 1.2815515655446004  # the 90th percentile of a standard normal
+    assert lat.step_s(shape, z)[0] == pytest.approx(med * math.sqrt(1.5), rel=1e-9)
+    assert lat.step_s(shape, 0.0)[0] == med
+
+
+def test_pruned_points_are_filled_and_flagged(tmp_path):
+    prof = make_profile(tmp_path)
+    t = prof.table
+    drop = (t["decode_count"] == 256) & (t["kv_len"] == 16384)
+    lat = LatencyModel(dataclasses.replace(prof, table=t[~drop]))
+    assert lat.filled_cells > 0
+    val, out = lat.step_s(BatchShape(0, 0, 256, 16384))
+    assert out
+    assert val == pytest.approx(linear_time(0, 0, 256, 16384), rel=1e-6)
+    assert not lat.step_s(BatchShape(0, 0, 16, 1024))[1]
+
+
+def test_profile_errors_name_the_file_and_the_fix(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("chunk_len,decode_count\n1,2\n")
+    with pytest.raises(ValueError, match="lacks column"):
+        load_profile(str(bad))
+    with pytest.raises(ValueError, match="neither a CSV file nor a bundled profile"):
+        load_profile("no-such-profile")
+    prof = make_profile(tmp_path, name="edited")
+    (tmp_path / "edited.csv").write_text(
+        (tmp_path / "edited.csv").read_text().replace("0.002", "0.003", 1))
+    with pytest.raises(ValueError, match="edited after profiling"):
+        load_profile(str(tmp_path / "edited.csv"))
+    assert prof.sha256

@@ -1,0 +1,114 @@
+"""Invariants over random workloads x every policy (hypothesis)."""
+
+import numpy as np
+import pandas as pd
+from factories import workload
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chunksim.policies import PolicyKnobs
+from chunksim.sim.engine import EngineConfig
+from chunksim.sim.run import RunConfig, simulate
+
+POLICIES = [("budget", None), ("chunk", "mixed"), ("chunk", "two-pass"),
+            ("chunk", "alternate"), ("whole", "prefill-first"), ("whole", "mixed")]
+
+requests_st = st.lists(
+    st.tuples(st.floats(0, 0.2), st.integers(1, 3000), st.integers(1, 60)),
+    min_size=1, max_size=25)
+
+
+def build(reqs):
+    t, rows = 0.0, []
+    for gap, p, o in reqs:
+        t += gap
+        rows.append((t, p, o))
+    return workload(rows)
+
+
+def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0):
+    return RunConfig(policy=policy, kv_blocks=kv_blocks,
+                     knobs=PolicyKnobs(chunk=chunk, variant=variant, max_num_seqs=seats,
+                                       max_num_batched_tokens=4096),
+                     engine=EngineConfig(fast_forward=ff, jitter=jitter, seed=seed))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
+       seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans())
+def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter):
+    w = build(reqs)
+    policy, variant = pol
+    res, s = simulate(w, linear_profile, config(policy, variant, chunk, seats, kv_blocks, jitter))
+    r, steps = res.requests, res.steps
+    done = r[~r.rejected]
+    # every request finishes or is reported rejected, with all its tokens
+    assert s["completed"] + s["rejected"] == len(w)
+    assert done.finish_s.notna().all()
+    assert (done.generated_tokens == done.output_tokens).all()
+    # every prompt and output token computed exactly once per (pre)emption round
+    assert (done.computed_tokens
+            == done.prompt_tokens + done.output_tokens - 1 + done.recomputed_tokens).all()
+    assert int(steps.prefill_tokens.sum() + steps.decodes.sum()) == int(r.computed_tokens.sum())
+    assert int(steps.tokens_emitted.sum()) == int(done.output_tokens.sum())
+    # caps: KV, seats, token budget
+    if len(steps) == 0:
+        assert s["completed"] == 0
+        return
+    assert steps.kv_blocks_used.max() <= kv_blocks
+    assert steps.running.max() <= seats
+    if policy == "budget":
+        assert (steps.prefill_tokens + steps.decodes).max() <= chunk
+    elif policy == "chunk":
+        cap = chunk if variant == "alternate" else 8192
+        assert steps.prefill_tokens.max() <= cap
+        assert (steps.prefill_tokens <= chunk * steps.prefill_requests).all()
+        if variant == "alternate":
+            assert not ((steps.prefill_tokens > 0) & (steps.decodes > 0)).any()
+    else:
+        assert steps.prefill_tokens.max() <= 4096
+        if variant == "prefill-first":
+            assert not ((steps.prefill_tokens > 0) & (steps.decodes > 0)).any()
+    # time only moves forward, steps never overlap
+    ends = steps.start_s + steps.duration_s
+    assert (steps.start_s.iloc[1:].to_numpy() >= ends.iloc[:-1].to_numpy() - 1e-12).all()
+    assert (done.first_token_s >= done.arrival_s).all()
+    # ITL count: one gap per output token after the first
+    assert len(res.itl_s) == int((done.output_tokens - 1).sum())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 512]),
+       kv_blocks=st.integers(40, 400), jitter=st.booleans())
+def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_blocks, jitter):
+    w = build(reqs)
+    a, sa = simulate(w, linear_profile, config(*pol, chunk, 4, kv_blocks, jitter, ff=True))
+    b, sb = simulate(w, linear_profile, config(*pol, chunk, 4, kv_blocks, jitter, ff=False))
+    assert len(a.steps) == len(b.steps)
+    ints = ["prefill_tokens", "decodes", "tokens_emitted", "kv_blocks_used", "running",
+            "waiting", "preempted", "extrapolated"]
+    pd.testing.assert_frame_equal(a.steps[ints], b.steps[ints])
+    np.testing.assert_allclose(a.steps.duration_s, b.steps.duration_s, rtol=0, atol=0)
+    np.testing.assert_allclose(a.steps.start_s, b.steps.start_s, rtol=1e-12)
+    pd.testing.assert_frame_equal(a.requests, b.requests, rtol=1e-12)
+    np.testing.assert_allclose(np.sort(a.itl_s), np.sort(b.itl_s), rtol=1e-9)
+
+
+def test_same_seed_gives_byte_identical_outputs(linear_profile, tmp_path):
+    from chunksim.sim.run import write_outputs
+    from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
+    from chunksim.workloads.lengths import LogNormal
+    from chunksim.workloads.synthetic import SyntheticConfig, generate
+
+    def once(d):
+        w = generate(SyntheticConfig(
+            arrivals=ArrivalProcess(ArrivalKind.GAMMA, rate_per_s=8, burstiness=0.5),
+            prompt=LogNormal(800, 600, 1, 8000), output=LogNormal(100, 80, 1, 400),
+            num_requests=150, seed=7))
+        res, s = simulate(w, linear_profile, config("budget", None, 512, 64, 3000, jitter=True,
+                                                    seed=7))
+        write_outputs(tmp_path / d, res, s)
+        return [(tmp_path / d / f).read_bytes() for f in
+                ("summary.json", "requests.csv", "steps.csv")]
+
+    assert once("a") == once("b")
