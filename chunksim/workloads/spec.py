@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,3 +75,11 @@ class Workload:
     def duration_s(self) -> float:
         """Time from the first to the last arrival, seconds."""
         return self.requests[-1].arrival_s - self.requests[0].arrival_s
+
+
+def renumbered(requests: Iterable[RequestSpec]) -> tuple[RequestSpec, ...]:
+    """The requests stably sorted by arrival with ids 0..n-1, as `Workload` requires."""
+    ordered = sorted(requests, key=lambda r: r.arrival_s)  # sorted() is stable
+    return tuple(
+        r if r.request_id == i else replace(r, request_id=i) for i, r in enumerate(ordered)
+    )
