@@ -9,7 +9,7 @@ import typer
 
 from chunksim.policies import PolicyKnobs, PolicyName
 from chunksim.sim.engine import EngineConfig
-from chunksim.sim.metrics import parse_slos
+from chunksim.sim.metrics import parse_class_slos, parse_slos
 from chunksim.sim.run import RunConfig
 
 _P = "Policy"
@@ -38,6 +38,10 @@ class RunOptions:
     jitter: bool = False
     step_overhead_ms: float | None = None
     goodput: list[str] | None = None
+    class_slo: list[str] | None = None
+    prefix_caching: bool = True
+    priority: bool = False
+    class_chunk: list[str] | None = None
     fast_forward: bool = True
 
     def knobs(self, chunk: int | None = None) -> PolicyKnobs:
@@ -52,7 +56,9 @@ class RunOptions:
             prefill_budget=self.prefill_budget,
             long_prefill_token_threshold=self.long_prefill_threshold,
             max_num_partial_prefills=self.max_partial_prefills,
-            reserve_full_prompt=self.reserve_full_prompt)
+            reserve_full_prompt=self.reserve_full_prompt,
+            priority_scheduling=self.priority,
+            class_chunk_caps=_class_caps(self.class_chunk))
 
     def to_config(self, seed: int, policy: str | None = None,
                   chunk: int | None = None) -> RunConfig:
@@ -66,7 +72,25 @@ class RunOptions:
                                 max_model_len=self.max_model_len),
             step_overhead_s=None if self.step_overhead_ms is None
             else self.step_overhead_ms / 1000.0,
-            slos_s=parse_slos(self.goodput))
+            slos_s=parse_slos(self.goodput),
+            class_slos_s=parse_class_slos(self.class_slo),
+            prefix_caching=self.prefix_caching)
+
+
+def _class_caps(items: list[str] | None) -> tuple[tuple[str, int], ...]:
+    caps = []
+    for item in items or []:
+        cls, sep, val = item.partition("=")
+        try:
+            cap = int(val)
+        except ValueError:
+            cap = 0
+        if not sep or not cls or cap < 1:
+            raise ValueError(
+                f"--class-chunk {item!r}: use CLASS=TOKENS with TOKENS >= 1, e.g. "
+                "--class-chunk interactive=256")
+        caps.append((cls, cap))
+    return tuple(sorted(caps))
 
 
 def _opt(t, *names, panel=_P, **kw):
@@ -121,6 +145,18 @@ RUN_PARAMS = [
     ("goodput", _opt(list[str] | None, "--goodput", panel=_E, help=(
         "SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the "
         "flag).")), None),
+    ("class_slo", _opt(list[str] | None, "--class-slo", panel=_E, help=(
+        "Per request-class SLO, CLASS:METRIC=MS (overrides --goodput for that class; "
+        "repeat the flag).")), None),
+    ("prefix_caching", _opt(bool, "--prefix-caching/--no-prefix-caching", panel=_E, help=(
+        "vLLM V1 automatic prefix caching: cached full blocks cost no budget, freed blocks "
+        "stay cached (LRU) so preempted requests re-prefill cheaply.")), True),
+    ("priority", _opt(bool, "--priority/--fcfs", help=(
+        "budget: vLLM's priority scheduling (waiting heap on priority then arrival; the "
+        "victim is the lowest priority, latest arrival).")), False),
+    ("class_chunk", _opt(list[str] | None, "--class-chunk", help=(
+        "budget: per-class cap on a request's tokens per step, CLASS=TOKENS (repeat).")),
+     None),
     ("fast_forward", _opt(bool, "--fast-forward/--no-fast-forward", panel=_E, hidden=True,
                           help="Bulk-simulate steady decode stretches (same results)."), True),
 ]

@@ -104,10 +104,12 @@ def test_rejects_what_can_never_run_instead_of_hanging(const_profile):
 def test_preemption_is_recompute_lifo_and_every_request_finishes(const_profile):
     # 3 requests whose decodes outgrow a tiny cache: someone must be preempted
     w = workload([(0.0, 60, 40), (0.0, 60, 40), (0.0, 60, 40)])
-    res, s = simulate(w, const_profile, RunConfig(kv_blocks=14, block_size=16))
+    res, s = simulate(w, const_profile, RunConfig(kv_blocks=14, block_size=16,
+                                                  prefix_caching=False))
     assert s["completed"] == 3 and s["preemptions"] > 0
     r = res.requests
     assert (r.computed_tokens == r.prompt_tokens + r.output_tokens - 1 + r.recomputed_tokens).all()
+    assert (r.cached_tokens == 0).all()
     # the most recently admitted request is the victim: the first one is never preempted
     assert r.preemptions.iloc[0] == 0 and r.preemptions.iloc[2] > 0
     assert res.steps.kv_blocks_used.max() <= 14

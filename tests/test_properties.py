@@ -26,8 +26,9 @@ def build(reqs):
     return workload(rows)
 
 
-def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0):
-    return RunConfig(policy=policy, kv_blocks=kv_blocks,
+def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
+           caching=True):
+    return RunConfig(policy=policy, kv_blocks=kv_blocks, prefix_caching=caching,
                      knobs=PolicyKnobs(chunk=chunk, variant=variant, max_num_seqs=seats,
                                        max_num_batched_tokens=4096),
                      engine=EngineConfig(fast_forward=ff, jitter=jitter, seed=seed))
@@ -35,11 +36,13 @@ def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
-       seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans())
-def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter):
+       seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans(),
+       caching=st.booleans())
+def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, caching):
     w = build(reqs)
     policy, variant = pol
-    res, s = simulate(w, linear_profile, config(policy, variant, chunk, seats, kv_blocks, jitter))
+    res, s = simulate(w, linear_profile,
+                      config(policy, variant, chunk, seats, kv_blocks, jitter, caching=caching))
     r, steps = res.requests, res.steps
     done = r[~r.rejected]
     # every request finishes or is reported rejected, with all its tokens
@@ -47,7 +50,8 @@ def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter):
     assert done.finish_s.notna().all()
     assert (done.generated_tokens == done.output_tokens).all()
     # every prompt and output token computed exactly once per (pre)emption round
-    assert (done.computed_tokens
+    # (a prefix-cache hit counts as computed without costing a step)
+    assert (done.computed_tokens + done.cached_tokens
             == done.prompt_tokens + done.output_tokens - 1 + done.recomputed_tokens).all()
     assert int(steps.prefill_tokens.sum() + steps.decodes.sum()) == int(r.computed_tokens.sum())
     assert int(steps.tokens_emitted.sum()) == int(done.output_tokens.sum())
@@ -79,11 +83,14 @@ def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 512]),
-       kv_blocks=st.integers(40, 400), jitter=st.booleans())
-def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_blocks, jitter):
+       kv_blocks=st.integers(40, 400), jitter=st.booleans(), caching=st.booleans())
+def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_blocks, jitter,
+                                      caching):
     w = build(reqs)
-    a, sa = simulate(w, linear_profile, config(*pol, chunk, 4, kv_blocks, jitter, ff=True))
-    b, sb = simulate(w, linear_profile, config(*pol, chunk, 4, kv_blocks, jitter, ff=False))
+    a, sa = simulate(w, linear_profile,
+                     config(*pol, chunk, 4, kv_blocks, jitter, ff=True, caching=caching))
+    b, sb = simulate(w, linear_profile,
+                     config(*pol, chunk, 4, kv_blocks, jitter, ff=False, caching=caching))
     assert len(a.steps) == len(b.steps)
     ints = ["prefill_tokens", "decodes", "tokens_emitted", "kv_blocks_used", "running",
             "waiting", "preempted", "extrapolated"]

@@ -50,6 +50,10 @@ class PolicyKnobs:
     """`budget`: most concurrent partial prefills (0 = unlimited, V1)."""
     reserve_full_prompt: bool | None = None
     """`budget`: admit only when KV for the whole prompt is free (default on)."""
+    priority_scheduling: bool = False
+    """`budget`: vLLM's priority scheduling (heap on priority, arrival; priority victim)."""
+    class_chunk_caps: tuple[tuple[str, int], ...] = ()
+    """`budget`: per-class cap on a request's tokens per step."""
 
 
 def _big_gpu(device_name: str | None) -> bool:
@@ -62,6 +66,9 @@ def make_policy(name: str | PolicyName, knobs: PolicyKnobs | None = None,
     """Build a policy; defaults follow the modelled system and the profiled device."""
     knobs = knobs or PolicyKnobs()
     name = PolicyName(name).value if not isinstance(name, PolicyName) else name.value
+    if name != "budget" and (knobs.priority_scheduling or knobs.class_chunk_caps):
+        raise ValueError(
+            f"--priority and --class-chunk apply to --policy budget only (got --policy {name})")
     variant = knobs.variant or VARIANTS[name][0]
     if variant not in VARIANTS[name]:
         raise ValueError(
@@ -83,4 +90,6 @@ def make_policy(name: str | PolicyName, knobs: PolicyKnobs | None = None,
         long_prefill_token_threshold=knobs.long_prefill_token_threshold or 0,
         max_num_partial_prefills=knobs.max_num_partial_prefills or 0,
         reserve_full_prompt=True if knobs.reserve_full_prompt is None
-        else knobs.reserve_full_prompt)
+        else knobs.reserve_full_prompt,
+        priority_scheduling=knobs.priority_scheduling,
+        class_chunk_caps=knobs.class_chunk_caps)

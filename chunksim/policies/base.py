@@ -70,15 +70,17 @@ class Policy(Protocol):
 class KVLedger:
     """A policy's scratch view of free KV blocks while it builds one plan."""
 
-    __slots__ = ("kv", "free", "extra")
+    __slots__ = ("kv", "free", "extra", "hits")
 
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
         self.free = kv.free_blocks
         self.extra: dict[int, int] = {}  # request_id -> blocks reserved in this plan
+        self.hits: dict[int, tuple[int, int]] = {}  # waiting request_id -> prefix hit
 
     def try_grow(self, req: Request, new_tokens: int) -> bool:
-        """Reserve blocks for `new_tokens` more tokens of `req`; False if they don't fit."""
+        """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
+        don't fit."""
         need = self.kv.extra_blocks(req, new_tokens)
         if need > self.free:
             return False
@@ -86,9 +88,34 @@ class KVLedger:
         self.extra[req.request_id] = need
         return True
 
-    def fits(self, req: Request, tokens: int) -> bool:
-        """Whether `tokens` more tokens of `req` would fit, without reserving."""
-        return self.kv.extra_blocks(req, tokens) <= self.free
+    def cached(self, req: Request) -> int:
+        """Prefix-cache hit in tokens of waiting `req` (costs no token budget)."""
+        return self._hit(req)[0]
+
+    def _hit(self, req: Request) -> tuple[int, int]:
+        hit = self.hits.get(req.request_id)
+        if hit is None:
+            hit = self.hits[req.request_id] = self.kv.prefix_hit(req)
+        return hit
+
+    def admit_cost(self, req: Request, tokens: int) -> int:
+        """Free blocks that admitting waiting `req` with `tokens` new tokens consumes: new
+        blocks past its cached prefix, plus cached blocks it takes out of the free pool."""
+        cached, from_free = self._hit(req)
+        bs = self.kv.block_size
+        return -(-(cached + tokens) // bs) - cached // bs + from_free
+
+    def try_admit(self, req: Request, tokens: int, reserve_tokens: int = 0) -> bool:
+        """Reserve what admitting waiting `req` with `tokens` new tokens needs; with
+        `reserve_tokens`, also require room for that many (e.g. its whole prompt)."""
+        if reserve_tokens and self.admit_cost(req, reserve_tokens) > self.free:
+            return False
+        cost = self.admit_cost(req, tokens)
+        if cost > self.free:
+            return False
+        self.free -= cost
+        self.extra[req.request_id] = cost
+        return True
 
     def release(self, req: Request) -> None:
         """Return a victim's blocks (held and reserved in this plan) to the scratch pool."""
@@ -102,14 +129,21 @@ def preempt_until_fits(
     ledger: KVLedger,
     scheduled: list[tuple[Request, int]],
     preempted: list[Request],
+    victim_key=None,
 ) -> tuple[bool, list[tuple[Request, int]]]:
     """vLLM V1 recompute preemption: evict the most recently admitted running request
-    until `want` more tokens of `req` fit. Pops victims from `running`, appends them to
+    until `want` more tokens of `req` fit (with `victim_key`, evict the running request
+    with the largest key instead: vLLM's priority policy). Removes victims from `running`,
+    appends them to
     `preempted`, removes their entries from `scheduled`. Returns (req still runs, the
     removed (victim, tokens) entries, so the caller can give their budget back)."""
     removed: list[tuple[Request, int]] = []
     while not ledger.try_grow(req, want):
-        victim = running.pop()
+        if victim_key is None:
+            victim = running.pop()
+        else:
+            victim = max(running, key=victim_key)
+            running.remove(victim)
         ledger.release(victim)
         preempted.append(victim)
         for i, entry in enumerate(scheduled):

@@ -30,6 +30,13 @@ class TokenBudgetPolicy:
     reserve_full_prompt: bool = True
     """Admit a waiting request only if KV for its whole remaining prompt is free (newer
     vLLM's check); blocks are still allocated chunk by chunk."""
+    priority_scheduling: bool = False
+    """vLLM's `--scheduling-policy priority`: the engine keeps the waiting queue as a heap
+    on (priority, arrival) and the preemption victim is the running request with the
+    largest (priority, arrival); False = FCFS, victim = most recently admitted."""
+    class_chunk_caps: tuple[tuple[str, int], ...] = ()
+    """Per request-class cap on new tokens per step, e.g. (("interactive", 256),): smaller
+    chunks for the customers in a hurry (a per-class long_prefill_token_threshold)."""
     name: str = "budget"
 
     def __post_init__(self) -> None:
@@ -40,6 +47,9 @@ class TokenBudgetPolicy:
             )
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={self.max_num_seqs} must be >= 1 (--max-num-seqs)")
+        for cls, cap in self.class_chunk_caps:
+            if cap < 1:
+                raise ValueError(f"class chunk cap {cls}={cap} must be >= 1 (--class-chunk)")
         if self.long_prefill_token_threshold < 0 or self.max_num_partial_prefills < 0:
             raise ValueError(
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold} and "
@@ -47,14 +57,25 @@ class TokenBudgetPolicy:
             )
 
     def params(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "name"}
+        p = {k: v for k, v in asdict(self).items() if k != "name"}
+        p["class_chunk_caps"] = dict(self.class_chunk_caps)
+        return p
 
     def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
         return None  # any prompt can be chunked through the budget
 
-    def _cap(self, want: int) -> int:
+    def _cap(self, req, want: int) -> int:
         thr = self.long_prefill_token_threshold
-        return min(want, thr) if thr else want
+        if thr and want > thr:
+            want = thr
+        for cls, cap in self.class_chunk_caps:
+            if req.spec.request_class == cls and want > cap:
+                want = cap
+        return want
+
+    @staticmethod
+    def _victim_key(req) -> tuple:
+        return (req.spec.priority, req.spec.arrival_s, req.request_id)
 
     def plan(self, state: SchedulerState) -> Plan:
         budget = self.max_num_batched_tokens
@@ -67,17 +88,22 @@ class TokenBudgetPolicy:
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            want = self._cap(req.num_remaining)
+            want = self._cap(req, req.num_remaining)
             if want > 1:
                 if partial >= max_partial:
                     i += 1
                     continue
                 partial += 1
             want = min(want, budget)
-            ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
+            n_preempted = len(preempted)
+            ok, removed = preempt_until_fits(
+                req, want, running, ledger, scheduled, preempted,
+                self._victim_key if self.priority_scheduling else None)
             budget += sum(n for _, n in removed)
             if not ok:
                 break
+            if len(preempted) > n_preempted:  # a priority victim may have sat before req
+                i = running.index(req)
             scheduled.append((req, want))
             budget -= want
             i += 1
@@ -88,14 +114,11 @@ class TokenBudgetPolicy:
             for req in state.waiting:
                 if budget <= 0 or seats <= 0:
                     break
-                remaining = req.num_remaining - state.kv.cached_tokens(req)
-                if remaining > 1:
-                    if partial >= max_partial:
-                        break
-                if self.reserve_full_prompt and not ledger.fits(req, remaining):
+                remaining = req.num_remaining - ledger.cached(req)
+                if remaining > 1 and partial >= max_partial:
                     break
-                want = min(self._cap(remaining), budget)
-                if not ledger.try_grow(req, want):
+                want = min(self._cap(req, remaining), budget)
+                if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
                     break
                 partial += remaining > 1
                 scheduled.append((req, want))

@@ -72,7 +72,8 @@ class FixedChunkPolicy:
         while i < len(running):
             req = running[i]
             remaining = req.num_remaining
-            if remaining == 1:
+            is_decode = req.is_decode
+            if is_decode:
                 if not decodes:
                     i += 1
                     continue
@@ -84,11 +85,11 @@ class FixedChunkPolicy:
                 want = min(self.chunk, remaining, budget)
             ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
             # decodes are not charged to the prefill budget; a removed prefill chunk is refunded
-            budget += sum(n for r, n in removed if r.num_remaining > 1)
+            budget += sum(n for r, n in removed if not r.is_decode)
             if not ok:
                 break
             scheduled.append((req, want))
-            if remaining > 1:
+            if not is_decode:
                 budget -= want
             i += 1
         admitted: list = []
@@ -97,8 +98,8 @@ class FixedChunkPolicy:
             for req in state.waiting:
                 if budget <= 0 or seats <= 0:
                     break
-                want = min(self.chunk, req.num_remaining, budget)
-                if not ledger.try_grow(req, want):
+                want = min(self.chunk, req.num_remaining - ledger.cached(req), budget)
+                if not ledger.try_admit(req, want):
                     break
                 scheduled.append((req, want))
                 admitted.append(req)

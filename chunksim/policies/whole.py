@@ -57,8 +57,8 @@ class WholePrefillPolicy:
     def _admit(self, state, ledger, running, budget, scheduled, admitted) -> int:
         seats = self.max_num_seqs - len(running)
         for req in state.waiting:
-            want = req.num_remaining
-            if want > budget or seats <= 0 or not ledger.try_grow(req, want):
+            want = req.num_remaining - ledger.cached(req)
+            if want > budget or seats <= 0 or not ledger.try_admit(req, want):
                 break
             scheduled.append((req, want))
             admitted.append(req)

@@ -10,6 +10,7 @@ in one vectorized bulk (`fast_forward`), bit-identical to stepping it one by one
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -17,7 +18,7 @@ import numpy as np
 import simpy
 
 from chunksim.policies.base import Plan, Policy, SchedulerState
-from chunksim.sim.kv_cache import KVCache, KVConfig, blocks_for
+from chunksim.sim.kv_cache import KVConfig, blocks_for, make_kv_cache
 from chunksim.sim.latency import BatchShape, LatencyModel
 from chunksim.sim.records import GapLog, StepLog
 from chunksim.sim.request import Request
@@ -57,6 +58,8 @@ class SimResult:
     """Pooled gaps between consecutive output tokens of each request, seconds."""
     meta: dict = field(default_factory=dict)
     """Run facts: policy, params, profile hash, workload, counters."""
+    itl_by_class_s: dict = field(default_factory=dict)
+    """Pooled token gaps per request class, seconds (only when there are several)."""
 
 
 class _Noise:
@@ -93,13 +96,18 @@ class Engine:
     # ------------------------------------------------------------------ setup / records
     def _reset(self) -> None:
         n = len(self.workload.requests)
-        self.kv = KVCache(self.kv_config)
+        self.kv = make_kv_cache(self.kv_config)
         self.running: list[Request] = []
-        self.waiting: deque[Request] = deque()
+        # FCFS: a deque; vLLM's priority policy: a list kept sorted on (priority, arrival)
+        self.priority = bool(getattr(self.policy, "priority_scheduling", False))
+        self.waiting: deque[Request] | list[Request] = [] if self.priority else deque()
+        classes = sorted({s.request_class for s in self.workload.requests})
+        self.class_names = classes
+        self.class_of = {c: i for i, c in enumerate(classes)}
+        self.gaps = GapLog(len(classes))
         self.next_arrival = 0
         self.last_prefill = False
         self.steps = StepLog()
-        self.gaps = GapLog()
         self.noise = _Noise(self.config.seed) if self.config.jitter else None
         self.finish_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -108,6 +116,7 @@ class Engine:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.computed = np.zeros(n, dtype=np.int64)
         self.recomputed = np.zeros(n, dtype=np.int64)
+        self.cached = np.zeros(n, dtype=np.int64)
         self.outputs = np.zeros(n, dtype=np.int64)
         self.rejected: dict[int, str] = {}
         self.idle: simpy.Event | None = None
@@ -131,7 +140,7 @@ class Engine:
             spec = specs[i]
             reason = self._reject_reason(spec)
             if reason is None:
-                self.waiting.append(Request(spec))
+                self._enqueue(Request(spec, class_idx=self.class_of[spec.request_class]))
             else:
                 self.rejected[spec.request_id] = reason
             i += 1
@@ -147,7 +156,7 @@ class Engine:
         if self.running or self.waiting:  # the engine returns only when both are empty
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         return SimResult(self._request_frame(), self.steps.frame(), self.gaps.values(),
-                         self._meta())
+                         self._meta(), self.gaps.by_class(self.class_names))
 
     def _request_frame(self):
         import pandas as pd
@@ -171,6 +180,7 @@ class Engine:
             "generated_tokens": self.outputs,
             "computed_tokens": self.computed,
             "recomputed_tokens": self.recomputed,
+            "cached_tokens": self.cached,
             "preemptions": self.preemptions,
             "max_itl_s": self.max_itl_s,
             "rejected": rejected,
@@ -191,7 +201,26 @@ class Engine:
             "seed": self.config.seed,
             "step_overhead_s": self.latency.overhead_s,
             "preemption_only_steps": self.empty_preempt_steps,
+            "prefix_caching": self.kv.prefix_caching,
+            "prefix_cache_hit_rate": (self.kv.hit_tokens / self.kv.query_tokens
+                                      if self.kv.prefix_caching and self.kv.query_tokens
+                                      else None),
+            "priority_scheduling": self.priority,
         }
+
+    @staticmethod
+    def _queue_key(req: Request) -> tuple:
+        return (req.spec.priority, req.spec.arrival_s, req.spec.request_id)
+
+    def _enqueue(self, req: Request, front: bool = False) -> None:
+        """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
+        or, under priority scheduling, their place in the (priority, arrival) order."""
+        if self.priority:
+            insort(self.waiting, req, key=self._queue_key)
+        elif front:
+            self.waiting.appendleft(req)
+        else:
+            self.waiting.append(req)
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self, env: simpy.Environment):
@@ -239,24 +268,26 @@ class Engine:
             self.recomputed[victim.request_id] += victim.num_computed_tokens
             victim.num_computed_tokens = 0
             victim.num_preemptions += 1
-            self.waiting.appendleft(victim)
+            self._enqueue(victim, front=True)
 
     def _step(self, env: simpy.Environment, plan: Plan):
         self._preempt(plan)
         for req in plan.admitted:
-            head = self.waiting.popleft()
+            head = self.waiting.pop(0) if self.priority else self.waiting.popleft()
             if head is not req:
                 raise RuntimeError(
                     f"policy {self.policy.name} admitted request {req.request_id} out of "
                     f"queue order (head is {head.request_id})")
             self.running.append(req)
+            self.kv.admit(req)  # every admission takes its prefix hits before any allocation
+            self.cached[req.request_id] += req.num_cached_tokens
         start = env.now
         prefill = prefill_reqs = decodes = kv_sum = 0
         work = 0.0
         for req, n in plan.scheduled:
             self.kv.grow(req, n)
             c = req.num_computed_tokens
-            if n == 1:
+            if n == 1 and req.num_output_tokens:  # a decode (see Request.is_decode)
                 decodes += 1
                 kv_sum += c
             else:
@@ -281,10 +312,13 @@ class Engine:
         end = env.now
         emitted = 0
         finished = False
+        caching = self.kv.prefix_caching
         for req, n in plan.scheduled:
             req.num_computed_tokens += n
             rid = req.request_id
             self.computed[rid] += n
+            if caching:
+                self.kv.commit(req)
             if req.num_computed_tokens == req.num_tokens:
                 emitted += 1
                 req.num_output_tokens += 1
@@ -292,7 +326,7 @@ class Engine:
                     req.first_token_s = end
                 else:
                     gap = end - req.last_token_s
-                    self.gaps.single.append(gap)
+                    self.gaps.add(gap, req.class_idx)
                     if gap > req.max_itl_s:
                         req.max_itl_s = gap
                 req.last_token_s = end
@@ -379,7 +413,7 @@ class Engine:
                 m = run_max
                 if first_segment:  # the first step's gap depends on each one's last token
                     g0 = float(ends[0]) - req.last_token_s
-                    self.gaps.single.append(g0)
+                    self.gaps.add(g0, req.class_idx)
                     if g0 > m:
                         m = g0
                 if m > req.max_itl_s:
@@ -387,10 +421,13 @@ class Engine:
                 req.last_token_s = end
             for req in running:
                 self.computed[req.request_id] += k
+            if self.kv.prefix_caching:
+                for req in running:
+                    self.kv.commit(req)
             if len(gaps):
-                self.gaps.runs.append((gaps, n))
+                self.gaps.add_run(gaps, running)
             used_before = self.kv.used_blocks
-            self.kv.free_blocks -= int(grown[k - 1])
+            self.kv.take(int(grown[k - 1]))
             self.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k],
                                       used_before + grown[:k], out[:k])
             t = end

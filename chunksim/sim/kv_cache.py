@@ -1,12 +1,27 @@
-"""Paged KV cache accounting: a number of fixed-size blocks, allocated incrementally.
+"""Paged KV cache accounting: fixed-size blocks, allocated incrementally, optional prefix
+cache.
 
 vLLM V1 semantics: a request holds `ceil(num_computed_tokens / block_size)` blocks after a
 step (slots for the step's new tokens are allocated before it runs); nothing is reserved
 for future output tokens; preemption frees every block of the victim.
+
+Prefix caching (vLLM V1's KVCacheManager): every *full* block is identified by its
+content. A freed full block keeps its identity and stays cached, LRU-evictable, until an
+allocation needs it; a waiting request whose leading blocks are cached reuses them at
+admission at no token-budget cost (the hit is capped so the last token is recomputed).
+
+Block identity here: KV block j (tokens [j*bs, (j+1)*bs)) of a prompt with prefix hashes
+of `hb` tokens each is keyed by (hash of the hash block holding the KV block's last token,
+j). Hash ids are prefix-chained (equal id = equal prefix up to its end), so equal keys mean
+equal KV. With Mooncake's 512-token hashes and 16-token KV blocks, each hash covers 32 KV
+blocks. Blocks past the hashed prompt (and all blocks of requests without hashes) get keys
+private to their request: nobody else shares them, but a preempted request finds its own
+blocks again when it re-prefills.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from chunksim.sim.request import Request
@@ -25,6 +40,10 @@ class KVConfig:
     """Capacity in blocks (vLLM's `num_gpu_blocks`)."""
     block_size: int = 16
     """Tokens per block (vLLM default 16)."""
+    prefix_caching: bool = False
+    """Keep freed full blocks cached and reuse them across requests (vLLM V1 default on)."""
+    prefix_block_tokens: int = 0
+    """Tokens per entry of the workload's prefix hashes (0 = the workload has none)."""
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1:
@@ -36,7 +55,7 @@ class KVConfig:
 class KVCache:
     """Block accounting for the engine. Policies only read it (via `KVLedger`)."""
 
-    __slots__ = ("num_blocks", "block_size", "free_blocks")
+    prefix_caching = False
 
     def __init__(self, config: KVConfig) -> None:
         self.num_blocks = config.num_blocks
@@ -52,9 +71,16 @@ class KVCache:
         need = -(-(req.num_computed_tokens + new_tokens) // self.block_size)
         return need - req.num_blocks if need > req.num_blocks else 0
 
-    def cached_tokens(self, req: Request) -> int:
-        """Prefix-cache hit, in tokens, a waiting request would get (no prefix cache: 0)."""
-        return 0
+    def prefix_hit(self, req: Request) -> tuple[int, int]:
+        """(cached tokens, cached-but-free blocks it would take out of the free pool) for
+        admitting waiting `req`. Without a prefix cache: (0, 0)."""
+        return 0, 0
+
+    def admit(self, req: Request) -> None:
+        """Take `req`'s prefix hits (call for each admitted request before any `grow`)."""
+
+    def commit(self, req: Request) -> None:
+        """Register blocks `req` has just filled (after its step)."""
 
     def grow(self, req: Request, new_tokens: int) -> None:
         """Allocate blocks so `req` can hold `new_tokens` more tokens."""
@@ -64,10 +90,116 @@ class KVCache:
                 f"request {req.request_id} needs {extra} blocks, {self.free_blocks} free: the "
                 "policy planned beyond KV capacity (a bug in the policy)"
             )
-        self.free_blocks -= extra
+        self.take(extra)
         req.num_blocks += extra
+
+    def take(self, blocks: int) -> None:
+        """Remove `blocks` free blocks from the pool (the caller books them to requests)."""
+        self.free_blocks -= blocks
 
     def free(self, req: Request) -> None:
         """Release every block of `req` (finish or preemption)."""
         self.free_blocks += req.num_blocks
         req.num_blocks = 0
+
+
+class PrefixKVCache(KVCache):
+    """KV cache with vLLM V1-style automatic prefix caching (see module docstring)."""
+
+    prefix_caching = True
+
+    def __init__(self, config: KVConfig) -> None:
+        super().__init__(config)
+        hb = config.prefix_block_tokens
+        self.hash_tokens = hb
+        self.uncached_free = config.num_blocks  # free blocks holding no cached content
+        self.lru: OrderedDict[tuple, None] = OrderedDict()  # cached free blocks, oldest first
+        self.refs: dict[tuple, int] = {}  # cached blocks in use -> holders
+        self.keys: dict[int, list[tuple]] = {}  # request id -> registered block keys, in order
+        self.hit_tokens = 0
+        self.query_tokens = 0
+
+    def key(self, req: Request, j: int) -> tuple:
+        spec = req.spec
+        hb = self.hash_tokens
+        if hb and (j + 1) * self.block_size <= spec.prompt_tokens:
+            h = ((j + 1) * self.block_size - 1) // hb
+            if h < len(spec.prefix_hashes):
+                return (spec.prefix_hashes[h], j)
+        return (-1 - spec.request_id, j)
+
+    def prefix_hit(self, req: Request) -> tuple[int, int]:
+        bs = self.block_size
+        max_blocks = (req.num_tokens - 1) // bs  # the last token is always recomputed
+        hits = in_lru = 0
+        while hits < max_blocks:
+            k = self.key(req, hits)
+            if k in self.refs:
+                pass
+            elif k in self.lru:
+                in_lru += 1
+            else:
+                break
+            hits += 1
+        return hits * bs, in_lru
+
+    def admit(self, req: Request) -> None:
+        cached, _ = self.prefix_hit(req)
+        self.query_tokens += req.num_tokens
+        self.hit_tokens += cached
+        keys = []
+        for j in range(cached // self.block_size):
+            k = self.key(req, j)
+            if k in self.lru:
+                del self.lru[k]
+                self.free_blocks -= 1
+                self.refs[k] = 1
+            else:
+                self.refs[k] += 1
+            keys.append(k)
+        self.keys[req.request_id] = keys
+        req.num_computed_tokens = cached
+        req.num_cached_tokens = cached
+        req.num_blocks = len(keys)
+
+    def take(self, blocks: int) -> None:
+        self.free_blocks -= blocks
+        fresh = min(blocks, self.uncached_free)
+        self.uncached_free -= fresh
+        for _ in range(blocks - fresh):  # evict the least recently freed cached blocks
+            self.lru.popitem(last=False)
+
+    def commit(self, req: Request) -> None:
+        keys = self.keys.setdefault(req.request_id, [])
+        full = req.num_computed_tokens // self.block_size
+        for j in range(len(keys), full):
+            k = self.key(req, j)
+            if k in self.refs or k in self.lru:
+                # the same content is already cached (computed twice concurrently): this
+                # copy stays private; vLLM also keeps the duplicate until it is freed
+                k = ("dup", req.request_id, j)
+            self.refs[k] = 1
+            keys.append(k)
+
+    def free(self, req: Request) -> None:
+        keys = self.keys.pop(req.request_id, [])
+        private = req.num_blocks - len(keys)  # the partial last block, never cached
+        self.uncached_free += private
+        # freed in reverse so a request's tail blocks are evicted first (as vLLM does)
+        for k in reversed(keys):
+            n = self.refs[k] - 1
+            if n:
+                self.refs[k] = n
+                continue
+            del self.refs[k]
+            if k[0] == "dup":
+                self.uncached_free += 1
+                continue
+            self.lru[k] = None
+        self.free_blocks = self.uncached_free + len(self.lru)
+        req.num_blocks = 0
+
+
+def make_kv_cache(config: KVConfig) -> KVCache:
+    """The plain or the prefix-caching cache, as configured."""
+    return PrefixKVCache(config) if config.prefix_caching else KVCache(config)

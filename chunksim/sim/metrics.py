@@ -38,6 +38,18 @@ def parse_slos(items: list[str] | None) -> dict[str, float]:
     return slos
 
 
+def parse_class_slos(items: list[str] | None) -> dict[str, dict[str, float]]:
+    """`["interactive:ttft=200", "batch:e2el=60000"]` -> {"interactive": {"ttft": 0.2}, ...}."""
+    out: dict[str, dict[str, float]] = {}
+    for item in items or []:
+        cls, sep, rest = item.partition(":")
+        if not sep or not cls or not rest:
+            raise ValueError(
+                f"--class-slo {item!r}: use CLASS:METRIC=MS, e.g. --class-slo interactive:ttft=200")
+        out.setdefault(cls, {}).update(parse_slos([rest]))
+    return out
+
+
 def _stats(name: str, values_s: np.ndarray) -> dict[str, float]:
     ms = np.asarray(values_s, dtype=float) * 1000.0
     if len(ms) == 0:
@@ -119,3 +131,42 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
     if meta:
         summary.update(meta)
     return summary
+
+
+def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
+                      slos: Mapping[str, float] | None = None,
+                      class_slos: Mapping[str, Mapping[str, float]] | None = None) -> dict:
+    """Per request-class summaries: each class's requests, its own pooled ITL, and its
+    SLOs (the global ones, overridden per class). Empty when there is only one class."""
+    if requests["request_class"].nunique() < 2:
+        return {}
+    class_slos = class_slos or {}
+    unknown = set(class_slos) - set(requests["request_class"])
+    if unknown:
+        raise ValueError(
+            f"--class-slo names class(es) {sorted(unknown)} that the workload lacks; its "
+            f"classes: {sorted(set(requests['request_class']))}")
+    steps0 = _EMPTY_STEPS
+    out = {}
+    for cls, part in requests.groupby("request_class", sort=True):
+        merged = {**(slos or {}), **class_slos.get(cls, {})}
+        s = summarize(part, steps0, itl_by_class.get(cls, np.zeros(0)), merged)
+        out[str(cls)] = {k: v for k, v in s.items() if k not in _RUN_WIDE}
+    return out
+
+
+_RUN_WIDE = {"steps", "extrapolated_steps", "busy_fraction", "mean_step_ms",
+             "peak_kv_blocks_used"}
+
+
+class _NoSteps:
+    """Stands in for the steps frame in per-class summaries (steps are run-wide)."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __getitem__(self, key):
+        return np.zeros(0)
+
+
+_EMPTY_STEPS = _NoSteps()

@@ -74,13 +74,40 @@ class StepLog:
 
 
 class GapLog:
-    """Pooled inter-token gaps (vLLM bench's ITL): single values and weighted runs."""
+    """Pooled inter-token gaps (vLLM bench's ITL): single values and runs of equal gaps
+    shared by a set of requests; split per request class when there are several."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_classes: int = 1) -> None:
+        self.split = num_classes > 1
+        self.num_classes = num_classes
         self.single: list[float] = []
-        self.runs: list[tuple[np.ndarray, int]] = []  # (gaps, how many requests each)
+        self.single_cls: list[int] = []
+        self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (gaps, requests per class)
 
-    def values(self) -> np.ndarray:
-        parts = [np.asarray(self.single, dtype=float)]
-        parts += [np.repeat(g, w) for g, w in self.runs]
-        return np.concatenate(parts) if parts else np.zeros(0)
+    def add(self, gap_s: float, cls: int) -> None:
+        self.single.append(gap_s)
+        if self.split:
+            self.single_cls.append(cls)
+
+    def add_run(self, gaps_s: np.ndarray, requests) -> None:
+        """Every request in `requests` had each of `gaps_s` once."""
+        if self.split:
+            counts = np.bincount([r.class_idx for r in requests], minlength=self.num_classes)
+        else:
+            counts = np.array([len(requests)])
+        self.runs.append((gaps_s, counts))
+
+    def values(self, cls: int | None = None) -> np.ndarray:
+        """All pooled gaps (or one class's)."""
+        single = np.asarray(self.single, dtype=float)
+        if cls is not None:
+            single = single[np.asarray(self.single_cls, dtype=int) == cls]
+        parts = [single]
+        for g, counts in self.runs:
+            w = int(counts.sum() if cls is None else counts[cls])
+            if w:
+                parts.append(np.tile(g, w))
+        return np.concatenate(parts)
+
+    def by_class(self, names: list[str]) -> dict[str, np.ndarray]:
+        return {n: self.values(i) for i, n in enumerate(names)} if self.split else {}

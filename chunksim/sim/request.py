@@ -39,6 +39,8 @@ class Request:
     """End of the step that emitted its latest output token, seconds."""
     max_itl_s: float = 0.0
     """Largest gap between two of its consecutive output tokens, seconds."""
+    class_idx: int = 0
+    """Index of its request class in the engine's sorted class list (for per-class ITL)."""
 
     @property
     def request_id(self) -> int:
@@ -63,9 +65,11 @@ class Request:
         return self.spec.prompt_tokens + self.num_output_tokens - self.num_computed_tokens
 
     @property
-    def is_prefilling(self) -> bool:
-        """True while more than one token is uncomputed (prompt or recompute after preemption)."""
-        return self.num_remaining > 1
+    def is_decode(self) -> bool:
+        """One token to compute and a token already sampled: a decode. (A prompt's 1-token
+        tail is still prompt work until its first token is out.)"""
+        return (self.spec.prompt_tokens + self.num_output_tokens - self.num_computed_tokens
+                == 1 and self.num_output_tokens > 0)
 
     @property
     def is_finished(self) -> bool:

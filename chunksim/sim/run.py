@@ -11,7 +11,7 @@ from chunksim.policies import PolicyKnobs, make_policy
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.kv_cache import KVConfig
 from chunksim.sim.latency import LatencyModel
-from chunksim.sim.metrics import summarize
+from chunksim.sim.metrics import summarize, summarize_classes
 from chunksim.sim.profile import Profile
 from chunksim.workloads.spec import Workload
 
@@ -36,6 +36,10 @@ class RunConfig:
     """Per-step CPU overhead; None takes the profile's measured `step_overhead_s`."""
     slos_s: dict = field(default_factory=dict)
     """Goodput SLOs in seconds, keyed ttft / tpot / e2el / itl."""
+    class_slos_s: dict = field(default_factory=dict)
+    """Per request-class SLOs overriding `slos_s`: {class: {metric: seconds}}."""
+    prefix_caching: bool = True
+    """vLLM V1-style automatic prefix caching (vLLM V1's default: on)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
@@ -69,12 +73,17 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
     latency = LatencyModel(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
-    engine = Engine(workload, policy, latency, KVConfig(blocks, cfg.block_size), cfg.engine)
+    kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
+    engine = Engine(workload, policy, latency, kv, cfg.engine)
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
                 profile_filled_cells=latency.filled_cells)
     summary = summarize(result.requests, result.steps, result.itl_s, cfg.slos_s, meta)
+    by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
+                                 cfg.class_slos_s)
+    if by_class:
+        summary["by_class"] = by_class
     return result, summary
 
 
