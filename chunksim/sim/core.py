@@ -1,0 +1,292 @@
+"""Engine bookkeeping shared by the simulator and the live serving loop: the waiting and
+running queues, the KV cache, applying a plan to request counters, and the records.
+
+Knows nothing of time sources: callers pass step start/end times in seconds (simulated
+time in `engine.Engine`, wall-clock time in a live loop).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from chunksim.policies.base import Plan, Policy, SchedulerState
+from chunksim.sim.kv_cache import KVConfig, blocks_for, make_kv_cache
+from chunksim.sim.latency import BatchShape
+from chunksim.sim.records import GapLog, StepLog
+from chunksim.sim.request import Request
+from chunksim.workloads.spec import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """One step's composition, as the latency model and the step records see it."""
+
+    prefill_tokens: int
+    prefill_requests: int
+    prior_tokens: float
+    decodes: int
+    decode_kv_tokens: float
+    two_pass: bool
+
+    def batch_shapes(self) -> tuple[BatchShape, ...]:
+        """The forward pass(es) this step runs: two when a two-pass step has both parts."""
+        if self.two_pass and self.prefill_tokens and self.decodes:
+            return (BatchShape(self.prefill_tokens, self.prior_tokens, 0, 0.0),
+                    BatchShape(0, 0.0, self.decodes, self.decode_kv_tokens))
+        return (BatchShape(self.prefill_tokens, self.prior_tokens, self.decodes,
+                           self.decode_kv_tokens),)
+
+
+class EngineCore:
+    """Queues, KV cache, request counters and records for one run."""
+
+    def __init__(self, workload: Workload, policy: Policy, kv: KVConfig,
+                 max_model_len: int | None = None) -> None:
+        self.workload = workload
+        self.policy = policy
+        self.max_model_len = max_model_len
+        n = len(workload.requests)
+        self.kv = make_kv_cache(kv)
+        self.running: list[Request] = []
+        # FCFS: a deque; vLLM's priority policy: a list kept sorted on (priority, arrival)
+        self.priority = bool(getattr(policy, "priority_scheduling", False))
+        self.waiting: deque[Request] | list[Request] = [] if self.priority else deque()
+        classes = sorted({s.request_class for s in workload.requests})
+        self.class_names = classes
+        self.class_of = {c: i for i, c in enumerate(classes)}
+        self.gaps = GapLog(len(classes))
+        self.next_arrival = 0
+        self.last_prefill = False
+        self.steps = StepLog()
+        self.finish_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.first_sched_s = np.full(n, np.nan)
+        self.max_itl_s = np.zeros(n)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.recomputed = np.zeros(n, dtype=np.int64)
+        self.cached = np.zeros(n, dtype=np.int64)
+        self.outputs = np.zeros(n, dtype=np.int64)
+        self.rejected: dict[int, str] = {}
+        self.empty_preempt_steps = 0
+
+    # ------------------------------------------------------------------ arrivals / queues
+    def reject_reason(self, spec) -> str | None:
+        """Why `spec` can never run here (None if it can)."""
+        cap = self.max_model_len
+        total = spec.prompt_tokens + spec.output_tokens
+        if cap is not None and total > cap:
+            return f"prompt+output {total} tokens > max_model_len {cap}"
+        need = blocks_for(total - 1, self.kv.block_size)
+        if need > self.kv.num_blocks:
+            return (f"needs {need} KV blocks for {total - 1} tokens, the cache has "
+                    f"{self.kv.num_blocks} (raise --kv-blocks)")
+        return self.policy.rejection_reason(spec.prompt_tokens, spec.output_tokens)
+
+    def pull_arrivals(self, now: float) -> None:
+        """Queue every request that has arrived by `now` (or reject it)."""
+        specs = self.workload.requests
+        i = self.next_arrival
+        while i < len(specs) and specs[i].arrival_s <= now:
+            spec = specs[i]
+            reason = self.reject_reason(spec)
+            if reason is None:
+                self._enqueue(Request(spec, class_idx=self.class_of[spec.request_class]))
+            else:
+                self.rejected[spec.request_id] = reason
+            i += 1
+        self.next_arrival = i
+
+    @property
+    def next_arrival_s(self) -> float | None:
+        specs = self.workload.requests
+        return specs[self.next_arrival].arrival_s if self.next_arrival < len(specs) else None
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    @property
+    def done(self) -> bool:
+        """Nothing in flight and nothing left to arrive."""
+        return self.idle and self.next_arrival >= len(self.workload.requests)
+
+    @staticmethod
+    def _queue_key(req: Request) -> tuple:
+        return (req.spec.priority, req.spec.arrival_s, req.spec.request_id)
+
+    def _enqueue(self, req: Request, front: bool = False) -> None:
+        """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
+        or, under priority scheduling, their place in the (priority, arrival) order."""
+        if self.priority:
+            insort(self.waiting, req, key=self._queue_key)
+        elif front:
+            self.waiting.appendleft(req)
+        else:
+            self.waiting.append(req)
+
+    # ------------------------------------------------------------------ one step
+    def plan(self, now: float) -> Plan | None:
+        """The policy's next plan, or None when it only preempted (applied at once, no
+        forward pass). Raises if the policy would hang."""
+        plan = self.policy.plan(
+            SchedulerState(self.running, self.waiting, self.kv, self.last_prefill))
+        if plan.scheduled:
+            return plan
+        if not plan.preempted:
+            raise RuntimeError(
+                f"policy {self.policy.name} planned nothing with {len(self.running)} running "
+                f"and {len(self.waiting)} waiting at t={now:.6f} s: a policy bug (it would hang)")
+        self.preempt(plan)
+        self.empty_preempt_steps += 1
+        return None
+
+    def preempt(self, plan: Plan) -> None:
+        for victim in plan.preempted:
+            self.running.remove(victim)
+            self.kv.free(victim)
+            self.recomputed[victim.request_id] += victim.num_computed_tokens
+            victim.num_computed_tokens = 0
+            victim.num_preemptions += 1
+            self._enqueue(victim, front=True)
+
+    def begin_step(self, plan: Plan, start_s: float) -> StepShape:
+        """Preempt, admit (taking prefix hits), allocate KV; return the step's shape."""
+        self.preempt(plan)
+        for req in plan.admitted:
+            head = self.waiting.pop(0) if self.priority else self.waiting.popleft()
+            if head is not req:
+                raise RuntimeError(
+                    f"policy {self.policy.name} admitted request {req.request_id} out of "
+                    f"queue order (head is {head.request_id})")
+            self.running.append(req)
+            self.kv.admit(req)  # every admission takes its prefix hits before any allocation
+            self.cached[req.request_id] += req.num_cached_tokens
+        prefill = prefill_reqs = decodes = kv_sum = 0
+        work = 0.0
+        for req, n in plan.scheduled:
+            self.kv.grow(req, n)
+            c = req.num_computed_tokens
+            if n == 1 and req.num_output_tokens:  # a decode (see Request.is_decode)
+                decodes += 1
+                kv_sum += c
+            else:
+                prefill += n
+                prefill_reqs += 1
+                work += n * (c + (n + 1) / 2)
+            if req.first_scheduled_s < 0:
+                req.first_scheduled_s = start_s
+        prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
+        kv_mean = kv_sum / decodes if decodes else 0.0
+        self._step_counts = (len(self.running), len(self.waiting), self.kv.used_blocks)
+        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass)
+
+    def end_step(self, plan: Plan, shape: StepShape, start_s: float, end_s: float,
+                 extrapolated: bool = False, duration_s: float | None = None) -> list[Request]:
+        """Advance counters, emit tokens at `end_s`, record the step (its duration is
+        `duration_s`, default end - start); retire finished requests. Returns the requests
+        that sampled a token, in batch order."""
+        emitted: list[Request] = []
+        finished = False
+        caching = self.kv.prefix_caching
+        for req, n in plan.scheduled:
+            req.num_computed_tokens += n
+            self.computed[req.request_id] += n
+            if caching:
+                self.kv.commit(req)
+            if req.num_computed_tokens == req.num_tokens:
+                emitted.append(req)
+                req.num_output_tokens += 1
+                if req.first_token_s < 0:
+                    req.first_token_s = end_s
+                else:
+                    gap = end_s - req.last_token_s
+                    self.gaps.add(gap, req.class_idx)
+                    if gap > req.max_itl_s:
+                        req.max_itl_s = gap
+                req.last_token_s = end_s
+                if req.num_output_tokens >= req.spec.output_tokens:
+                    finished = True
+        n_running, n_waiting, used = self._step_counts
+        dur = end_s - start_s if duration_s is None else duration_s
+        self.steps.append((start_s, dur, shape.prefill_tokens,
+                           shape.prefill_requests, shape.prior_tokens, shape.decodes,
+                           shape.decode_kv_tokens, len(emitted), used, n_running, n_waiting,
+                           len(plan.preempted), extrapolated))
+        self.last_prefill = shape.prefill_tokens > 0
+        if finished:
+            self.retire(end_s)
+        return emitted
+
+    def retire(self, end_s: float) -> None:
+        """Free and record every running request that has all its tokens."""
+        keep = []
+        for req in self.running:
+            if req.num_output_tokens >= req.spec.output_tokens:
+                self.kv.free(req)
+                self._record(req, end_s)
+            else:
+                keep.append(req)
+        self.running = keep
+
+    def _record(self, req: Request, end_s: float) -> None:
+        rid = req.request_id
+        self.finish_s[rid] = end_s
+        self.first_token_s[rid] = req.first_token_s
+        self.first_sched_s[rid] = req.first_scheduled_s
+        self.max_itl_s[rid] = req.max_itl_s
+        self.preemptions[rid] = req.num_preemptions
+        self.outputs[rid] = req.num_output_tokens
+
+    # ------------------------------------------------------------------ results
+    def request_frame(self):
+        """One row per request."""
+        import pandas as pd
+
+        specs = self.workload.requests
+        ids = np.arange(len(specs))
+        rejected = np.zeros(len(specs), dtype=bool)
+        rejected[list(self.rejected)] = True
+        reason = [""] * len(specs)
+        for rid, why in self.rejected.items():
+            reason[rid] = why
+        return pd.DataFrame({
+            "request_id": ids,
+            "request_class": [s.request_class for s in specs],
+            "arrival_s": [s.arrival_s for s in specs],
+            "prompt_tokens": [s.prompt_tokens for s in specs],
+            "output_tokens": [s.output_tokens for s in specs],
+            "first_scheduled_s": self.first_sched_s,
+            "first_token_s": self.first_token_s,
+            "finish_s": self.finish_s,
+            "generated_tokens": self.outputs,
+            "computed_tokens": self.computed,
+            "recomputed_tokens": self.recomputed,
+            "cached_tokens": self.cached,
+            "preemptions": self.preemptions,
+            "max_itl_s": self.max_itl_s,
+            "rejected": rejected,
+            "reject_reason": reason,
+        })
+
+    def meta(self) -> dict:
+        """Run facts that do not depend on the time source."""
+        return {
+            "policy": self.policy.name,
+            "policy_params": self.policy.params(),
+            "workload": self.workload.name,
+            "workload_params": dict(self.workload.params),
+            "workload_notes": list(self.workload.notes),
+            "kv_blocks": self.kv.num_blocks,
+            "block_size": self.kv.block_size,
+            "preemption_only_steps": self.empty_preempt_steps,
+            "prefix_caching": self.kv.prefix_caching,
+            "prefix_cache_hit_rate": (self.kv.hit_tokens / self.kv.query_tokens
+                                      if self.kv.prefix_caching and self.kv.query_tokens
+                                      else None),
+            "priority_scheduling": self.priority,
+        }
