@@ -148,7 +148,7 @@ class EngineCore:
     def preempt(self, plan: Plan) -> None:
         for victim in plan.preempted:
             self.running.remove(victim)
-            self.kv.free(victim)
+            self.kv.free(victim, reusable=True)
             self.recomputed[victim.request_id] += victim.num_computed_tokens
             victim.num_computed_tokens = 0
             victim.num_preemptions += 1

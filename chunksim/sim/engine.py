@@ -216,9 +216,7 @@ class Engine:
                 req.last_token_s = end
             for req in running:
                 c.computed[req.request_id] += k
-            if c.kv.prefix_caching:
-                for req in running:
-                    c.kv.commit(req)
+            # (no kv.commit: blocks filled by decodes are never shareable, see PrefixKVCache)
             if len(gaps):
                 c.gaps.add_run(gaps, running)
             used_before = c.kv.used_blocks

@@ -97,36 +97,52 @@ class KVCache:
         """Remove `blocks` free blocks from the pool (the caller books them to requests)."""
         self.free_blocks -= blocks
 
-    def free(self, req: Request) -> None:
-        """Release every block of `req` (finish or preemption)."""
+    def free(self, req: Request, reusable: bool = False) -> None:
+        """Release every block of `req`: at its finish, or (`reusable`) at preemption,
+        when it will want its own blocks back."""
         self.free_blocks += req.num_blocks
         req.num_blocks = 0
 
 
 class PrefixKVCache(KVCache):
-    """KV cache with vLLM V1-style automatic prefix caching (see module docstring)."""
+    """KV cache with vLLM V1-style automatic prefix caching (see module docstring).
+
+    Cost model of the bookkeeping (the simulator's hot path): only *shareable* blocks (a
+    prompt's hashed prefix) are tracked one by one while a request runs. A request's other
+    full blocks can only ever be hit by itself, so they get keys only if it is preempted;
+    when it finishes they join the LRU as one anonymous group that keeps their place in
+    eviction order but can never be hit.
+    """
 
     prefix_caching = True
 
     def __init__(self, config: KVConfig) -> None:
         super().__init__(config)
-        hb = config.prefix_block_tokens
-        self.hash_tokens = hb
+        self.hash_tokens = config.prefix_block_tokens
         self.uncached_free = config.num_blocks  # free blocks holding no cached content
-        self.lru: OrderedDict[tuple, None] = OrderedDict()  # cached free blocks, oldest first
-        self.refs: dict[tuple, int] = {}  # cached blocks in use -> holders
-        self.keys: dict[int, list[tuple]] = {}  # request id -> registered block keys, in order
+        # cached free blocks, least recently freed first: key -> 1, or group id -> count
+        self.lru: OrderedDict[tuple, int] = OrderedDict()
+        self.lru_blocks = 0
+        self.refs: dict[tuple, int] = {}  # shareable blocks in use -> holders
+        self.keys: dict[int, list[tuple]] = {}  # request id -> its shareable blocks' keys
+        self.groups = 0
         self.hit_tokens = 0
         self.query_tokens = 0
 
-    def key(self, req: Request, j: int) -> tuple:
+    def shareable_blocks(self, req: Request) -> int:
+        """Leading full prompt blocks covered by the request's prefix hashes."""
         spec = req.spec
-        hb = self.hash_tokens
-        if hb and (j + 1) * self.block_size <= spec.prompt_tokens:
-            h = ((j + 1) * self.block_size - 1) // hb
-            if h < len(spec.prefix_hashes):
-                return (spec.prefix_hashes[h], j)
-        return (-1 - spec.request_id, j)
+        if not self.hash_tokens or not spec.prefix_hashes:
+            return 0
+        return min(spec.prompt_tokens // self.block_size,
+                   len(spec.prefix_hashes) * self.hash_tokens // self.block_size)
+
+    def key(self, req: Request, j: int) -> tuple:
+        """Identity of block j of `req` (module docstring)."""
+        if j < self.shareable_blocks(req):
+            h = ((j + 1) * self.block_size - 1) // self.hash_tokens
+            return (req.spec.prefix_hashes[h], j)
+        return (-1 - req.spec.request_id, j)
 
     def prefix_hit(self, req: Request) -> tuple[int, int]:
         bs = self.block_size
@@ -134,11 +150,9 @@ class PrefixKVCache(KVCache):
         hits = in_lru = 0
         while hits < max_blocks:
             k = self.key(req, hits)
-            if k in self.refs:
-                pass
-            elif k in self.lru:
+            if k in self.lru:
                 in_lru += 1
-            else:
+            elif k not in self.refs:
                 break
             hits += 1
         return hits * bs, in_lru
@@ -147,32 +161,45 @@ class PrefixKVCache(KVCache):
         cached, _ = self.prefix_hit(req)
         self.query_tokens += req.num_tokens
         self.hit_tokens += cached
+        share = self.shareable_blocks(req)
         keys = []
         for j in range(cached // self.block_size):
             k = self.key(req, j)
             if k in self.lru:
                 del self.lru[k]
+                self.lru_blocks -= 1
                 self.free_blocks -= 1
-                self.refs[k] = 1
+                if j < share:
+                    self.refs[k] = 1
             else:
                 self.refs[k] += 1
-            keys.append(k)
+            if j < share:
+                keys.append(k)
         self.keys[req.request_id] = keys
         req.num_computed_tokens = cached
         req.num_cached_tokens = cached
-        req.num_blocks = len(keys)
+        req.num_blocks = cached // self.block_size
 
     def take(self, blocks: int) -> None:
         self.free_blocks -= blocks
         fresh = min(blocks, self.uncached_free)
         self.uncached_free -= fresh
-        for _ in range(blocks - fresh):  # evict the least recently freed cached blocks
-            self.lru.popitem(last=False)
+        evict = blocks - fresh
+        self.lru_blocks -= evict
+        while evict:  # evict the least recently freed cached blocks
+            k, n = next(iter(self.lru.items()))
+            if n > evict:
+                self.lru[k] = n - evict
+                break
+            del self.lru[k]
+            evict -= n
 
     def commit(self, req: Request) -> None:
         keys = self.keys.setdefault(req.request_id, [])
-        full = req.num_computed_tokens // self.block_size
-        for j in range(len(keys), full):
+        share = self.shareable_blocks(req)
+        if len(keys) >= share:
+            return
+        for j in range(len(keys), min(share, req.num_computed_tokens // self.block_size)):
             k = self.key(req, j)
             if k in self.refs or k in self.lru:
                 # the same content is already cached (computed twice concurrently): this
@@ -181,11 +208,19 @@ class PrefixKVCache(KVCache):
             self.refs[k] = 1
             keys.append(k)
 
-    def free(self, req: Request) -> None:
+    def free(self, req: Request, reusable: bool = False) -> None:
         keys = self.keys.pop(req.request_id, [])
-        private = req.num_blocks - len(keys)  # the partial last block, never cached
-        self.uncached_free += private
-        # freed in reverse so a request's tail blocks are evicted first (as vLLM does)
+        full = req.num_computed_tokens // self.block_size
+        own = max(0, min(full, req.num_blocks) - len(keys))  # full, non-shareable blocks
+        self.uncached_free += req.num_blocks - len(keys) - own  # the partial last block
+        # freed tail first, so a request's tail blocks are evicted first (as vLLM does)
+        if own and reusable:  # a preempted request will look for its own blocks again
+            for j in range(len(keys) + own - 1, len(keys) - 1, -1):
+                self.lru[self.key(req, j)] = 1
+        elif own:
+            self.groups += 1
+            self.lru[("group", self.groups)] = own
+        self.lru_blocks += own
         for k in reversed(keys):
             n = self.refs[k] - 1
             if n:
@@ -194,9 +229,10 @@ class PrefixKVCache(KVCache):
             del self.refs[k]
             if k[0] == "dup":
                 self.uncached_free += 1
-                continue
-            self.lru[k] = None
-        self.free_blocks = self.uncached_free + len(self.lru)
+            else:
+                self.lru[k] = 1
+                self.lru_blocks += 1
+        self.free_blocks = self.uncached_free + self.lru_blocks
         req.num_blocks = 0
 
 
