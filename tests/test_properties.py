@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from chunksim.policies import PolicyKnobs
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
+from chunksim.workloads.spec import RequestSpec, Workload
 
 POLICIES = [("budget", None), ("chunk", "mixed"), ("chunk", "two-pass"),
             ("chunk", "alternate"), ("whole", "prefill-first"), ("whole", "mixed")]
@@ -18,12 +19,23 @@ requests_st = st.lists(
     min_size=1, max_size=25)
 
 
-def build(reqs):
+def build(reqs, prefixed: bool = False):
+    """Requests from (gap, prompt, output); with `prefixed`, each prompt starts with one
+    of three shared 16-token-block prefixes (by index) so prefix caching has hits."""
     t, rows = 0.0, []
     for gap, p, o in reqs:
         t += gap
         rows.append((t, p, o))
-    return workload(rows)
+    if not prefixed:
+        return workload(rows)
+    specs = []
+    for i, (a, p, o) in enumerate(rows):
+        fam, n = i % 3, -(-p // 16)
+        shared = min(n, 4 + 8 * fam)
+        hashes = tuple(fam * 1000 + j for j in range(shared)) + tuple(
+            10**6 + i * 1000 + j for j in range(n - shared))
+        specs.append(RequestSpec(i, a, p, o, hashes))
+    return Workload("prefixed", tuple(specs), prefix_block_tokens=16)
 
 
 def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
@@ -34,15 +46,7 @@ def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed
                      engine=EngineConfig(fast_forward=ff, jitter=jitter, seed=seed))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
-       seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans(),
-       caching=st.booleans())
-def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, caching):
-    w = build(reqs)
-    policy, variant = pol
-    res, s = simulate(w, linear_profile,
-                      config(policy, variant, chunk, seats, kv_blocks, jitter, caching=caching))
+def check_invariants(w, res, s, policy, variant, chunk, seats, kv_blocks, caching):
     r, steps = res.requests, res.steps
     done = r[~r.rejected]
     # every request finishes or is reported rejected, with all its tokens
@@ -79,14 +83,48 @@ def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, 
     assert (done.first_token_s >= done.arrival_s).all()
     # ITL count: one gap per output token after the first
     assert len(res.itl_s) == int((done.output_tokens - 1).sum())
+    if not caching:
+        assert done.cached_tokens.sum() == 0
+    # a hit is whole blocks and never the last token
+    assert (done.cached_tokens % 16 == 0).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
+       seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans(),
+       caching=st.booleans(), prefixed=st.booleans())
+def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, caching,
+                    prefixed):
+    w = build(reqs, prefixed)
+    res, s = simulate(w, linear_profile, config(*pol, chunk, seats, kv_blocks, jitter,
+                                                caching=caching))
+    check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
+
+
+def test_invariants_on_a_fixed_random_sweep(linear_profile):
+    """Larger workloads than hypothesis tends to draw (it once missed a shared-block
+    accounting bug that this sweep found): 120 seeded configurations."""
+    rng = np.random.default_rng(2026)
+    for _ in range(120):
+        n = int(rng.integers(5, 30))
+        reqs = list(zip(rng.uniform(0, 0.2, n), rng.integers(1, 3000, n),
+                        rng.integers(1, 60, n), strict=True))
+        pol = POLICIES[int(rng.integers(len(POLICIES)))]
+        chunk, seats = int(rng.choice([64, 256, 1000])), int(rng.integers(1, 9))
+        kv_blocks, caching = int(rng.integers(40, 400)), bool(rng.integers(2))
+        w = build(reqs, prefixed=bool(rng.integers(2)))
+        res, s = simulate(w, linear_profile, config(*pol, chunk, seats, kv_blocks,
+                                                    caching=caching))
+        check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 512]),
-       kv_blocks=st.integers(40, 400), jitter=st.booleans(), caching=st.booleans())
+       kv_blocks=st.integers(40, 400), jitter=st.booleans(), caching=st.booleans(),
+       prefixed=st.booleans())
 def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_blocks, jitter,
-                                      caching):
-    w = build(reqs)
+                                      caching, prefixed):
+    w = build(reqs, prefixed)
     a, sa = simulate(w, linear_profile,
                      config(*pol, chunk, 4, kv_blocks, jitter, ff=True, caching=caching))
     b, sb = simulate(w, linear_profile,

@@ -70,13 +70,14 @@ class Policy(Protocol):
 class KVLedger:
     """A policy's scratch view of free KV blocks while it builds one plan."""
 
-    __slots__ = ("kv", "free", "extra", "hits")
+    __slots__ = ("kv", "free", "extra", "hits", "released")
 
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
         self.free = kv.free_blocks
         self.extra: dict[int, int] = {}  # request_id -> blocks reserved in this plan
         self.hits: dict[int, tuple[int, int]] = {}  # waiting request_id -> prefix hit
+        self.released: dict = {}  # shared block -> holders preempted in this plan
 
     def try_grow(self, req: Request, new_tokens: int) -> bool:
         """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
@@ -118,8 +119,10 @@ class KVLedger:
         return True
 
     def release(self, req: Request) -> None:
-        """Return a victim's blocks (held and reserved in this plan) to the scratch pool."""
-        self.free += req.num_blocks + self.extra.pop(req.request_id, 0)
+        """Return a victim's blocks (those it alone holds, and those reserved for it in
+        this plan) to the scratch pool."""
+        self.free += (self.kv.blocks_freed_by(req, self.released)
+                      + self.extra.pop(req.request_id, 0))
 
 
 def preempt_until_fits(

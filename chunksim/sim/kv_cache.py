@@ -76,6 +76,12 @@ class KVCache:
         admitting waiting `req`. Without a prefix cache: (0, 0)."""
         return 0, 0
 
+    def blocks_freed_by(self, req: Request, pending: dict) -> int:
+        """Blocks that freeing `req` would return to the free pool, given the holders
+        `pending` (key -> count) already released in the same plan; updates `pending`.
+        Without sharing: all of them."""
+        return req.num_blocks
+
     def admit(self, req: Request) -> None:
         """Take `req`'s prefix hits (call for each admitted request before any `grow`)."""
 
@@ -179,6 +185,17 @@ class PrefixKVCache(KVCache):
         req.num_computed_tokens = cached
         req.num_cached_tokens = cached
         req.num_blocks = cached // self.block_size
+
+    def blocks_freed_by(self, req: Request, pending: dict) -> int:
+        # a shared block returns to the pool only with its last holder
+        keys = self.keys.get(req.request_id, ())
+        freed = req.num_blocks - len(keys)
+        for k in keys:
+            n = pending.get(k, 0) + 1
+            pending[k] = n
+            if n == self.refs[k]:
+                freed += 1
+        return freed
 
     def take(self, blocks: int) -> None:
         self.free_blocks -= blocks

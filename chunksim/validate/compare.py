@@ -1,0 +1,121 @@
+"""Predicted (simulator) vs measured (live) figures, as signed relative errors.
+
+error_pct = (predicted - measured) / measured * 100: positive means the simulator is
+pessimistic (predicts slower than reality). Metric names and definitions are those of
+`sim.metrics` (`vllm bench serve`'s). The step-level check feeds each live step's own
+composition to the latency model, so interpolation error is seen apart from queueing
+(where a different step sequence would compound it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from chunksim.sim.core import StepShape
+from chunksim.sim.latency import LatencyModel
+
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el")
+STATS = ("mean", "median", "p90", "p99")
+"""median is P50 (vLLM bench's name for it)."""
+THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput")
+TARGET_KEYS = tuple(f"{s}_{m}_ms" for m in ("ttft", "itl", "tpot") for s in ("mean", "p99"))
+"""The figures the fidelity target (<= 5 % error) applies to."""
+COUNT_KEYS = ("completed", "rejected", "steps", "preemptions", "recomputed_tokens",
+              "busy_fraction", "mean_step_ms", "peak_kv_blocks_used", "duration")
+
+
+def rel_error_pct(predicted: float, measured: float) -> float | None:
+    """Signed relative error in % (None when the measured value is 0 or not finite)."""
+    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured == 0:
+        return None
+    return (predicted - measured) / measured * 100.0
+
+
+def metric_keys() -> list[str]:
+    """Every compared summary key, latency stats first, then throughput."""
+    return [f"{s}_{m}_ms" for m in LATENCY_METRICS for s in STATS] + list(THROUGHPUT_KEYS)
+
+
+def compare_summaries(predicted: Mapping, measured: Mapping) -> dict[str, dict]:
+    """{key: {predicted, measured, error_pct}} for every `metric_keys()` entry."""
+    out = {}
+    for key in metric_keys():
+        p, m = float(predicted[key]), float(measured[key])
+        out[key] = {"predicted": p, "measured": m, "error_pct": rel_error_pct(p, m)}
+    return out
+
+
+def compare_counts(predicted: Mapping, measured: Mapping) -> dict[str, dict]:
+    """Run facts side by side (steps, preemptions, ...): did both see the same regime?"""
+    return {k: {"predicted": predicted.get(k), "measured": measured.get(k)}
+            for k in COUNT_KEYS}
+
+
+def worst_abs_error(metrics: Mapping[str, Mapping], keys=TARGET_KEYS) -> tuple[str, float]:
+    """(key, |error| %) of the worst target metric (nan when none is defined)."""
+    worst = ("", math.nan)
+    for k in keys:
+        e = metrics[k]["error_pct"]
+        if e is not None and not abs(e) <= worst[1]:
+            worst = (k, abs(e))
+    return worst
+
+
+def step_predictions(steps, latency: LatencyModel) -> np.ndarray:
+    """The table's forward-pass seconds (no overhead) for each live step's composition."""
+    cols = [steps[c].to_numpy() for c in ("prefill_tokens", "prefill_requests",
+                                          "prior_tokens", "decodes", "decode_kv_tokens")]
+    two = (steps["passes"].to_numpy() > 1) if "passes" in steps else np.zeros(len(steps), bool)
+    out = np.empty(len(steps))
+    for i, (c, r, p, d, k, t) in enumerate(zip(*cols, two, strict=True)):
+        shape = StepShape(int(c), int(r), float(p), int(d), float(k), bool(t))
+        out[i] = sum(latency.step_s(bs)[0] for bs in shape.batch_shapes())
+    return out
+
+
+def _err_stats(err_pct: np.ndarray) -> dict:
+    if len(err_pct) == 0:
+        return {"steps": 0}
+    a = np.abs(err_pct)
+    return {
+        "steps": int(len(err_pct)),
+        "median_pct": float(np.median(err_pct)),
+        "mean_pct": float(np.mean(err_pct)),
+        "median_abs_pct": float(np.median(a)),
+        "p90_abs_pct": float(np.percentile(a, 90)),
+        "p99_pct": float(np.percentile(a, 99)),
+        "p1_signed_pct": float(np.percentile(err_pct, 1)),
+        "p99_signed_pct": float(np.percentile(err_pct, 99)),
+    }
+
+
+def step_error(steps, predicted_s: np.ndarray) -> dict:
+    """Relative error of the table's prediction vs each live step's measured forward time:
+    overall and per step kind. `median_pct` is the signed median, `p99_pct` the 99th
+    percentile of the absolute error."""
+    measured = steps["forward_s"].to_numpy()
+    err = (predicted_s - measured) / measured * 100.0
+    prefill = steps["prefill_tokens"].to_numpy() > 0
+    decodes = steps["decodes"].to_numpy() > 0
+    out = _err_stats(err)
+    out["by_kind"] = {
+        "decode_only": _err_stats(err[~prefill]),
+        "prefill_only": _err_stats(err[prefill & ~decodes]),
+        "mixed": _err_stats(err[prefill & decodes]),
+    }
+    out["sum_pct"] = rel_error_pct(float(predicted_s.sum()), float(measured.sum()))
+    return out
+
+
+def overhead_stats(steps) -> dict:
+    """The live loop's per-step time outside the forward pass, over busy steps (ms)."""
+    busy = steps[steps["busy"]] if "busy" in steps else steps
+    o = busy["overhead_s"].to_numpy() * 1e3
+    if len(o) == 0:
+        return {"steps": 0}
+    return {"steps": int(len(o)), "median_ms": float(np.median(o)),
+            "mean_ms": float(np.mean(o)), "p90_ms": float(np.percentile(o, 90)),
+            "p99_ms": float(np.percentile(o, 99))}
