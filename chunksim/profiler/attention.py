@@ -1,0 +1,63 @@
+"""Attention of one layer over a packed mixed batch, reading and writing the KV pools.
+
+Per prefill segment: one SDPA call, causal over the segment's cached prefix plus its new
+tokens. Per decode group: one batched SDPA call over a `[B, H_kv, L, D]` view of adjacent
+slots (a gather copy when the slots are scattered), padded and masked when lengths differ.
+Decode GQA folds the query heads that share a KV head into the query-length axis
+(`[B, H_kv, group, D]`), so no K/V head is ever repeated. FlexAttention is not used: on
+torch 2.13 CPU it needs torch.compile (~28 s, plus ~3 s per block mask).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from chunksim.profiler.kv import KVPool
+from chunksim.profiler.step import PreparedStep
+
+
+def write_kv(layer: int, k: torch.Tensor, v: torch.Tensor, step: PreparedStep,
+             pools: list[KVPool]) -> None:
+    """Store the step's new `[T, H_kv, D]` keys/values at their (slot, position)."""
+    for w in step.writes:
+        pool = pools[w.pool]
+        pool.k[layer][w.slot_idx, :, w.pos_idx] = k[w.rows]
+        pool.v[layer][w.slot_idx, :, w.pos_idx] = v[w.rows]
+
+
+def attend(layer: int, q: torch.Tensor, step: PreparedStep, pools: list[KVPool]) -> torch.Tensor:
+    """Attention output `[T, H, D]` for packed queries `q` `[T, H, D]`; the new K/V must
+    already be written (`write_kv`)."""
+    out = torch.empty_like(q)
+    n_heads, head_dim = q.shape[1], q.shape[2]
+    for seg in step.prefills:
+        pool = pools[seg.pool]
+        qs = q[seg.rows].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        ks = pool.k[layer][seg.slot, :, : seg.kv_end].unsqueeze(0)  # [1, H_kv, L, D]
+        vs = pool.v[layer][seg.slot, :, : seg.kv_end].unsqueeze(0)
+        group = n_heads // ks.shape[1]
+        if step.cuda_kernels and group > 1:
+            # Repeat heads on CUDA: enable_gqa is not accepted by every fused kernel there,
+            # and a fallback to the math kernel would materialise n x L scores per head.
+            ks, vs = ks.repeat_interleave(group, 1), vs.repeat_interleave(group, 1)
+            gqa = False
+        else:
+            gqa = group > 1
+        o = F.scaled_dot_product_attention(
+            qs, ks, vs, attn_mask=seg.mask, is_causal=seg.mask is None, enable_gqa=gqa
+        )
+        out[seg.rows] = o[0].transpose(0, 1)
+    for g in step.decode_groups:
+        pool = pools[g.pool]
+        kd = pool.k[layer][:, :, : g.kv_end]
+        vd = pool.v[layer][:, :, : g.kv_end]
+        if isinstance(g.slots, slice):
+            kd, vd = kd[g.slots], vd[g.slots]  # adjacent slots: a view, no copy
+        else:
+            kd, vd = kd.index_select(0, g.slots), vd.index_select(0, g.slots)
+        n_kv = kd.shape[1]
+        qd = q[g.rows].reshape(-1, n_kv, n_heads // n_kv, head_dim)  # heads of a KV head
+        o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=g.mask)
+        out[g.rows] = o.reshape(-1, n_heads, head_dim)
+    return out

@@ -1,0 +1,192 @@
+"""Measure a grid and write the profile: prune, checkpoint each point, resume, write atomically.
+
+`run_profile` is the library entry point behind `sim profile`; `on_point` lets a caller (or
+a test simulating an interrupt) observe every measured point as it is checkpointed.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from chunksim.profiler.config import ModelConfig
+from chunksim.profiler.device import device_memory_bytes, device_name, synchronizer
+from chunksim.profiler.grid import GridPoint, GridSpec, prune
+from chunksim.profiler.model import build_model
+from chunksim.profiler.step import ATTENTION_BACKEND
+from chunksim.profiler.store import Checkpoint, row_of, write_profile
+from chunksim.profiler.synthetic import PointStepper
+from chunksim.profiler.timing import Timing, measure
+
+MIN_REPEATS = 3
+"""Timed repeats every point gets even when its time budget is spent."""
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """Everything that defines one profile run."""
+
+    model: ModelConfig
+    """Shapes of the profiled model."""
+    device: str
+    """`cpu` or `cuda` (already resolved from `auto`)."""
+    dtype: str
+    """`float32`, `bfloat16` or `float16`."""
+    grid: GridSpec
+    """Axes and timing settings."""
+    out_csv: Path
+    """Final table path; the JSON goes next to it with a `.json` suffix."""
+    threads: int | None = 1
+    """torch intra-op threads on CPU; None on CUDA (not recorded there)."""
+    seed: int = 0
+    """Seed of the random weights, KV contents and tokens."""
+    resume: bool = False
+    """Continue the checkpoint next to `out_csv` instead of refusing to overwrite it."""
+    memory_fraction: float = 0.9
+    """Share of device memory that weights + a point's KV may take before it is pruned."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"--dtype {self.dtype!r}: use float32, bfloat16 or float16")
+        if self.device == "cpu" and (self.threads is None or self.threads < 1):
+            raise ValueError(f"--threads {self.threads}: CPU profiling needs threads >= 1")
+        if self.out_csv.suffix != ".csv":
+            raise ValueError(f"--out {str(self.out_csv)!r}: give the CSV path, ending in "
+                             f".csv (the JSON is written next to it)")
+        if not 0 < self.memory_fraction <= 1:
+            raise ValueError(f"memory_fraction={self.memory_fraction} must be in (0, 1]")
+
+
+@dataclass
+class ProfileResult:
+    """What a finished run wrote."""
+
+    csv_path: Path
+    json_path: Path
+    meta: dict
+    measured_now: list[GridPoint] = field(default_factory=list)
+    """Points measured by this invocation (excludes those resumed from the checkpoint)."""
+
+
+def _identity(s: ProfileSettings, dev_name: str) -> dict:
+    """What must match for a checkpoint to be resumed."""
+    return {"model": s.model.as_dict(), "device": s.device, "device_name": dev_name,
+            "dtype": s.dtype, "threads": s.threads, "grid": s.grid.as_dict(), "seed": s.seed,
+            "torch_version": torch.__version__, "memory_fraction": s.memory_fraction}
+
+
+def run_profile(s: ProfileSettings,
+                on_point: Callable[[GridPoint, Timing], None] | None = None,
+                show_progress: bool = True) -> ProfileResult:
+    """Measure every unpruned grid point of `s` (skipping checkpointed ones on resume) and
+    write `s.out_csv` + its JSON. Raises ValueError on a checkpoint conflict."""
+    threads_before = torch.get_num_threads()
+    if s.device == "cpu":
+        torch.set_num_threads(s.threads)
+    try:
+        return _run(s, on_point, show_progress)
+    finally:
+        torch.set_num_threads(threads_before)  # leave the caller's process as it was
+
+
+def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | None,
+         show_progress: bool) -> ProfileResult:
+    started = time.perf_counter()
+    dtype = getattr(torch, s.dtype)
+    dev_name, mem_bytes = device_name(s.device), device_memory_bytes(s.device)
+    pruned = prune(s.grid.points(), s.model, s.dtype, mem_bytes, s.memory_fraction)
+    identity = _identity(s, dev_name)
+
+    ckpt = Checkpoint(s.out_csv)
+    rows: dict[tuple, tuple] = {}
+    elapsed_before = 0.0
+    if s.resume and ckpt.exists():
+        loaded, elapsed_before = ckpt.load(identity)
+        rows = {r[:4]: r for r in loaded}
+    elif ckpt.exists():
+        raise ValueError(f"a checkpoint of an unfinished run exists at {ckpt.csv_path}; pass "
+                         f"--resume to continue it, or delete it to start over")
+    else:
+        ckpt.start(identity)
+    todo = [p for p in pruned.kept if p.key() not in rows]
+    # Seeded random order: a burst of interference (another process, a clock change) then
+    # adds scattered noise across the table instead of skewing one contiguous region of it,
+    # which interpolation would take for a real feature. It also makes the ETA honest.
+    random.Random(s.seed).shuffle(todo)
+
+    measured: list[GridPoint] = []
+    if todo:
+        model = build_model(s.model, s.device, dtype, seed=s.seed)
+        kv_budget = s.memory_fraction * mem_bytes - s.model.weights_bytes(s.dtype)
+        stepper = PointStepper(model, s.device, dtype, kv_budget, seed=s.seed)
+        sync = synchronizer(s.device)
+        with torch.inference_mode(), _progress(show_progress) as bar:
+            task = bar.add_task("profiling", total=len(pruned.kept),
+                                completed=len(pruned.kept) - len(todo))
+            for p in todo:
+                bar.update(task, description=f"c={p.chunk_len} p={p.prior_len} "
+                                             f"d={p.decode_count} k={p.kv_len}")
+                fn = stepper.step_fn(p)
+                timing = measure(fn, s.grid.warmup, s.grid.repeats, sync,
+                                 min_repeats=MIN_REPEATS, budget_s=s.grid.point_budget_s,
+                                 min_timed_s=s.grid.point_min_s)
+                row = row_of(p, timing)
+                ckpt.append(row)
+                ckpt.save_meta(identity, elapsed_before + time.perf_counter() - started)
+                rows[row[:4]] = row
+                measured.append(p)
+                bar.advance(task)
+                if on_point is not None:
+                    on_point(p, timing)
+
+    wanted = {p.key() for p in pruned.kept}
+    final_rows = [r for k, r in rows.items() if k in wanted]
+    meta = {
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": s.device,
+        "device_name": dev_name,
+        "device_memory_bytes": mem_bytes,
+        "dtype": s.dtype,
+        "threads": s.threads if s.device == "cpu" else None,
+        "torch_version": torch.__version__,
+        "attention_backend": ATTENTION_BACKEND,
+        "model": _model_entry(s.model),
+        "weights_bytes": s.model.weights_bytes(s.dtype),
+        "kv_bytes_per_token": s.model.kv_bytes_per_token(s.dtype),
+        "step_overhead_s": 0.0,  # measured by the live serving loop, not here (yet)
+        "grid": s.grid.as_dict(),
+        "elapsed_s": round(elapsed_before + time.perf_counter() - started, 3),
+        "seed": s.seed,
+        "pruned_points": {"memory": pruned.memory, "max_position": pruned.max_position},
+        "memory_fraction": s.memory_fraction,
+    }
+    meta = write_profile(s.out_csv, final_rows, meta)
+    ckpt.remove()
+    return ProfileResult(s.out_csv, s.out_csv.with_suffix(".json"), meta, measured)
+
+
+def _model_entry(cfg: ModelConfig) -> dict:
+    """The format's `model` keys first, then the remaining shape facts."""
+    d = cfg.as_dict()
+    head = {k: d.pop(k) for k in ("name", "n_layers", "hidden_size", "n_heads", "n_kv_heads",
+                                  "head_dim", "intermediate_size", "vocab_size", "max_position")}
+    return {**head, **d}
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled)
