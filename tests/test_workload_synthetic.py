@@ -24,6 +24,7 @@ from chunksim.workloads import (
     sample_arrivals,
     shared_prefix,
 )
+from chunksim.workloads.scenarios import LONG_PROMPT_DEFAULT_RATE_PER_S
 
 
 def _gaps(kind: ArrivalKind, rate: float, n: int, burstiness: float = 1.0, seed: int = 0):
@@ -138,7 +139,8 @@ def test_long_prompt_scenario():
     assert f"id {rid}" in w.notes[0] and w.params["long_request_id"] == rid
     chat = [r for r in w.requests if r.request_class == "chat"]
     assert all(32 <= r.prompt_tokens <= 1024 and 16 <= r.output_tokens <= 512 for r in chat)
-    assert 60 < len(chat) < 180  # Poisson(120) at 4 req/s over 30 s
+    expected = LONG_PROMPT_DEFAULT_RATE_PER_S * 30  # Poisson mean over the 30 s stream
+    assert abs(len(chat) - expected) < 5 * expected**0.5
     assert w == long_prompt()
     moved = long_prompt(LongPromptConfig(long_arrival_s=2.5, long_prompt_tokens=4000))
     assert moved.requests[longest_request_id(moved)].arrival_s == 2.5
