@@ -10,6 +10,7 @@ repeats to have a stable median. Fast points repeat more, until `min_timed_s`. T
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,14 +63,22 @@ def measure(fn: Callable[[], object], warmup: int, repeats: int,
     floor = min(min_repeats, repeats)
     samples: list[float] = []
     total_s = 0.0
-    while len(samples) < cap:
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-        total_s += samples[-1]
-        if len(samples) >= repeats and total_s >= min_timed_s:
-            break
-        if budget_s is not None and len(samples) >= floor and total_s >= budget_s:
-            break
+    # a collector pause inside a 1-ms sample is noise, not step time: collect before, not during
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        while len(samples) < cap:
+            start = time.perf_counter()
+            fn()
+            sync()
+            samples.append(time.perf_counter() - start)
+            total_s += samples[-1]
+            if len(samples) >= repeats and total_s >= min_timed_s:
+                break
+            if budget_s is not None and len(samples) >= floor and total_s >= budget_s:
+                break
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return Timing.of(samples)
