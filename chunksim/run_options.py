@@ -106,42 +106,42 @@ RUN_PARAMS = [
         "(Sarathi 2023); budget = token budget with decodes first (vLLM V1 / "
         "Sarathi-Serve).")), PolicyName.budget),
     ("variant", _opt(str | None, "--variant", help=(
-        "whole: prefill-first [default] | mixed. chunk: mixed [default] | two-pass | "
+        "whole: prefill-first (default) | mixed. chunk: mixed (default) | two-pass | "
         "alternate. budget: v1.")), None),
     ("chunk", _opt(int | None, "--chunk", min=1, help=(
-        "chunk: prefill tokens per request per step [1024]; budget: tokens per step, "
-        "decodes included [8192 on H100/H200 profiles, else 2048].")), None),
+        "chunk: prefill tokens per request per step (default 1024); budget: tokens per step, "
+        "decodes included (default 8192 on H100/H200 profiles, else 2048).")), None),
     ("budget", _opt(int | None, "--budget", min=1, help="Alias of --chunk for the budget "
                     "policy."), None),
     ("max_num_seqs", _opt(int | None, "--max-num-seqs", min=1, help=(
-        "Seat cap: most requests running at once [1024 on H100/H200 profiles, else "
-        "256].")), None),
+        "Seat cap: most requests running at once (default 1024 on H100/H200 profiles, "
+        "else 256).")), None),
     ("max_num_batched_tokens", _opt(int | None, "--max-num-batched-tokens", min=1, help=(
-        "whole: token cap per step [16384]; longer prompts are rejected.")), None),
+        "whole: token cap per step (default 16384); longer prompts are rejected.")), None),
     ("prefill_budget", _opt(int | None, "--prefill-budget", min=1, help=(
-        "chunk: prefill tokens per step over all chunks [8192].")), None),
+        "chunk: prefill tokens per step over all chunks (default 8192).")), None),
     ("long_prefill_threshold", _opt(int | None, "--long-prefill-threshold", min=0, help=(
-        "budget: cap on one request's tokens per step [0 = off].")), None),
+        "budget: cap on one request's tokens per step (default 0 = off).")), None),
     ("max_partial_prefills", _opt(int | None, "--max-partial-prefills", min=0, help=(
-        "budget: most concurrent partial prefills [0 = unlimited].")), None),
+        "budget: most concurrent partial prefills (default 0 = unlimited).")), None),
     ("reserve_full_prompt", _opt(bool, "--reserve-full-prompt/--no-reserve-full-prompt",
                                  help="budget: admit only if KV for the whole prompt is "
                                  "free."), True),
     ("kv_blocks", _opt(int | None, "--kv-blocks", min=1, panel=_E, help=(
-        "KV capacity in blocks [from the profile: device memory x utilization - "
-        "weights].")), None),
+        "KV capacity in blocks (default: from the profile, device memory x utilization - "
+        "weights).")), None),
     ("block_size", _opt(int, "--block-size", min=1, panel=_E, help="Tokens per KV block."),
      16),
     ("gpu_memory_utilization", _opt(float, "--gpu-memory-utilization", panel=_E, help=(
         "Memory fraction for weights + KV when deriving --kv-blocks.")), 0.9),
     ("max_model_len", _opt(int | None, "--max-model-len", min=2, panel=_E, help=(
-        "Reject requests with prompt + output above this [no cap].")), None),
+        "Reject requests with prompt + output above this (default: no cap).")), None),
     ("jitter", _opt(bool, "--jitter/--no-jitter", panel=_E, help=(
         "Sample each step's time from the profile's measured spread (seeded by "
         "--seed).")), False),
     ("step_overhead_ms", _opt(float | None, "--step-overhead-ms", min=0.0, panel=_E, help=(
-        "Per-step CPU overhead added to every step [the profile's measured "
-        "value].")), None),
+        "Per-step CPU overhead added to every step (default: the profile's measured "
+        "value).")), None),
     ("goodput", _opt(list[str] | None, "--goodput", panel=_E, help=(
         "SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the "
         "flag).")), None),

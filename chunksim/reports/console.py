@@ -38,3 +38,57 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         f"{summary['preemptions']}  extrapolated steps {summary['extrapolated_steps']}")
     for note in summary.get("workload_notes", []):
         con.print(f"[dim]note: {note}[/dim]")
+
+
+_COMPACT = (("median_ttft_ms", "TTFT p50", "{:.0f}"), ("p99_ttft_ms", "TTFT p99", "{:.0f}"),
+            ("median_itl_ms", "ITL p50", "{:.1f}"), ("p99_itl_ms", "ITL p99", "{:.1f}"),
+            ("max_decode_stall_ms", "stall", "{:.0f}"), ("request_throughput", "req/s", "{:.2f}"),
+            ("output_throughput", "tok/s", "{:.0f}"), ("request_goodput", "good/s", "{:.2f}"))
+
+
+def comparison_table(labels: list[str], summaries: list[dict], title: str | None = None) -> Table:
+    """One row per configuration: headline latencies (ms) and throughput, 80 columns wide."""
+    from chunksim.reports.tables import fmt
+
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
+              caption="latencies in ms; stall = longest ITL gap; good/s needs --goodput",
+              caption_justify="left")
+    t.add_column("configuration", no_wrap=True)
+    for _, header, _ in _COMPACT:
+        t.add_column(header, justify="right")
+    for label, s in zip(labels, summaries, strict=True):
+        t.add_row(label, *(fmt(s.get(k), f) for k, _, f in _COMPACT))
+    return t
+
+
+def print_comparison(configs: list, summaries: list[dict], console: Console | None = None) -> None:
+    con = console or Console()
+    s0 = summaries[0]
+    con.print(comparison_table(
+        [c.label for c in configs], summaries,
+        f"workload {s0.get('workload')} · profile {s0.get('profile_label', '?')}"))
+
+
+def print_capacity(entries: list, recommended, slos: dict[str, float],
+                   console: Console | None = None) -> None:
+    """Max sustainable rate per configuration and the metrics at that rate."""
+    con = console or Console()
+    slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
+    t = Table(title=f"capacity under {slo_txt}", title_justify="left", show_edge=False,
+              pad_edge=False)
+    for col in ("configuration", "max rate req/s", "P99 ITL ms", "P99 TTFT ms",
+                "med sched ms", "probes"):
+        t.add_column(col, justify="left" if col == "configuration" else "right")
+    for e in entries:
+        s = e.at_max
+        star = " ★" if recommended is not None and e.config == recommended.config else ""
+        rate = ("≥" if e.capped else "") + f"{e.max_rate:.3g}"
+        cells = ([f"{s['p99_itl_ms']:.1f}", f"{s['p99_ttft_ms']:.1f}",
+                  f"{s['median_sched_delay_ms']:.1f}"] if s else ["–", "–", "–"])
+        t.add_row(e.config.label + star, rate, *cells, str(len(e.probes)))
+    con.print(t)
+    if recommended is None:
+        con.print("[red]no configuration met the SLOs at any probed rate[/red]")
+    else:
+        con.print(f"recommended: [bold]{recommended.config.label}[/bold] "
+                  f"({recommended.max_rate:.3g} req/s)")

@@ -1,0 +1,110 @@
+"""Figure style shared by every plot: the Agg backend, one colour per configuration,
+atomic saving. matplotlib is imported inside functions so `sim run` never loads it.
+
+Colours: each policy family (and variant) owns one colormap and a marker; the chunk size
+picks a shade on a fixed log2 scale (bigger chunk = darker), so a configuration has the
+same colour in every figure and every report.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+from chunksim import atomic
+from chunksim.sweep.configs import Config
+
+# (family, variant or None) -> colormap; one hue per family, variants get a sibling hue.
+_CMAPS = {
+    ("whole", None): "Reds",
+    ("whole", "mixed"): "Oranges",
+    ("chunk", None): "Purples",
+    ("chunk", "two-pass"): "RdPu",
+    ("chunk", "alternate"): "Greys",
+    ("budget", None): "Blues",
+}
+_MARKERS = {"whole": "s", "chunk": "^", "budget": "o"}
+_LINESTYLES = {"whole": "-", "chunk": "--", "budget": "-"}
+DPI = 110
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({
+        "figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 9, "axes.titlesize": 10,
+        "axes.labelsize": 9, "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3,
+        "axes.spines.top": False, "axes.spines.right": False,
+        "svg.hashsalt": "chunksim",  # deterministic SVG ids
+    })
+    return plt
+
+
+def color(config: Config) -> tuple[float, float, float, float]:
+    """The configuration's colour (family hue, chunk-size shade)."""
+    from matplotlib import colormaps
+
+    p = config.policy
+    cmap = colormaps[_CMAPS.get((p.family, p.variant), "Greens")]
+    if config.chunk is None:
+        shade = 0.75
+    else:  # 64 -> 0.35 ... 4096 -> 0.95, fixed so it never depends on the grid
+        shade = min(0.95, max(0.35, 0.35 + 0.1 * (math.log2(config.chunk) - 6)))
+    return cmap(shade)
+
+
+def marker(config: Config) -> str:
+    return _MARKERS[config.policy.family]
+
+
+def linestyle(config: Config) -> str:
+    return _LINESTYLES[config.policy.family]
+
+
+def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
+    """Write `stem.<fmt>` for each format atomically; close the figure."""
+    plt = pyplot()
+    paths = []
+    for fmt in formats:
+        buf = io.BytesIO()
+        # No creation date in the metadata: same data, same bytes.
+        meta = {"Date": None} if fmt == "svg" else {}
+        fig.savefig(buf, format=fmt, bbox_inches="tight", metadata=meta)
+        path = Path(out_dir) / f"{stem}.{fmt}"
+        atomic.write_bytes(path, buf.getvalue())
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def title(workload: str, profile: str) -> str:
+    return f"workload {workload} · profile {profile}"
+
+
+def log_axis(ax, axis: str, values=None, min_ratio: float = 4.0) -> bool:
+    """Log-scale `axis` ('x' or 'y') with plain-number tick labels (2, 5, 10, not 2x10^0);
+    if `values` span less than `min_ratio`, keep it linear (a log scale on a narrow range
+    only distorts). Returns whether the axis is logarithmic."""
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if values is not None:
+        v = np.asarray([x for x in values if x is not None], dtype=float)
+        v = v[np.isfinite(v) & (v > 0)]
+        if len(v) == 0 or v.max() / v.min() < min_ratio:
+            return False
+    getattr(ax, f"set_{axis}scale")("log")
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    a.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    a.set_minor_formatter(NullFormatter())
+    return True
+
+
+def axis_label(name: str, is_log: bool) -> str:
+    return f"{name}, log scale)" if is_log else f"{name})"

@@ -1,0 +1,83 @@
+"""`sim compare`: one workload under several policies and chunk sizes -> table + report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from chunksim.run_options import RunOptions
+from chunksim.sweep.flags import (
+    DEFAULT_CHUNKS,
+    DEFAULT_POLICIES,
+    ChunksOpt,
+    PoliciesOpt,
+    RayOpt,
+    WorkersOpt,
+    command_line,
+    with_grid_run_options,
+)
+from chunksim.workloads.options import WorkloadOptions, with_workload_options
+
+
+@with_grid_run_options
+@with_workload_options
+def compare(
+    run_opts: RunOptions,
+    workload_opts: WorkloadOptions,
+    out: Annotated[Path, typer.Option("--out", help=(
+        "Directory for comparison.csv/.json, the plots, report.md and report.html."))],
+    policies: PoliciesOpt = DEFAULT_POLICIES,
+    chunks: ChunksOpt = DEFAULT_CHUNKS,
+    workers: WorkersOpt = None,
+    ray: RayOpt = None,
+    timeline_chunk: Annotated[int | None, typer.Option(
+        "--timeline-chunk", min=1, help=(
+            "Chunk size of the chunked policies in the step timeline (default: the median of "
+            "--chunks)."))] = None,
+    svg: Annotated[bool, typer.Option("--svg/--no-svg", help=(
+        "Also write every plot as SVG (for papers)."))] = True,
+    report: Annotated[bool, typer.Option("--report/--no-report", help=(
+        "Draw the plots and write report.md/.html (off: tables only)."))] = True,
+) -> None:
+    """Replay one workload under several policies and chunk sizes: table, plots, report.
+
+    Example: `sim compare -w long-prompt --policies whole,chunk,budget --chunks
+    256,512,1024,2048 --out reports/long-prompt`.
+    """
+    from chunksim import atomic
+    from chunksim.reports.console import print_comparison
+    from chunksim.sim.profile import load_profile
+    from chunksim.sweep.compare import run_comparison
+    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
+    from chunksim.sweep.progress import ProgressBar
+    from chunksim.sweep.runner import Runner
+
+    configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))
+    if report:  # fail on a bad --timeline-chunk before simulating, not after
+        from chunksim.reports.compare_report import timeline_configs
+
+        timeline_configs(configs, timeline_chunk)
+    profile = load_profile(run_opts.profile)
+    with Runner(profile, workers, ray) as runner, \
+            ProgressBar("compare", total=len(configs)) as bar:
+        comp = run_comparison(configs, workload_opts, run_opts, runner, keep_records=report,
+                              progress=bar)
+    atomic.write_text(out / "comparison.csv", comp.csv())
+    atomic.write_json(out / "comparison.json", {
+        "workload": comp.summaries[0].get("workload"),
+        "profile": {"label": profile.label, "sha256": profile.sha256,
+                    "provenance": profile.provenance},
+        "rows": comp.json_rows(),
+    })
+    print_comparison(comp.configs, comp.summaries)
+    written = ["comparison.csv", "comparison.json"]
+    if report:
+        from chunksim.reports.compare_report import write_compare_report
+
+        paths = write_compare_report(out, comp.configs, comp.summaries, comp.records, profile,
+                                     command=command_line(), timeline_chunk=timeline_chunk,
+                                     formats=("png", "svg") if svg else ("png",))
+        written += [p.name for p in paths]
+    typer.echo(f"wrote {out}/: {', '.join(written)}")

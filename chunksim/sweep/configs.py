@@ -1,0 +1,127 @@
+"""Configuration identity for comparisons, capacity searches and sweeps.
+
+A configuration is a policy (family plus optional variant) and a chunk size. `whole`
+ignores the chunk size, so it appears once per grid, with `chunk=None`. Every table and
+figure orders configurations by `Config.sort_key`, never by completion order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chunksim.policies import VARIANTS, PolicyName
+
+FAMILIES: tuple[str, ...] = tuple(p.value for p in PolicyName)
+"""Policy families in display order: whole, chunk, budget."""
+DEFAULT_POLICIES = "whole,chunk,budget"
+DEFAULT_CHUNKS = "256,512,1024,2048"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy family and, optionally, one of its variants (`whole:mixed`)."""
+
+    family: str
+    """whole, chunk or budget."""
+    variant: str | None = None
+    """A variant name from `chunksim.policies.VARIANTS`; None = the family's default."""
+
+    @property
+    def label(self) -> str:
+        return self.family if self.variant is None else f"{self.family}:{self.variant}"
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the chunk size is a knob of this policy."""
+        return self.family != "whole"
+
+    @classmethod
+    def parse(cls, text: str, flag: str = "--policies") -> PolicySpec:
+        family, _, variant = text.strip().partition(":")
+        if family not in FAMILIES:
+            raise ValueError(
+                f"{flag}: unknown policy {family!r}; use a comma list of {', '.join(FAMILIES)}"
+                ", each optionally with :VARIANT (e.g. whole:mixed, chunk:two-pass)")
+        if variant and variant not in VARIANTS[family]:
+            raise ValueError(
+                f"{flag}: {family} has no variant {variant!r}; choose one of "
+                f"{', '.join(VARIANTS[family])}")
+        # The default variant is spelled without a suffix so `whole` and
+        # `whole:prefill-first` are one configuration, not two.
+        if variant == VARIANTS[family][0]:
+            variant = ""
+        return cls(family, variant or None)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a comparison: a policy with a chunk size (None for `whole`)."""
+
+    policy: PolicySpec
+    chunk: int | None = None
+    """chunk: prefill tokens per request per step; budget: tokens per step."""
+
+    @property
+    def label(self) -> str:
+        return self.policy.label if self.chunk is None else f"{self.policy.label} {self.chunk}"
+
+    @property
+    def sort_key(self) -> tuple:
+        p = self.policy
+        return (FAMILIES.index(p.family), VARIANTS[p.family].index(p.variant or
+                VARIANTS[p.family][0]), self.chunk or 0)
+
+
+def parse_policies(text: str, flag: str = "--policies") -> list[PolicySpec]:
+    """`whole,chunk,budget:v1` -> PolicySpecs, deduplicated, in the given order."""
+    out: list[PolicySpec] = []
+    for part in _items(text, flag):
+        spec = PolicySpec.parse(part, flag)
+        if spec not in out:
+            out.append(spec)
+    return out
+
+
+def parse_ints(text: str, flag: str) -> list[int]:
+    """`256,512` -> [256, 512] (sorted, unique, each >= 1)."""
+    values = set()
+    for part in _items(text, flag):
+        try:
+            v = int(part)
+        except ValueError:
+            raise ValueError(f"{flag}: {part!r} is not an integer (e.g. {flag} 256,512)") from None
+        if v < 1:
+            raise ValueError(f"{flag}: {v} must be >= 1")
+        values.add(v)
+    return sorted(values)
+
+
+def parse_floats(text: str, flag: str) -> list[float]:
+    """`0.5,1,2` -> [0.5, 1.0, 2.0] (sorted, unique, each > 0)."""
+    values = set()
+    for part in _items(text, flag):
+        try:
+            v = float(part)
+        except ValueError:
+            raise ValueError(f"{flag}: {part!r} is not a number (e.g. {flag} 1,2,4)") from None
+        if not v > 0 or v == float("inf"):
+            raise ValueError(f"{flag}: {v} must be a finite number > 0")
+        values.add(v)
+    return sorted(values)
+
+
+def make_configs(policies: list[PolicySpec], chunks: list[int]) -> list[Config]:
+    """The grid policies x chunks, `whole` once, sorted by configuration."""
+    if not policies:
+        raise ValueError("--policies: give at least one policy (e.g. whole,chunk,budget)")
+    if not chunks and any(p.chunked for p in policies):
+        raise ValueError("--chunks: give at least one chunk size (e.g. 256,512)")
+    out = {Config(p, c if p.chunked else None) for p in policies for c in chunks or [None]}
+    return sorted(out, key=lambda c: c.sort_key)
+
+
+def _items(text: str, flag: str) -> list[str]:
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"{flag}: empty list; give comma-separated values")
+    return parts

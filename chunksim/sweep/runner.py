@@ -1,0 +1,108 @@
+"""The one runner behind `sim compare`, `sim capacity` and `sim sweep`.
+
+Jobs run inline (one worker), on local worker processes (ProcessPoolExecutor), or on a
+Ray cluster. Results come back in *job order* whatever the completion order, so tables
+are deterministic; `on_result(index, result)` sees them as they complete (checkpoints,
+progress bars). The pool lives as long as the Runner, so a capacity search's many
+rounds reuse warm workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from types import TracebackType
+
+from chunksim.sim.profile import Profile
+from chunksim.sweep.job import JobResult, SimJob, init_worker, run_job
+from chunksim.sweep.progress import ProgressBar
+
+OnResult = Callable[[int, JobResult], None]
+
+
+def default_workers() -> int:
+    return os.cpu_count() or 1
+
+
+class Runner:
+    """Run SimJobs against one profile; `map` returns results in job order."""
+
+    def __init__(self, profile: Profile, workers: int | None = None,
+                 ray_address: str | None = None) -> None:
+        """`workers`: local processes (None = os.cpu_count(); 1 = inline, no pool).
+        `ray_address`: run on Ray instead ("" = ray.init()'s default: an existing cluster
+        if one is found, else a local one; or an address such as ray://head:10001)."""
+        if workers is not None and workers < 1:
+            raise ValueError(f"--workers {workers}: must be >= 1")
+        self.profile = profile
+        self.workers = workers or default_workers()
+        self.ray_address = ray_address
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    @property
+    def backend(self) -> str:
+        if self.ray_address is not None:
+            return "ray"
+        return "inline" if self.workers == 1 else f"{self.workers} processes"
+
+    def map(self, jobs: Sequence[SimJob], on_result: OnResult | None = None,
+            progress: ProgressBar | None = None) -> list[JobResult]:
+        """Run every job; results[i] belongs to jobs[i]."""
+        results: list[JobResult | None] = [None] * len(jobs)
+        for i, res in self._completed(jobs):
+            results[i] = res
+            if on_result is not None:
+                on_result(i, res)
+            if progress is not None:
+                progress.advance()
+        return results  # type: ignore[return-value]  # every slot was filled above
+
+    def _completed(self, jobs: Sequence[SimJob]) -> Iterator[tuple[int, JobResult]]:
+        if not jobs:
+            return iter(())
+        if self.ray_address is not None:
+            from chunksim.sweep.ray_backend import RayBackend
+
+            if self._ray is None:
+                self._ray = RayBackend(self.ray_address, self.profile)
+            return self._ray.completed(jobs)
+        if self.workers == 1:
+            return ((i, run_job(job, self.profile)) for i, job in enumerate(jobs))
+        return self._pool_completed(jobs)
+
+    def _pool_completed(self, jobs: Sequence[SimJob]) -> Iterator[tuple[int, JobResult]]:
+        if self._pool is None:
+            # forkserver, not fork: the parent runs a progress-bar thread, and forking a
+            # threaded process can deadlock; the preload makes each worker start cheap.
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(["chunksim.sweep.job"])
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx,
+                                             initializer=init_worker,
+                                             initargs=(self.profile,))
+        futures: dict[Future, int] = {self._pool.submit(run_job, job): i
+                                      for i, job in enumerate(jobs)}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                # Within one wake-up, hand results over in job order (stable checkpoints).
+                for fut in sorted(done, key=futures.__getitem__):
+                    yield futures[fut], fut.result()
+        finally:
+            for fut in pending:
+                fut.cancel()

@@ -1,0 +1,95 @@
+"""`sim sweep`: a grid of simulations into one resumable CSV table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from chunksim.run_options import RunOptions
+from chunksim.sweep.flags import (
+    DEFAULT_CHUNKS,
+    DEFAULT_POLICIES,
+    ChunksOpt,
+    PoliciesOpt,
+    RayOpt,
+    WorkersOpt,
+    with_grid_run_options,
+)
+from chunksim.workloads.options import WorkloadOptions, with_workload_options
+
+
+@with_grid_run_options
+@with_workload_options
+def sweep(
+    run_opts: RunOptions,
+    workload_opts: WorkloadOptions,
+    out: Annotated[Path, typer.Option("--out", help=(
+        "CSV table to create or extend (rows already there are skipped)."))],
+    policies: PoliciesOpt = DEFAULT_POLICIES,
+    chunks: ChunksOpt = DEFAULT_CHUNKS,
+    rates: Annotated[str | None, typer.Option("--rates", help=(
+        "Comma list of request rates, req/s (default: --rate, or the workload's "
+        "default)."))] = None,
+    seeds: Annotated[str | None, typer.Option("--seeds", help=(
+        "Comma list of seeds (default: --seed)."))] = None,
+    workloads: Annotated[str | None, typer.Option("--workloads", help=(
+        "Comma list of workload kinds, e.g. poisson,long-prompt (default: --workload); the other "
+        "workload flags apply to each."))] = None,
+    workers: WorkersOpt = None,
+    ray: RayOpt = None,
+) -> None:
+    """Run a grid (policies x chunks x rates x seeds x workloads) into one resumable table.
+
+    Rows are keyed by configuration; rerunning the same command resumes where it stopped.
+
+    Example: `sim sweep --policies whole,budget --chunks 512,2048 --rates 2,4,8 --seeds
+    0,1,2 --workloads poisson,long-prompt --out runs/sweep.csv`.
+    """
+    from chunksim.sim.profile import load_profile
+    from chunksim.sweep.configs import make_configs, parse_floats, parse_ints, parse_policies
+    from chunksim.sweep.grid import (
+        KEY_COLUMNS,
+        grid_points,
+        parse_workloads,
+        row_sort_key,
+        run_sweep,
+    )
+    from chunksim.sweep.progress import ProgressBar
+    from chunksim.sweep.runner import Runner
+    from chunksim.sweep.table import ResultTable
+    from chunksim.workloads.options import build_workload
+
+    configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))
+    rate_list = parse_floats(rates, "--rates") if rates is not None else [workload_opts.rate]
+    seed_list = (parse_ints_zero(seeds) if seeds is not None else [workload_opts.seed])
+    kinds = parse_workloads(workloads, workload_opts)
+    profile = load_profile(run_opts.profile)
+    points = grid_points(workload_opts, run_opts, profile.sha256, kinds, configs, rate_list,
+                         seed_list)
+    for kind in kinds:  # bad workload flags fail here, once, not in every worker
+        build_workload(next(p.job.workload for p in points
+                            if p.key["workload_kind"] == kind.value))
+    table = ResultTable(out, KEY_COLUMNS, row_sort_key)
+    before = len(table)
+    with Runner(profile, workers, ray) as runner, ProgressBar("sweep") as bar:
+        ran = run_sweep(points, table, runner, bar)
+    typer.echo(f"{len(points)} grid points: {ran} simulated, {len(points) - ran} already in "
+               f"{out} ({before} rows before, {len(table)} now)")
+
+
+def parse_ints_zero(text: str) -> list[int]:
+    """Seeds: non-negative integers."""
+    out = set()
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            v = int(part)
+        except ValueError:
+            raise ValueError(f"--seeds: {part!r} is not an integer (e.g. --seeds 0,1,2)") from None
+        if v < 0:
+            raise ValueError(f"--seeds: {v} must be >= 0")
+        out.add(v)
+    if not out:
+        raise ValueError("--seeds: empty list (e.g. --seeds 0,1,2)")
+    return sorted(out)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# From nothing to the long-prompt comparison report, in one command:
+#
+#   examples/long_prompt_report.sh [OUT_DIR] [extra `sim compare` flags...]
+#
+# Installs chunksim into .venv if needed (no torch: the bundled tiny-cpu latency table is
+# used), then replays the `long-prompt` scenario (one 8192-token prompt arriving 10 s into
+# a 4 req/s stream of short chats) under whole prefill, fixed chunks and the token budget
+# at four chunk sizes, and writes comparison.csv/.json, PNG + SVG plots, report.md and a
+# self-contained report.html into OUT_DIR (default reports/long-prompt).
+#
+# docs/example-report/ was made with:
+#   examples/long_prompt_report.sh docs/example-report --no-svg
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-reports/long-prompt}
+shift || true
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -c "import chunksim" 2>/dev/null \
+  || .venv/bin/python -m pip --disable-pip-version-check -q install -e .
+.venv/bin/sim compare --workload long-prompt \
+  --policies whole,chunk,budget --chunks 256,512,1024,2048 \
+  --goodput itl=100 --out "$OUT" "$@"
+echo "open $OUT/report.html (or read $OUT/report.md)"

@@ -1,0 +1,62 @@
+"""Capacity bisection: a monotone synthetic capacity is found within the tolerance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunksim.sweep.search import RateSearch, find_max_rate
+
+
+@given(capacity=st.floats(0.01, 900.0), start=st.floats(0.05, 50.0),
+       tol=st.sampled_from([0.02, 0.03, 0.05, 0.2]))
+def test_monotone_capacity_found_within_tolerance(capacity, start, tol):
+    s = find_max_rate(lambda r: r <= capacity, start=start, tol=tol, min_rate=1e-3,
+                      max_rate=1e3)
+    assert s.lo is not None and s.hi is not None
+    assert s.lo <= capacity < s.hi  # the bracket holds the true capacity
+    assert s.hi / s.lo <= 1 + tol
+    assert capacity / s.capacity <= 1 + tol
+    assert not s.capped
+
+
+def test_probe_count_is_logarithmic():
+    s = find_max_rate(lambda r: r <= 37.0, start=1.0, tol=0.03)
+    # 6 doublings to 64, then ~log2(log(2)/log(1.03)) ~ 5 bisections
+    assert len(s.probes) <= 12
+    assert [r for r, _ in s.probes[:7]] == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_halves_down_when_the_start_is_too_fast():
+    s = find_max_rate(lambda r: r <= 0.3, start=8.0, tol=0.05)
+    assert s.probes[0] == (8.0, False)
+    assert 0.3 / 1.05 <= s.capacity <= 0.3
+
+
+def test_capped_when_slos_hold_at_max_rate():
+    s = find_max_rate(lambda r: True, start=1.0, max_rate=100.0)
+    assert s.capacity == 100.0 and s.capped
+
+
+def test_zero_when_no_rate_meets_the_slos():
+    s = find_max_rate(lambda r: False, start=1.0, min_rate=0.01)
+    assert s.capacity == 0.0 and not s.capped
+    assert min(r for r, _ in s.probes) >= 0.01
+
+
+def test_searches_share_a_rate_lattice():
+    """Two configurations with capacities in the same bracket end on the same rate."""
+    a = find_max_rate(lambda r: r <= 10.0, start=1.0, tol=0.05)
+    b = find_max_rate(lambda r: r <= 10.2, start=1.0, tol=0.05)
+    assert a.capacity == b.capacity
+    assert math.isclose(a.capacity, b.capacity)
+
+
+@pytest.mark.parametrize("kw", [{"tol": 0.0}, {"tol": 1.5}, {"start": 0.0},
+                                {"start": 10.0, "max_rate": 5.0}])
+def test_bad_parameters_raise(kw):
+    with pytest.raises(ValueError):
+        RateSearch(**kw)
