@@ -135,42 +135,53 @@ class PrefixKVCache(KVCache):
         self.hit_tokens = 0
         self.query_tokens = 0
 
-    def shareable_blocks(self, req: Request) -> int:
-        """Leading full prompt blocks covered by the request's prefix hashes."""
-        spec = req.spec
-        if not self.hash_tokens or not spec.prefix_hashes:
-            return 0
-        return min(spec.prompt_tokens // self.block_size,
-                   len(spec.prefix_hashes) * self.hash_tokens // self.block_size)
+    def shareable_keys(self, req: Request) -> tuple:
+        """Identities of the request's leading full prompt blocks covered by its prefix
+        hashes (module docstring), computed once per request."""
+        keys = req.block_keys
+        if keys is None:
+            spec, bs, hb = req.spec, self.block_size, self.hash_tokens
+            n = 0
+            if hb and spec.prefix_hashes:
+                n = min(spec.prompt_tokens // bs, len(spec.prefix_hashes) * hb // bs)
+            keys = req.block_keys = tuple(
+                (spec.prefix_hashes[((j + 1) * bs - 1) // hb], j) for j in range(n))
+        return keys
 
     def key(self, req: Request, j: int) -> tuple:
-        """Identity of block j of `req` (module docstring)."""
-        if j < self.shareable_blocks(req):
-            h = ((j + 1) * self.block_size - 1) // self.hash_tokens
-            return (req.spec.prefix_hashes[h], j)
-        return (-1 - req.spec.request_id, j)
+        """Identity of block j of `req`: shareable, or private to the request."""
+        keys = self.shareable_keys(req)
+        return keys[j] if j < len(keys) else (-1 - req.spec.request_id, j)
 
     def prefix_hit(self, req: Request) -> tuple[int, int]:
         bs = self.block_size
         max_blocks = (req.num_tokens - 1) // bs  # the last token is always recomputed
+        lru, refs = self.lru, self.refs
         hits = in_lru = 0
-        while hits < max_blocks:
-            k = self.key(req, hits)
-            if k in self.lru:
+        keys = self.shareable_keys(req)
+        for k in keys[:max_blocks]:
+            if k in lru:
                 in_lru += 1
-            elif k not in self.refs:
-                break
+            elif k not in refs:
+                return hits * bs, in_lru
             hits += 1
+        if req.num_preemptions:  # only its own earlier round can have cached the rest
+            rid = -1 - req.spec.request_id
+            while hits < max_blocks and (rid, hits) in lru:
+                in_lru += 1
+                hits += 1
         return hits * bs, in_lru
 
     def admit(self, req: Request) -> None:
         cached, _ = self.prefix_hit(req)
         self.query_tokens += req.num_tokens
         self.hit_tokens += cached
-        share = self.shareable_blocks(req)
+        shareable = self.shareable_keys(req)
+        share = len(shareable)
+        rid = -1 - req.spec.request_id
         keys = []
         for j in range(cached // self.block_size):
-            k = self.key(req, j)
+            k = shareable[j] if j < share else (rid, j)
             if k in self.lru:
                 del self.lru[k]
                 self.lru_blocks -= 1
@@ -213,11 +224,11 @@ class PrefixKVCache(KVCache):
 
     def commit(self, req: Request) -> None:
         keys = self.keys.setdefault(req.request_id, [])
-        share = self.shareable_blocks(req)
-        if len(keys) >= share:
+        share = self.shareable_keys(req)
+        if len(keys) >= len(share):
             return
-        for j in range(len(keys), min(share, req.num_computed_tokens // self.block_size)):
-            k = self.key(req, j)
+        for j in range(len(keys), min(len(share), req.num_computed_tokens // self.block_size)):
+            k = share[j]
             if k in self.refs or k in self.lru:
                 # the same content is already cached (computed twice concurrently): this
                 # copy stays private; vLLM also keeps the duplicate until it is freed

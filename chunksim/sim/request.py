@@ -41,6 +41,8 @@ class Request:
     """Largest gap between two of its consecutive output tokens, seconds."""
     class_idx: int = 0
     """Index of its request class in the engine's sorted class list (for per-class ITL)."""
+    block_keys: tuple | None = None
+    """Prefix-cache identities of its shareable prompt blocks (set by the cache on first use)."""
 
     @property
     def request_id(self) -> int:
