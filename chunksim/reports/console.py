@@ -36,8 +36,29 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         f"steps {summary['steps']}  busy {summary['busy_fraction']:.0%}  "
         f"max decode stall {summary['max_decode_stall_ms']:.1f} ms  preemptions "
         f"{summary['preemptions']}  extrapolated steps {summary['extrapolated_steps']}")
+    hit = summary.get("prefix_cache_hit_rate")
+    if hit is not None:
+        con.print(f"prefix cache hit rate {hit:.1%}")
+    by_class = summary.get("by_class")
+    if by_class:
+        con.print(class_table(by_class))
     for note in summary.get("workload_notes", []):
         con.print(f"[dim]note: {note}[/dim]")
+
+
+def class_table(by_class: dict) -> Table:
+    """Per request-class latency and goodput."""
+    t = Table(title="per request class", title_justify="left", show_edge=False,
+              pad_edge=False)
+    for col in ("class", "done", "mean TTFT", "p99 TTFT", "p99 ITL", "mean TPOT",
+                "goodput req/s"):
+        t.add_column(col, justify="left" if col == "class" else "right")
+    for cls, s in by_class.items():
+        good = s.get("request_goodput")
+        t.add_row(cls, str(s["completed"]), f"{s['mean_ttft_ms']:.1f}",
+                  f"{s['p99_ttft_ms']:.1f}", f"{s['p99_itl_ms']:.1f}",
+                  f"{s['mean_tpot_ms']:.2f}", "-" if good is None else f"{good:.2f}")
+    return t
 
 
 _COMPACT = (("median_ttft_ms", "TTFT p50", "{:.0f}"), ("p99_ttft_ms", "TTFT p99", "{:.0f}"),

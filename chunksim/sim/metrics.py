@@ -81,15 +81,16 @@ def per_request(requests) -> dict[str, np.ndarray]:
 
 
 def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | None = None,
-              meta: Mapping | None = None) -> dict:
-    """The run's summary, keys named like `vllm bench serve --save-result`."""
+              meta: Mapping | None = None, duration_s: float | None = None) -> dict:
+    """The run's summary, keys named like `vllm bench serve --save-result`. Throughputs
+    divide by `duration_s` (default: first arrival to last finish of these requests)."""
     slos = dict(slos or {})
     m = per_request(requests)
     done = requests[~requests["rejected"].to_numpy()]
     n_done = len(done)
     start = float(requests["arrival_s"].min())
     end = float(np.nanmax(done["finish_s"].to_numpy())) if n_done else start
-    duration = max(end - start, 1e-12)
+    duration = max(end - start if duration_s is None else duration_s, 1e-12)
     in_tok = int(done["prompt_tokens"].sum())
     out_tok = int(done["generated_tokens"].sum())
     good = np.ones(n_done, dtype=bool)
@@ -137,7 +138,8 @@ def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
                       slos: Mapping[str, float] | None = None,
                       class_slos: Mapping[str, Mapping[str, float]] | None = None) -> dict:
     """Per request-class summaries: each class's requests, its own pooled ITL, and its
-    SLOs (the global ones, overridden per class). Empty when there is only one class."""
+    SLOs (the global ones, overridden per class); throughputs over the whole run's
+    duration. Empty when there is only one class."""
     if requests["request_class"].nunique() < 2:
         return {}
     class_slos = class_slos or {}
@@ -147,10 +149,14 @@ def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
             f"--class-slo names class(es) {sorted(unknown)} that the workload lacks; its "
             f"classes: {sorted(set(requests['request_class']))}")
     steps0 = _EMPTY_STEPS
+    done = requests[~requests["rejected"].to_numpy()]
+    run_s = (float(np.nanmax(done["finish_s"])) if len(done) else 0.0) - float(
+        requests["arrival_s"].min())
     out = {}
     for cls, part in requests.groupby("request_class", sort=True):
         merged = {**(slos or {}), **class_slos.get(cls, {})}
-        s = summarize(part, steps0, itl_by_class.get(cls, np.zeros(0)), merged)
+        s = summarize(part, steps0, itl_by_class.get(cls, np.zeros(0)), merged,
+                      duration_s=run_s)
         out[str(cls)] = {k: v for k, v in s.items() if k not in _RUN_WIDE}
     return out
 
