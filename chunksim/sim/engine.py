@@ -1,4 +1,5 @@
-"""The SimPy engine: the only code that touches simulated time or mutates request state.
+"""The SimPy engine: the only code that touches simulated time. Request state and records
+live in `core.EngineCore`, shared with the live serving loop.
 
 Two processes: arrivals (moves requests into the waiting queue at their arrival times and
 wakes an idle engine) and the engine (plan -> latency -> timeout -> apply, one step at a
@@ -48,7 +49,7 @@ class SimResult:
     """Everything a run produced: flat records plus what is needed to summarize them."""
 
     requests: object
-    """pandas DataFrame, one row per request (see `Engine._request_frame`)."""
+    """pandas DataFrame, one row per request (see `EngineCore.request_frame`)."""
     steps: object
     """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
     itl_s: np.ndarray
@@ -221,8 +222,8 @@ class Engine:
                 c.gaps.add_run(gaps, running)
             used_before = c.kv.used_blocks
             c.kv.take(int(grown[k - 1]))
-            c.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k],
-                                      used_before + grown[:k], out[:k])
+            c.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k], used_before + grown[:k],
+                                   out[:k])
             t = end
             budget -= k
             if k == k_left:
