@@ -23,10 +23,13 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
     con = console or Console()
-    params = ", ".join(f"{k}={v}" for k, v in summary.get("policy_params", {}).items())
-    title = (f"{summary.get('policy')} ({params}) · workload {summary.get('workload')} · "
-             f"profile {summary.get('profile_label', summary.get('profile', '?'))}")
-    con.print(summary_table(summary, title))
+    params = " ".join(f"{k}={v}" for k, v in summary.get("policy_params", {}).items()
+                      if v not in (None, 0, {}, False) or k == "variant")
+    con.print(f"[bold]{summary.get('policy')}[/bold] [dim]{params}[/dim]")
+    con.print(f"workload [bold]{summary.get('workload')}[/bold] · profile "
+              f"{summary.get('profile_label', summary.get('profile', '?'))} "
+              f"[dim]({str(summary.get('profile_sha256', ''))[:12]})[/dim]")
+    con.print(summary_table(summary))
     good = summary.get("request_goodput")
     good_s = f"  goodput {good:.2f} req/s" if good is not None else ""
     con.print(
