@@ -29,6 +29,7 @@ import torch
 
 from chunksim.live.batch import build_passes
 from chunksim.live.records import LiveStepLog, TokenLog
+from chunksim.live.replay import StepReplayer
 from chunksim.live.runtime import Runtime, pinned_threads
 from chunksim.live.settings import LiveSettings
 from chunksim.live.slots import SlotTable
@@ -58,6 +59,9 @@ class LiveResult:
     """Run facts: policy, workload, KV, device, threads, measured step overhead."""
     itl_by_class_s: dict = field(default_factory=dict)
     """Pooled token gaps per request class (only when there are several)."""
+    replayer: object = None
+    """live.replay.StepReplayer: re-times this run's steps in isolation (holds the model
+    and KV pools; drop it to free them)."""
 
 
 class LiveEngine:
@@ -92,10 +96,13 @@ class LiveEngine:
                           rt.kv_bytes_budget())
         book = TokenBook(self.workload, self.settings.model.vocab_size, self.settings.seed)
         live_steps, token_log = LiveStepLog(), TokenLog()
+        batches: list[tuple] = []  # each step's StepBatch(es), for replay
         pools = slots.pools
         clock = time.perf_counter
         gc.collect()
         gc.freeze()  # long-lived objects out of the collector's way (as serving engines do)
+        gc_pause = _GcPauses()
+        gc.callbacks.append(gc_pause)
         t0 = clock()
         last_end: float | None = None  # end of the previous step while the engine is busy
         idle_s = 0.0
@@ -108,16 +115,16 @@ class LiveEngine:
                     if core.done:
                         break
                     wake = core.next_arrival_s
-                    _wait_until(t0 + wake, clock)
+                    _wait_until(t0 + wake, clock, spin=self.settings.idle_wait == "spin")
                     idle_s += clock() - t0 - now
                     last_end = None
                     continue
                 plan = core.plan(start)
                 if plan is None:  # preemption only: nothing ran; free the victims' slots
-                    slots.retain({r.request_id for r in core.running})
+                    slots.retain(_cached(core.running))
                     continue
-                for victim in plan.preempted:
-                    slots.release(victim.request_id)
+                if plan.preempted:  # victims' KV is dropped (recompute)
+                    slots.retain(_cached(r for r in core.running if r not in plan.preempted))
                 for req in plan.admitted:
                     slots.acquire(req.request_id)
                 shape = core.begin_step(plan, start)
@@ -147,14 +154,19 @@ class LiveEngine:
                     token_log.add(rid, req.num_output_tokens - 1, end, sampled[rid], step)
                     finished = finished or req.is_finished
                 if finished:
-                    slots.retain({r.request_id for r in core.running})
+                    slots.retain(_cached(core.running))
                 live_steps.append(forward_s, end - start - forward_s, last_end is not None,
                                   len(passes))
+                batches.append(tuple(p.batch for p in passes))
                 last_end = end
         finally:
+            gc.callbacks.remove(gc_pause)
             gc.unfreeze()
         wall_s = clock() - t0
-        return self._result(core, live_steps, token_log, slots, rt, wall_s, idle_s)
+        result = self._result(core, live_steps, token_log, slots, rt, wall_s, idle_s)
+        result.meta.update(gc_collections=gc_pause.count, gc_pause_s=gc_pause.total_s)
+        result.replayer = StepReplayer(rt, slots.pools, batches)
+        return result
 
     def _result(self, core, live_steps, token_log, slots, rt, wall_s, idle_s) -> LiveResult:
         steps = core.steps.frame()
@@ -169,6 +181,7 @@ class LiveEngine:
             max_model_len=self.max_model_len,
             kv_pools=slots.describe(),
             kv_pool_bytes=slots.nbytes,
+            kv_slot_moves=slots.moves,
             wall_s=wall_s,
             idle_s=idle_s,
             step_overhead_s=float(np.median(overhead)) if len(overhead) else 0.0,
@@ -180,11 +193,31 @@ class LiveEngine:
                           token_log.frame(), meta, core.gaps.by_class(core.class_names))
 
 
-def _wait_until(deadline: float, clock) -> None:
-    """Sleep until `deadline` (a `clock()` value), spinning through the last millisecond."""
+class _GcPauses:
+    """gc callback: how often and how long the collector paused the loop."""
+
+    def __init__(self) -> None:
+        self.count, self.total_s, self._t = 0, 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.count += 1
+            self.total_s += time.perf_counter() - self._t
+
+
+def _cached(running) -> dict[int, int]:
+    """request id -> tokens in its KV slot, for the running requests."""
+    return {r.request_id: r.num_computed_tokens for r in running}
+
+
+def _wait_until(deadline: float, clock, spin: bool = False) -> None:
+    """Sleep until `deadline` (a `clock()` value), spinning through the last millisecond
+    (or all the way, with `spin`)."""
     while True:
         left = deadline - clock()
         if left <= 0:
             return
-        if left > 2 * _SPIN_S:
+        if left > 2 * _SPIN_S and not spin:
             time.sleep(left - _SPIN_S)

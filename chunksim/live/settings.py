@@ -29,6 +29,10 @@ class LiveSettings:
     """Untimed repeats of each warm-up step shape before the clock starts."""
     memory_fraction: float = 0.9
     """Share of device memory that weights + the live KV pools may take."""
+    idle_wait: str = "sleep"
+    """How an idle loop waits for the next arrival: `sleep` (as a server does; the core
+    may cool down: on this project's 2-vCPU VM the first steps after ~20 ms asleep run
+    up to 2x slower) or `spin` (busy-wait: keeps the core awake, burns a CPU)."""
 
     def __post_init__(self) -> None:
         dtype_name(self.dtype)  # raises on an unknown dtype
@@ -38,12 +42,14 @@ class LiveSettings:
             raise ValueError(f"--threads {self.threads}: a CPU live run needs threads >= 1")
         if self.warmup_steps < 0:
             raise ValueError(f"warmup_steps={self.warmup_steps} must be >= 0")
+        if self.idle_wait not in ("sleep", "spin"):
+            raise ValueError(f"idle_wait={self.idle_wait!r}: use sleep or spin")
         if not 0 < self.memory_fraction <= 1:
             raise ValueError(f"memory_fraction={self.memory_fraction} must be in (0, 1]")
 
     @classmethod
-    def from_profile(cls, provenance: dict, threads: int | None = None,
-                     seed: int = 0) -> LiveSettings:
+    def from_profile(cls, provenance: dict, threads: int | None = None, seed: int = 0,
+                     idle_wait: str = "sleep") -> LiveSettings:
         """The settings a profile was measured with. `threads`, if given, must match the
         profile's: a table timed on 1 thread says nothing about 2."""
         model = provenance.get("model") or {}
@@ -65,9 +71,10 @@ class LiveSettings:
         else:
             threads = None
         return cls(model=cfg, device=device, dtype=provenance.get("dtype", "float32"),
-                   threads=threads, seed=seed)
+                   threads=threads, seed=seed, idle_wait=idle_wait)
 
     def as_dict(self) -> dict:
         """Echoed into validation.json."""
         return {"model": self.model.name, "device": self.device, "dtype": self.dtype,
-                "threads": self.threads, "seed": self.seed, "warmup_steps": self.warmup_steps}
+                "threads": self.threads, "seed": self.seed, "warmup_steps": self.warmup_steps,
+                "idle_wait": self.idle_wait}

@@ -9,14 +9,16 @@ stays in `EngineCore` (shared with the simulator); this only maps requests to me
 
 A slot is taken when a request is admitted and returned when it finishes or is preempted;
 the recompute after a preemption re-writes the KV from position 0 into its new slot.
-Lowest free slot first keeps decode batches on adjacent slots (a zero-copy view for
-attention) as often as possible. Deviation from vLLM: no paging, so decode batches over
-scattered slots pay a gather copy that paged attention does not.
+Each pool is kept compact: the requests of a class occupy slots 0 .. n-1, and when one
+leaves, the request in slot n-1 moves into its slot (its KV copied, a few hundred KB on
+`tiny`). A decode batch is then a run of adjacent slots, the zero-copy attention view the
+profiler measures, instead of a gather copy of every decode's KV each step (+10-15 % on a
+4-decode CPU step). Deviation from vLLM: no paging; paged attention needs neither.
 """
 
 from __future__ import annotations
 
-import heapq
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -60,37 +62,57 @@ class SlotTable:
                 "or --kv-blocks (they bound how many requests run at once)")
         self.pools: list[KVPool] = []
         self.pool_of_class: dict[int, int] = {}
-        self.free: list[list[int]] = []
+        self.occupant: list[list[int]] = []  # per pool: request id in slot 0 .. n-1
         for cap, (slots, _) in shapes.items():
             self.pool_of_class[cap] = len(self.pools)
             self.pools.append(KVPool(cfg, slots, cap, device, dtype))
-            self.free.append(list(range(slots)))  # already a heap
+            self.occupant.append([])
         self.where: dict[int, tuple[int, int]] = {}
         self.nbytes = total
+        self.moves = 0
+        """KV copies made to keep the pools compact."""
 
     def acquire(self, request_id: int) -> tuple[int, int]:
-        """Give `request_id` the lowest free slot of its class; returns (pool, slot)."""
+        """Give `request_id` the first free slot of its class; returns (pool, slot)."""
         if request_id in self.where:
             raise RuntimeError(f"request {request_id} already holds a KV slot")
         pool = self.pool_of_class[self.class_of[request_id]]
-        if not self.free[pool]:
+        occ = self.occupant[pool]
+        if len(occ) == self.pools[pool].slots:
             raise RuntimeError(
                 f"no free KV slot of {self.pools[pool].capacity_tokens} tokens for request "
                 f"{request_id}: more requests running than the seat cap or KV blocks allow")
-        slot = heapq.heappop(self.free[pool])
-        self.where[request_id] = (pool, slot)
-        return pool, slot
+        self.where[request_id] = (pool, len(occ))
+        occ.append(request_id)
+        return pool, len(occ) - 1
 
-    def release(self, request_id: int) -> None:
-        """Return the request's slot (finish or preemption); no-op if it holds none."""
+    def release(self, request_id: int, cached_tokens: Callable[[int], int]) -> None:
+        """Free the request's slot (finish or preemption; no-op if it holds none) and move
+        the pool's last request into it; `cached_tokens(rid)` says how much KV to copy."""
         held = self.where.pop(request_id, None)
-        if held is not None:
-            heapq.heappush(self.free[held[0]], held[1])
+        if held is None:
+            return
+        pool_idx, slot = held
+        occ = self.occupant[pool_idx]
+        last = occ.pop()
+        if last == request_id:
+            return
+        n = cached_tokens(last)
+        if n:
+            pool = self.pools[pool_idx]
+            for t in pool.k + pool.v:
+                t[slot, :, :n] = t[len(occ), :, :n]
+            self.moves += 1
+        occ[slot] = last
+        self.where[last] = (pool_idx, slot)
 
-    def retain(self, running_ids: set[int]) -> None:
-        """Release every slot whose request is no longer running."""
-        for rid in [r for r in self.where if r not in running_ids]:
-            self.release(rid)
+    def retain(self, running: Mapping[int, int]) -> None:
+        """Release every slot whose request is not in `running` (request id -> its cached
+        tokens, for the moves)."""
+        leaving = [r for r in self.where if r not in running]
+        # highest slots first, so the request moved into a freed slot is never leaving too
+        for rid in sorted(leaving, key=lambda r: self.where[r][1], reverse=True):
+            self.release(rid, running.__getitem__)
 
     def describe(self) -> list[dict]:
         """Pool shapes, for the run's metadata."""

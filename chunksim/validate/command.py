@@ -1,0 +1,83 @@
+"""`sim validate`: profile (or reuse a profile), run the workload live, simulate it, and
+write how far the prediction is from the measurement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from chunksim.run_options import RunOptions, with_run_options
+from chunksim.workloads.options import WorkloadOptions, build_workload, with_workload_options
+
+_V = "Validation"
+
+
+@with_run_options
+@with_workload_options
+def validate(
+    run_opts: RunOptions,
+    workload_opts: WorkloadOptions,
+    out: Annotated[Path, typer.Option("--out", rich_help_panel=_V, help=(
+        "Directory for validation.json, live/sim requests and steps CSVs, live_tokens.csv "
+        "and validation.png (written atomically)."))],
+    model: Annotated[str, typer.Option("--model", rich_help_panel=_V, help=(
+        "Model preset to profile when no --profile is given."))] = "tiny",
+    device: Annotated[str, typer.Option("--device", rich_help_panel=_V, help=(
+        "cpu, cuda or auto, when profiling on the fly."))] = "auto",
+    dtype: Annotated[str | None, typer.Option("--dtype", rich_help_panel=_V, help=(
+        "Profile dtype when profiling on the fly [float32 on CPU, bfloat16 on CUDA]."))] = None,
+    grid: Annotated[str, typer.Option("--grid", rich_help_panel=_V, help=(
+        "Grid preset when profiling on the fly (quick, default, fine)."))] = "quick",
+    threads: Annotated[int | None, typer.Option("--threads", min=1, rich_help_panel=_V, help=(
+        "torch threads on CPU [the profile's; 1 when profiling on the fly]. Must match "
+        "a reused profile's."))] = None,
+    idle_wait: Annotated[str, typer.Option("--idle-wait", rich_help_panel=_V, help=(
+        "How the idle live loop waits for traffic: sleep (as a server does) or spin "
+        "(keeps the CPU core awake)."))] = "sleep",
+    replay_steps: Annotated[int, typer.Option("--replay-steps", min=0, rich_help_panel=_V, help=(
+        "Live steps re-timed alone after the run, to split the step error into "
+        "interpolation, machine drift and in-sequence costs (0 = skip)."))] = 180,
+    plot: Annotated[bool, typer.Option("--plot/--no-plot", rich_help_panel=_V, help=(
+        "Draw validation.png."))] = True,
+    as_json: Annotated[bool, typer.Option("--json", rich_help_panel=_V, help=(
+        "Print validation.json's metrics as one JSON line, last on stdout."))] = False,
+) -> None:
+    """Check the simulator against real execution: run the workload live (real forward
+    passes of the profiled model, same policy code) and simulated, and report the signed
+    error of mean/P50/P90/P99 TTFT, ITL, TPOT, E2EL and throughput.
+
+    Examples: `sim validate --profile out/profiles/tiny-cpu.csv --policy chunk --chunk 256
+    --rate 8 -n 100 --out runs/val`; `sim validate --grid quick --out runs/val` (profiles
+    first).
+    """
+    from chunksim.live.settings import LiveSettings
+    from chunksim.sim.profile import load_profile
+    from chunksim.validate.output import write_validation
+    from chunksim.validate.run import validate as run_validation
+
+    if run_opts.profile is not None:
+        profile = load_profile(run_opts.profile)
+    else:
+        from chunksim.validate.profiling import profile_now
+
+        typer.echo(f"profiling {model} ({grid} grid) into {out}/profile.csv ...", err=True)
+        profile = profile_now(out / "profile.csv", model=model, device=device, dtype=dtype,
+                              threads=threads or 1, grid=grid, seed=workload_opts.seed)
+    settings = LiveSettings.from_profile(profile.provenance, threads=threads,
+                                         seed=workload_opts.seed, idle_wait=idle_wait)
+    workload = build_workload(workload_opts)
+    typer.echo(f"running {len(workload.requests)} requests live "
+               f"(~{workload.duration_s:.0f} s of arrivals) ...", err=True)
+    v = run_validation(workload, profile, run_opts.to_config(workload_opts.seed), settings,
+                       replay_steps=replay_steps)
+    write_validation(out, v, plot=plot)
+    if as_json:
+        typer.echo(json.dumps(v.report, default=str))
+        return
+    from chunksim.validate.table import print_validation
+
+    print_validation(v.report)
+    typer.echo(f"wrote {out}/validation.json and the records next to it")

@@ -1,0 +1,236 @@
+"""One validation: run a workload live, simulate the same workload with the same policy,
+KV and per-step overhead, and compare. The library entry point behind `sim validate`.
+
+The live run goes first: the simulator's per-step CPU overhead is, unless given, the live
+loop's measured median time per step outside the forward pass (over busy steps), so both
+sides price the same work. Prefix caching is off on both sides (the live loop does not
+reuse KV across requests); requests longer than the model's RoPE table are rejected on
+both sides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from chunksim.live.settings import LiveSettings
+from chunksim.sim.profile import Profile
+from chunksim.sim.run import RunConfig, default_kv_blocks
+from chunksim.validate.compare import (
+    TARGET_KEYS,
+    compare_counts,
+    compare_summaries,
+    overhead_stats,
+    step_error,
+    step_predictions,
+    worst_abs_error,
+)
+from chunksim.workloads.spec import Workload
+
+FORMAT = "chunksim-validation/1"
+
+
+@dataclass
+class Validation:
+    """Both runs' records and summaries, and the report written as validation.json."""
+
+    live: object
+    """live.loop.LiveResult."""
+    live_summary: dict
+    """`summarize` of the live records (same keys as a simulation summary)."""
+    sim: object
+    """sim.engine.SimResult."""
+    sim_summary: dict
+    """The simulation's summary."""
+    report: dict
+    """validation.json."""
+
+
+def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) -> RunConfig:
+    """`cfg` with what both sides must share pinned: KV blocks resolved from the profile,
+    prefix caching off, max_model_len capped by the model's RoPE table."""
+    blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
+                                                cfg.gpu_memory_utilization)
+    cap = settings.model.max_position
+    mml = cfg.engine.max_model_len
+    engine = replace(cfg.engine, max_model_len=cap if mml is None else min(mml, cap))
+    return replace(cfg, kv_blocks=blocks, prefix_caching=False, engine=engine)
+
+
+def validate(workload: Workload, profile: Profile, cfg: RunConfig,
+             settings: LiveSettings | None = None, runtime=None,
+             replay_steps: int = 180) -> Validation:
+    """Run `workload` live on the profile's model/device/dtype/threads, then simulate it.
+    `replay_steps` live steps (a third of them with prefill, where there are enough) are
+    re-timed in isolation to split the step-level error, and a sixth as many (at least 8)
+    of the profile's own points before and after the run (0 = skip both)."""
+    from chunksim.live.loop import LiveEngine
+    from chunksim.policies import make_policy
+    from chunksim.sim.kv_cache import KVConfig
+    from chunksim.sim.latency import LatencyModel
+    from chunksim.sim.metrics import summarize
+    from chunksim.sim.run import simulate
+
+    settings = settings or LiveSettings.from_profile(profile.provenance)
+    notes = []
+    if cfg.prefix_caching:
+        notes.append("prefix caching off on both sides (the live loop does not reuse KV)")
+    cfg = comparable_config(cfg, profile, settings)
+    device_name = profile.provenance.get("device_name")
+    policy = make_policy(cfg.policy, cfg.knobs, device_name)
+    kv = KVConfig(cfg.kv_blocks, cfg.block_size, False, workload.prefix_block_tokens)
+    probe = None
+    if replay_steps > 0:  # the machine's speed on the table's own points, just before
+        from chunksim.live.replay import probe_rows, remeasure_points
+        from chunksim.live.runtime import Runtime, pinned_threads
+
+        with pinned_threads(settings.threads):
+            runtime = runtime or Runtime(settings)
+            rows = probe_rows(profile.table, settings.model.max_position,
+                              count=max(8, replay_steps // 6), seed=cfg.engine.seed)
+            probe = (rows, remeasure_points(runtime, profile.table, rows))
+    live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
+                      runtime=runtime).run()
+    live_summary = summarize(live.requests, live.steps, live.itl_s, cfg.slos_s, live.meta)
+
+    if cfg.step_overhead_s is None:
+        cfg = replace(cfg, step_overhead_s=live.meta["step_overhead_s"])
+        source = "live median (busy steps)"
+    else:
+        source = "given (--step-overhead-ms)"
+    sim, sim_summary = simulate(workload, profile, cfg)
+
+    latency = LatencyModel(profile, 0.0)
+    predicted_s = step_predictions(live.steps, latency)
+    live.steps["predicted_forward_s"] = predicted_s
+    metrics = compare_summaries(sim_summary, live_summary)
+    worst_key, worst = worst_abs_error(metrics)
+    prov = profile.provenance
+    step_err = step_error(live.steps, predicted_s)
+    drift = None
+    if replay_steps > 0:
+        step_err["decomposition"] = decompose(live, profile, settings, predicted_s,
+                                              replay_steps, cfg.engine.seed, probe)
+        drift = drift_corrected(workload, profile, cfg, live_summary,
+                                step_err["decomposition"]["drift_factor"])
+    live.replayer = None  # frees the model reference and the KV pools
+    report = {
+        "format": FORMAT,
+        "metrics": metrics,
+        "target_keys": list(TARGET_KEYS),
+        "worst_abs_error_pct": worst,
+        "worst_metric": worst_key,
+        "step_error": step_err,
+        "drift_corrected": drift,
+        "step_overhead_s": cfg.step_overhead_s,
+        "step_overhead_source": source,
+        "live_overhead": overhead_stats(live.steps),
+        "counts": compare_counts(sim_summary, live_summary),
+        "profile": profile.path.rsplit("/", 1)[-1],
+        "profile_sha256": profile.sha256,
+        "profile_label": profile.label,
+        "profile_step_overhead_s": prov.get("step_overhead_s"),
+        "live": {**settings.as_dict(), "wall_s": live.meta["wall_s"],
+                 "idle_s": live.meta["idle_s"], "kv_pools": live.meta["kv_pools"],
+                 "kv_slot_moves": live.meta["kv_slot_moves"],
+                 "gc_collections": live.meta["gc_collections"],
+                 "gc_pause_s": live.meta["gc_pause_s"],
+                 "torch_version": live.meta["torch_version"],
+                 "profile_torch_version": prov.get("torch_version")},
+        "policy": sim_summary["policy"],
+        "policy_params": sim_summary["policy_params"],
+        "workload": workload.name,
+        "workload_params": dict(workload.params),
+        "requests": len(workload.requests),
+        "kv_blocks": cfg.kv_blocks,
+        "block_size": cfg.block_size,
+        "max_model_len": cfg.engine.max_model_len,
+        "prefix_caching": False,
+        "jitter": cfg.engine.jitter,
+        "notes": notes,
+        "definitions": "error_pct = (predicted - measured) / measured * 100 (predicted = "
+                       "simulator, measured = live); metrics as vllm bench serve defines "
+                       "them (median = P50); step_error compares the table's forward time "
+                       "for each live step's composition with its measured forward time "
+                       "(median_pct signed, p99_pct = P99 of |error|).",
+    }
+    return Validation(live, live_summary, sim, sim_summary, report)
+
+
+def drift_corrected(workload: Workload, profile: Profile, cfg: RunConfig,
+                    live_summary: dict, factor: float) -> dict:
+    """The simulation redone on the table scaled by `factor` (how much slower the machine
+    ran the table's own points around the live run than when profiling): what the error
+    would be had the profile been measured at the live run's machine speed. A diagnostic
+    beside the raw figures, never instead of them."""
+    from chunksim.sim.run import simulate
+
+    t = profile.table.copy()
+    for col in ("median_s", "p10_s", "p90_s", "mean_s"):
+        if col in t:
+            t[col] = t[col] * factor
+    scaled = Profile(table=t, provenance=profile.provenance,
+                     path=f"{profile.path} (x{factor:.3f})", sha256=profile.sha256)
+    _, s = simulate(workload, scaled, cfg)
+    metrics = compare_summaries(s, live_summary)
+    key, worst = worst_abs_error(metrics)
+    return {"factor": factor, "worst_abs_error_pct": worst, "worst_metric": key,
+            "metrics": {k: metrics[k]["error_pct"] for k in metrics}}
+
+
+def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.ndarray,
+              count: int, seed: int, probe: tuple | None = None) -> dict:
+    """Re-time a sample of live steps alone and the probe grid points again (see
+    `live.replay`): table-vs-replay, replay-vs-live, and how far the profile's own points
+    moved since profiling (`profile_drift`, before and after the live run; `drift_factor`
+    = median of now / table over both). Adds `replay_forward_s` to the live steps."""
+    from chunksim.live.replay import probe_rows, remeasure_points
+    from chunksim.live.runtime import pinned_threads
+
+    steps = live.steps
+    rng = np.random.default_rng(seed)
+    prefill = np.flatnonzero(steps["prefill_tokens"].to_numpy() > 0)
+    decode = np.flatnonzero(steps["prefill_tokens"].to_numpy() == 0)
+    n_pre = min(len(prefill), count // 3)
+    n_dec = min(len(decode), count - n_pre)
+    sample = np.sort(np.concatenate([rng.choice(prefill, n_pre, replace=False),
+                                     rng.choice(decode, n_dec, replace=False)])).astype(int)
+    rows, before_s = probe if probe is not None else (
+        probe_rows(profile.table, settings.model.max_position, seed=seed), None)
+    with pinned_threads(settings.threads):
+        replay_s = live.replayer.replay(sample.tolist())
+        now_s = remeasure_points(live.replayer.runtime, profile.table, rows)
+    col = np.full(len(steps), np.nan)
+    col[sample] = replay_s
+    steps["replay_forward_s"] = col
+    measured = steps["forward_s"].to_numpy()[sample]
+    table_s = profile.table.loc[rows, "median_s"].to_numpy()
+    is_pre = steps["prefill_tokens"].to_numpy()[sample] > 0
+
+    def stats(pred, meas) -> dict:
+        e = (pred - meas) / meas * 100.0
+        if len(e) == 0:
+            return {"steps": 0}
+        return {"steps": int(len(e)), "median_pct": float(np.median(e)),
+                "median_abs_pct": float(np.median(np.abs(e))),
+                "p90_abs_pct": float(np.percentile(np.abs(e), 90))}
+
+    return {
+        "table_vs_replay": stats(predicted_s[sample], replay_s),
+        "replay_vs_live": stats(replay_s, measured),
+        "table_vs_live": stats(predicted_s[sample], measured),
+        "table_vs_replay_prefill": stats(predicted_s[sample][is_pre], replay_s[is_pre]),
+        "table_vs_replay_decode": stats(predicted_s[sample][~is_pre], replay_s[~is_pre]),
+        "replay_vs_live_prefill": stats(replay_s[is_pre], measured[is_pre]),
+        "replay_vs_live_decode": stats(replay_s[~is_pre], measured[~is_pre]),
+        "profile_drift": {**stats(table_s, now_s), "points": len(rows)},
+        "profile_drift_before": ({**stats(table_s, before_s), "points": len(rows)}
+                                 if before_s is not None else None),
+        "drift_factor": float(np.median(np.concatenate(
+            [now_s] + ([before_s] if before_s is not None else [])) / np.concatenate(
+            [table_s] + ([table_s] if before_s is not None else [])))),
+        "note": "x_vs_y = (x - y) / y; table = profile interpolated at the step's shape, "
+                "replay = the same step re-timed alone after the run, live = as it ran; "
+                "profile_drift = the profile's own grid points re-timed now",
+    }

@@ -1,0 +1,152 @@
+"""`sim validate` on CPU in seconds: a small model run live against a synthetic table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from factories import make_profile, workload
+from typer.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from chunksim.cli import app  # noqa: E402
+from chunksim.live.settings import LiveSettings  # noqa: E402
+from chunksim.policies import PolicyKnobs  # noqa: E402
+from chunksim.profiler.config import ModelConfig  # noqa: E402
+from chunksim.sim.run import RunConfig  # noqa: E402
+from chunksim.validate.compare import (  # noqa: E402
+    TARGET_KEYS,
+    metric_keys,
+    rel_error_pct,
+    step_error,
+    worst_abs_error,
+)
+from chunksim.validate.output import write_validation  # noqa: E402
+from chunksim.validate.run import validate  # noqa: E402
+
+SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
+                    head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)
+REPORT_KEYS = {"format", "metrics", "target_keys", "worst_abs_error_pct", "worst_metric",
+               "step_error", "step_overhead_s", "step_overhead_source", "live_overhead",
+               "counts", "profile", "profile_sha256", "profile_label",
+               "profile_step_overhead_s", "live", "policy", "policy_params", "workload",
+               "workload_params", "requests", "kv_blocks", "block_size", "max_model_len",
+               "prefix_caching", "jitter", "notes", "definitions", "drift_corrected"}
+STEP_ERROR_KEYS = {"steps", "median_pct", "mean_pct", "median_abs_pct", "p90_abs_pct",
+                   "p99_pct", "p1_signed_pct", "p99_signed_pct", "by_kind", "sum_pct"}
+
+
+@pytest.fixture(scope="module")
+def small_profile(tmp_path_factory):
+    """The linear synthetic table, with provenance naming the small model on 1 CPU thread."""
+    return make_profile(tmp_path_factory.mktemp("small"), name="small",
+                        provenance={"model": SMALL.as_dict(), "threads": 1})
+
+
+REQS = [(0.0, 60, 6), (0.01, 130, 4), (0.02, 20, 9), (0.05, 300, 3), (0.06, 45, 5)]
+
+
+def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_path):
+    cfg = RunConfig(policy="budget", knobs=PolicyKnobs(chunk=64), kv_blocks=64)
+    v = validate(workload(REQS), small_profile, cfg, replay_steps=30)
+    files = write_validation(tmp_path, v)
+    assert all(p.is_file() and p.stat().st_size > 0 for p in files)
+    assert (tmp_path / "validation.png").read_bytes()[:4] == b"\x89PNG"
+    report = json.loads((tmp_path / "validation.json").read_text())
+    assert REPORT_KEYS <= set(report)
+    assert list(report["metrics"]) == metric_keys()
+    for stat in ("mean", "median", "p90", "p99"):
+        for m in ("ttft", "itl", "tpot", "e2el"):
+            row = report["metrics"][f"{stat}_{m}_ms"]
+            assert set(row) == {"predicted", "measured", "error_pct"}
+            assert row["error_pct"] == pytest.approx(
+                (row["predicted"] - row["measured"]) / row["measured"] * 100)
+    for key in ("request_throughput", "output_throughput", "total_token_throughput"):
+        assert report["metrics"][key]["measured"] > 0
+    assert STEP_ERROR_KEYS <= set(report["step_error"])
+    d = report["step_error"]["decomposition"]
+    assert 0 < d["table_vs_replay"]["steps"] <= 30 and d["profile_drift"]["points"] > 0
+    assert d["drift_factor"] > 0 and report["drift_corrected"]["factor"] == d["drift_factor"]
+    assert set(report["drift_corrected"]["metrics"]) == set(metric_keys())
+    assert report["step_error"]["steps"] == len(v.live.steps)
+    assert report["profile_sha256"] == small_profile.sha256
+    assert report["step_overhead_s"] == v.live.meta["step_overhead_s"] > 0
+    assert report["live"]["threads"] == 1 and report["prefix_caching"] is False
+    assert report["counts"]["completed"] == {"predicted": 5, "measured": 5}
+    # the per-request CSVs of both sides line up row for row
+    live = pd.read_csv(tmp_path / "live_requests.csv")
+    sim = pd.read_csv(tmp_path / "sim_requests.csv")
+    assert list(live.columns) == list(sim.columns) and len(live) == len(sim) == len(REQS)
+    tokens = pd.read_csv(tmp_path / "live_tokens.csv")
+    assert len(tokens) == sum(o for _, _, o in REQS)
+    steps = pd.read_csv(tmp_path / "live_steps.csv")
+    assert {"forward_s", "overhead_s", "predicted_forward_s", "busy"} <= set(steps.columns)
+
+
+def test_cli_validate_writes_validation_json(small_profile, tmp_path):
+    out = tmp_path / "val"
+    res = CliRunner().invoke(app, [
+        "validate", "--profile", small_profile.path, "--policy", "chunk", "--chunk", "64",
+        "--rate", "40", "-n", "8", "--prompt-mean", "80", "--prompt-max", "300",
+        "--output-mean", "6", "--output-max", "12", "--kv-blocks", "128", "--no-plot",
+        "--replay-steps", "0", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "validation.json").read_text())
+    assert REPORT_KEYS <= set(report) and report["policy"] == "chunk"
+    assert report["requests"] == 8 and not (out / "validation.png").exists()
+    assert report["drift_corrected"] is None and "decomposition" not in report["step_error"]
+    assert "p99_itl_ms" in res.output and "step-level" in res.output
+
+
+def test_cli_threads_must_match_the_profile(small_profile, tmp_path):
+    res = CliRunner().invoke(app, ["validate", "--profile", small_profile.path, "-n", "2",
+                                   "--threads", "2", "--out", str(tmp_path)])
+    assert res.exit_code != 0
+    assert "differs from the profile's 1 threads" in str(res.exception)
+
+
+def test_settings_come_from_the_profile(small_profile):
+    s = LiveSettings.from_profile(small_profile.provenance)
+    assert s.model == SMALL and (s.device, s.dtype, s.threads) == ("cpu", "float32", 1)
+    with pytest.raises(ValueError, match="lacks the model shape"):
+        LiveSettings.from_profile({"model": {"name": "synthetic"}})
+
+
+def test_relative_errors_and_worst_metric():
+    assert rel_error_pct(110.0, 100.0) == pytest.approx(10.0)
+    assert rel_error_pct(90.0, 100.0) == pytest.approx(-10.0)
+    assert rel_error_pct(1.0, 0.0) is None and rel_error_pct(math.nan, 1.0) is None
+    metrics = {k: {"error_pct": e} for k, e in zip(TARGET_KEYS, (1, -7, 3, None, 2, -1),
+                                                    strict=True)}
+    assert worst_abs_error(metrics) == (TARGET_KEYS[1], 7)
+
+
+def test_step_error_is_signed_median_and_p99_of_absolute():
+    steps = pd.DataFrame({"forward_s": [1.0, 1.0, 2.0, 4.0], "prefill_tokens": [0, 0, 10, 10],
+                          "decodes": [1, 2, 0, 3]})
+    pred = np.array([1.1, 0.8, 2.0, 5.0])
+    se = step_error(steps, pred)
+    assert se["median_pct"] == pytest.approx(5.0)  # median of +10, -20, 0, +25
+    assert se["p99_pct"] == pytest.approx(np.percentile([10, 20, 0, 25], 99))
+    assert se["by_kind"]["decode_only"]["steps"] == 2
+    assert se["by_kind"]["prefill_only"]["median_pct"] == pytest.approx(0.0)
+    assert se["by_kind"]["mixed"]["median_pct"] == pytest.approx(25.0)
+
+
+def test_profile_on_the_fly(tmp_path):
+    from chunksim.validate.profiling import profile_now
+
+    p = profile_now(tmp_path / "p.csv", model="tiny", device="cpu", grid="quick",
+                    chunk_lens="0,16", decode_counts="0,1", kv_lens="1,32", prior_lens="")
+    assert p.provenance["model"]["name"] == "tiny" and len(p.table) == 5
+    assert LiveSettings.from_profile(p.provenance).model.name == "tiny"
+    # more passes: fast points measured again, the table rewritten with a fresh hash
+    p3 = profile_now(tmp_path / "p.csv", model="tiny", device="cpu", grid="quick",
+                     chunk_lens="0,16", decode_counts="0,1", kv_lens="1,32", prior_lens="",
+                     passes=3)
+    assert p3.provenance["passes"] == 3 and p3.sha256 != p.sha256
+    assert (p3.table.repeats >= 3 * 3).all() and (p3.table.median_s > 0).all()

@@ -1,0 +1,46 @@
+"""benchmarks/validate_gpu.py end to end on CPU (`--dry-run`: tiny model, tiny grid)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "validate_gpu.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("validate_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
+    mod = _load()
+    summary = mod.main(["--dry-run", "--out", str(tmp_path), "--duration", "1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(lines[-1]) == json.loads(json.dumps(summary))
+    assert set(summary["scenarios"]) == {"whole/medium", "chunk256/medium", "budget512/medium"}
+    assert summary["model"] == "tiny" and summary["rate_per_s"] > 0
+    for name in summary["scenarios"]:
+        report = json.loads((tmp_path / name.replace("/", "__") / "validation.json").read_text())
+        family = {"whole": "whole", "chunk256": "chunk", "budget512": "budget"}
+        assert report["policy"] == family[name.split("/")[0]]
+        assert set(summary["scenarios"][name]) == set(report["target_keys"])
+
+
+def test_real_run_targets_8b_bf16_on_cuda(tmp_path):
+    mod = _load()
+    args = mod.parse_args(["--out", str(tmp_path)])
+    assert args.model == "llama-3.1-8b" and not args.dry_run
+    try:
+        mod.get_profile(args, tmp_path)
+    except SystemExit as exc:  # no CUDA here: it must say so, not crash
+        assert "CUDA" in str(exc)
+        return
+    pytest.skip("a CUDA device is present: the real run is the benchmark itself")
