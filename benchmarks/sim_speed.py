@@ -88,7 +88,8 @@ def main() -> None:
           f"{'steps/s':>11}{'build s':>9}  walls")
     for name, r in rows.items():
         print(f"{name:<18}{r['requests']:>9}{r['simulated_s']:>9.0f}{r['steps']:>10}"
-              f"{r['wall_s']:>8.2f}{r['cpu_s']:>7.2f}{r['steps_per_s']:>11.0f}{r['workload_build_s']:>9.2f}  "
+              f"{r['wall_s']:>8.2f}{r['cpu_s']:>7.2f}{r['steps_per_s']:>11.0f}"
+              f"{r['workload_build_s']:>9.2f}  "
               + " ".join(f"{x:.2f}" for x in r["walls_s"]))
     print(f"peak RSS {peak_mb:.0f} MB; target wall <= 5 s")
     head = rows["synthetic"]

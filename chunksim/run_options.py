@@ -140,8 +140,8 @@ RUN_PARAMS = [
         "Sample each step's time from the profile's measured spread (seeded by "
         "--seed).")), False),
     ("step_overhead_ms", _opt(float | None, "--step-overhead-ms", min=0.0, panel=_E, help=(
-        "Per-step CPU overhead added to every step (default: the profile's measured "
-        "value).")), None),
+        "Flat per-step CPU overhead added to every step (default: the profile's fit, base "
+        "+ per request in the step, measured on the live loop).")), None),
     ("goodput", _opt(list[str] | None, "--goodput", panel=_E, help=(
         "SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the "
         "flag).")), None),

@@ -113,3 +113,20 @@ def test_preemption_is_recompute_lifo_and_every_request_finishes(const_profile):
     # the most recently admitted request is the victim: the first one is never preempted
     assert r.preemptions.iloc[0] == 0 and r.preemptions.iloc[2] > 0
     assert res.steps.kv_blocks_used.max() <= 14
+
+
+def test_profiled_overhead_is_base_plus_per_request(tmp_path):
+    from factories import constant_time, make_profile
+
+    prof = make_profile(tmp_path, constant_time(0.010), provenance={
+        "step_overhead": {"median_s": 0.002, "base_s": 0.001, "per_request_s": 0.0005}})
+    w = workload([(0.0, 100, 30), (0.0, 100, 30), (0.0, 100, 40)])
+    res, _ = simulate(w, prof, RunConfig(knobs=PolicyKnobs(chunk=4096)))
+    steps = res.steps
+    n = (steps.decodes + steps.prefill_requests).to_numpy()
+    assert steps.duration_s.to_numpy() == pytest.approx(0.010 + 0.001 + 0.0005 * n)
+    slow, _ = simulate(w, prof, RunConfig(knobs=PolicyKnobs(chunk=4096),
+                                          engine=EngineConfig(fast_forward=False)))
+    assert slow.steps.duration_s.tolist() == steps.duration_s.tolist()
+    flat, _ = simulate(w, prof, RunConfig(knobs=PolicyKnobs(chunk=4096), step_overhead_s=0.0))
+    assert flat.steps.duration_s.tolist() == pytest.approx([0.010] * len(flat.steps))

@@ -153,6 +153,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
                 if on_point is not None:
                     on_point(p, timing)
 
+    overhead = _measure_overhead(s)
     wanted = {p.key() for p in pruned.kept}
     final_rows = [r for k, r in rows.items() if k in wanted]
     meta = {
@@ -167,7 +168,8 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         "model": _model_entry(s.model),
         "weights_bytes": s.model.weights_bytes(s.dtype),
         "kv_bytes_per_token": s.model.kv_bytes_per_token(s.dtype),
-        "step_overhead_s": 0.0,  # measured by the live serving loop, not here (yet)
+        "step_overhead_s": overhead["median_s"],
+        "step_overhead": overhead,
         "grid": s.grid.as_dict(),
         "elapsed_s": round(elapsed_before + time.perf_counter() - started, 3),
         "seed": s.seed,
@@ -177,6 +179,17 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
     meta = write_profile(s.out_csv, final_rows, meta)
     ckpt.remove()
     return ProfileResult(s.out_csv, s.out_csv.with_suffix(".json"), meta, measured)
+
+
+def _measure_overhead(s: ProfileSettings) -> dict:
+    """The live serving loop's per-step cost outside the forward pass (scheduling, input
+    preparation, sampling), on a short synthetic session with this model and device: the
+    simulator adds it to every step so predictions compare with real serving."""
+    from chunksim.live.overhead import measure_step_overhead
+    from chunksim.live.settings import LiveSettings
+
+    return measure_step_overhead(LiveSettings(model=s.model, device=s.device, dtype=s.dtype,
+                                              threads=s.threads, seed=s.seed))
 
 
 def _model_entry(cfg: ModelConfig) -> dict:

@@ -105,7 +105,8 @@ class Engine:
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         meta = c.meta()
         meta.update(profile_sha256=self.latency.profile_sha256, jitter=self.config.jitter,
-                    seed=self.config.seed, step_overhead_s=self.latency.overhead_s)
+                    seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
+                    step_overhead_per_request_s=self.latency.overhead_per_request_s)
         return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names))
 
@@ -148,7 +149,7 @@ class Engine:
             t, o = self.latency.step_s(bs, z)
             dur += t
             out = out or o
-        dur += self.latency.overhead_s
+        dur += self.latency.overhead(len(plan.scheduled))
         yield env.timeout(dur)
         c.end_step(plan, shape, start, env.now, out, dur)
 
@@ -191,8 +192,9 @@ class Engine:
             kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
             dur, out = self.latency.decode_steps_s(n, kv_mean, z)
-            if self.latency.overhead_s:
-                dur = dur + self.latency.overhead_s
+            overhead = self.latency.overhead(n)
+            if overhead:
+                dur = dur + overhead  # the same float op as the step-by-step path
             times = np.cumsum(np.concatenate(((t,), dur)))  # sequential, as step-by-step
             if arrival is not None:  # a step sees arrivals up to its start time
                 k_arr = int(np.searchsorted(times[:k], arrival, side="left"))

@@ -120,10 +120,17 @@ class LatencyModel:
         else:
             self.pchunk = self.pprior = None
             self._delta_l = []
-        self.overhead_s = float(
-            profile.provenance.get("step_overhead_s", 0.0) if step_overhead_s is None
-            else step_overhead_s
-        )
+        # per-step CPU cost outside the forward pass: base + per request in the step, as
+        # `sim profile` fits it on the live loop; an explicit value is a flat cost per step
+        fit = profile.provenance.get("step_overhead") or {}
+        if step_overhead_s is not None:
+            self.overhead_s, self.overhead_per_request_s = float(step_overhead_s), 0.0
+        elif "base_s" in fit and "per_request_s" in fit:
+            self.overhead_s = max(0.0, float(fit["base_s"]))
+            self.overhead_per_request_s = max(0.0, float(fit["per_request_s"]))
+        else:
+            self.overhead_s = float(profile.provenance.get("step_overhead_s", 0.0))
+            self.overhead_per_request_s = 0.0
         if self.overhead_s < 0:
             raise ValueError(f"step overhead {self.overhead_s} s must be >= 0 (--step-overhead-ms)")
         self.profile_sha256 = profile.sha256
@@ -144,6 +151,10 @@ class LatencyModel:
         if self.dec.n > 1:
             g[0, 0, :] = g[0, 1, :]
         return g
+
+    def overhead(self, requests: int) -> float:
+        """Per-step CPU overhead of a step scheduling `requests` requests, seconds."""
+        return self.overhead_s + self.overhead_per_request_s * requests
 
     # -- scalar path (one step) -------------------------------------------------------
     def _interp3(self, grid: list, c: float, d: float, k: float) -> tuple[float, bool]:
