@@ -8,8 +8,6 @@ and calls `WorkloadOptions.from_cli(locals())`, or decorates itself with
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -688,25 +686,6 @@ def with_workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(policy: str, workload_opts: WorkloadOptions) -> None:
             workload = build_workload(workload_opts)
     """
-    sig = inspect.signature(fn, eval_str=True)  # resolve string annotations in fn's module
-    if "workload_opts" not in sig.parameters:
-        raise TypeError(f"{fn.__name__} must take a `workload_opts` parameter")
-    own = [p for p in sig.parameters.values() if p.name != "workload_opts"]
-    clash = {p.name for p in own} & {name for name, _, _ in CLI_PARAMS}
-    if clash:
-        raise TypeError(f"{fn.__name__} parameters {sorted(clash)} clash with workload flags")
-    extra = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=ann, default=default)
-        for name, ann, default in CLI_PARAMS
-    ]
+    from chunksim.cli_bundle import bundle
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        picked = {name: kwargs.pop(name) for name, _, _ in CLI_PARAMS if name in kwargs}
-        return fn(*args, workload_opts=WorkloadOptions(**picked), **kwargs)
-
-    # Typer reads both the signature and the type hints; give it resolved objects for both.
-    wrapper.__signature__ = sig.replace(parameters=own + extra)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in own + extra}
-    del wrapper.__wrapped__  # type hints must come from the annotations above, not fn's
-    return wrapper
+    return bundle(CLI_PARAMS, WorkloadOptions, "workload_opts")(fn)
