@@ -82,16 +82,16 @@ def parse_policies(text: str, flag: str = "--policies") -> list[PolicySpec]:
     return out
 
 
-def parse_ints(text: str, flag: str) -> list[int]:
-    """`256,512` -> [256, 512] (sorted, unique, each >= 1)."""
+def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
+    """`256,512` -> [256, 512] (sorted, unique, each >= `minimum`)."""
     values = set()
     for part in _items(text, flag):
         try:
             v = int(part)
         except ValueError:
             raise ValueError(f"{flag}: {part!r} is not an integer (e.g. {flag} 256,512)") from None
-        if v < 1:
-            raise ValueError(f"{flag}: {v} must be >= 1")
+        if v < minimum:
+            raise ValueError(f"{flag}: {v} must be >= {minimum}")
         values.add(v)
     return sorted(values)
 

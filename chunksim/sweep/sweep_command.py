@@ -63,7 +63,8 @@ def sweep(
 
     configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))
     rate_list = parse_floats(rates, "--rates") if rates is not None else [workload_opts.rate]
-    seed_list = (parse_ints_zero(seeds) if seeds is not None else [workload_opts.seed])
+    seed_list = (parse_ints(seeds, "--seeds", minimum=0) if seeds is not None
+                 else [workload_opts.seed])
     kinds = parse_workloads(workloads, workload_opts)
     profile = load_profile(run_opts.profile)
     points = grid_points(workload_opts, run_opts, profile.sha256, kinds, configs, rate_list,
@@ -77,19 +78,3 @@ def sweep(
         ran = run_sweep(points, table, runner, bar)
     typer.echo(f"{len(points)} grid points: {ran} simulated, {len(points) - ran} already in "
                f"{out} ({before} rows before, {len(table)} now)")
-
-
-def parse_ints_zero(text: str) -> list[int]:
-    """Seeds: non-negative integers."""
-    out = set()
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        try:
-            v = int(part)
-        except ValueError:
-            raise ValueError(f"--seeds: {part!r} is not an integer (e.g. --seeds 0,1,2)") from None
-        if v < 0:
-            raise ValueError(f"--seeds: {v} must be >= 0")
-        out.add(v)
-    if not out:
-        raise ValueError("--seeds: empty list (e.g. --seeds 0,1,2)")
-    return sorted(out)
