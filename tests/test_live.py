@@ -3,6 +3,8 @@ plan sequence, its greedy tokens equal a from-scratch reference, its KV slots ar
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from factories import workload
@@ -15,6 +17,7 @@ from chunksim.live.slots import SlotTable, size_class  # noqa: E402
 from chunksim.live.tokens import TokenBook  # noqa: E402
 from chunksim.policies import PolicyKnobs, make_policy  # noqa: E402
 from chunksim.profiler.config import ModelConfig  # noqa: E402
+from chunksim.profiler.kv import kv_pool_bytes  # noqa: E402
 from chunksim.sim.core import EngineCore  # noqa: E402
 from chunksim.sim.engine import Engine, EngineConfig  # noqa: E402
 from chunksim.sim.kv_cache import KVConfig  # noqa: E402
@@ -138,6 +141,7 @@ def test_arrivals_in_wall_clock_time():
     assert (r.first_scheduled_s - r.arrival_s < 0.05).all()  # woke up on time, idle between
     assert res.meta["idle_s"] > 0.2 and res.meta["wall_s"] >= 0.3
     assert not res.steps.busy.iloc[0] and res.steps.busy.sum() < len(res.steps)
+    assert res.meta["gpu_clock"] is None and "sm_clock_mhz" not in res.steps  # CPU run
 
 
 def test_slot_table_classes_compaction_and_memory_check():
@@ -164,6 +168,25 @@ def test_slot_table_classes_compaction_and_memory_check():
         SlotTable(SMALL, w, max_running=8, device="cpu", dtype=torch.float32, bytes_budget=1e3)
 
 
+def test_slot_table_shrinks_pools_to_fit_memory():
+    # 40 short requests want 40 slots of 256 tokens; memory for 10 gives 10, and the 11th
+    # request at once is refused with the reason instead of overrunning memory.
+    w = workload([(0.0, 100, 10)] * 40 + [(0.0, 1000, 30)])
+    full = SlotTable(SMALL, w, max_running=64, device="cpu", dtype=torch.float32,
+                     bytes_budget=1e12)
+    assert [p["slots"] for p in full.describe()] == [40, 1] and not full.shrunk
+    one_slot = kv_pool_bytes(SMALL, 1, 256, torch.float32)
+    budget = 10.5 * one_slot + kv_pool_bytes(SMALL, 1, 2048, torch.float32)
+    t = SlotTable(SMALL, w, max_running=64, device="cpu", dtype=torch.float32,
+                  bytes_budget=budget)
+    assert t.shrunk and t.nbytes <= budget
+    assert [(p["slots"], p["capacity_tokens"]) for p in t.describe()] == [(10, 256), (1, 2048)]
+    for rid in range(10):
+        t.acquire(rid)
+    with pytest.raises(RuntimeError, match="cut to fit device memory"):
+        t.acquire(10)
+
+
 def test_token_book_refuses_unknown_inputs():
     book = TokenBook(workload([(0.0, 5, 3)]), 100, seed=1)
     assert len(book.inputs(0, 0, 5)) == 5
@@ -184,3 +207,44 @@ def test_step_overhead_session_fits_base_and_per_request_cost():
     o = measure_step_overhead(LiveSettings(SMALL, warmup_steps=1), requests=8)
     assert o["steps"] > 20 and 0 < o["median_s"] < 0.05
     assert o["per_request_s"] > 0 and o["base_s"] + 8 * o["per_request_s"] > 0
+
+
+def test_clock_sampler_reads_in_the_background_and_stops():
+    from chunksim.live.gpu_clock import ClockSampler
+
+    reads = iter(range(1, 10_000))
+    sampler = ClockSampler(lambda: (float(next(reads)), 50.0), interval_s=0.001)
+    sampler.start(t0=0.0)
+    deadline = time.perf_counter() + 5.0
+    while len(sampler.samples) < 3 and time.perf_counter() < deadline:
+        time.sleep(0.001)  # waiting for the thread, not standing in for work
+    frame = sampler.stop()
+    assert not sampler._thread.is_alive()
+    n = len(frame)
+    assert n >= 3 and frame["sm_clock_mhz"].tolist() == [float(i) for i in range(1, n + 1)]
+    assert frame["time_s"].is_monotonic_increasing and (frame["utilization_pct"] == 50).all()
+    assert len(sampler.stop()) == n  # stopped: nothing more is read
+
+
+def test_attach_clock_takes_the_latest_sample_at_or_before_each_step():
+    import pandas as pd
+
+    from chunksim.live.gpu_clock import attach_clock, clock_summary, samples_frame
+
+    samples = samples_frame([(0.5, 1980.0, 30.0), (0.0, 345.0, 0.0), (1.0, 1200.0, 20.0)])
+    steps = pd.DataFrame({"start_s": [1.5, -0.1, 0.0, 0.7, 1.0]})
+    out = attach_clock(steps, samples)
+    assert out["start_s"].tolist() == steps["start_s"].tolist()  # row order kept
+    got = out["sm_clock_mhz"].tolist()
+    assert got[0] == 1200.0 and np.isnan(got[1]) and got[2:] == [345.0, 1980.0, 1200.0]
+    s = clock_summary(samples)
+    assert (s["min_mhz"], s["max_mhz"], s["median_mhz"]) == (345.0, 1980.0, 1200.0)
+    assert s["share_below_90pct"] == 2 / 3 and s["median_utilization_pct"] == 20.0
+    assert clock_summary(samples_frame([])) is None
+    assert attach_clock(steps, samples_frame([]))["sm_clock_mhz"].isna().all()
+
+
+def test_cpu_runs_sample_no_gpu_clock():
+    from chunksim.live.gpu_clock import nvml_reader
+
+    assert nvml_reader("cpu") is None

@@ -26,6 +26,7 @@ from chunksim.validate.compare import (  # noqa: E402
     worst_abs_error,
 )
 from chunksim.validate.output import write_validation  # noqa: E402
+from chunksim.validate.plot import plot_validation  # noqa: E402
 from chunksim.validate.run import validate  # noqa: E402
 
 SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
@@ -85,6 +86,10 @@ def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_
     assert len(tokens) == sum(o for _, _, o in REQS)
     steps = pd.read_csv(tmp_path / "live_steps.csv")
     assert {"forward_s", "overhead_s", "predicted_forward_s", "busy"} <= set(steps.columns)
+    assert report["live"]["gpu_clock"] is None  # a CPU run samples no GPU clock
+    # a GPU run's steps carry their SM clock; the plot draws it on a second axis
+    v.live.steps["sm_clock_mhz"] = np.linspace(345.0, 1980.0, len(v.live.steps))
+    assert plot_validation(v, tmp_path / "clock.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_cli_validate_writes_validation_json(small_profile, tmp_path):
@@ -135,6 +140,16 @@ def test_step_error_is_signed_median_and_p99_of_absolute():
     assert se["by_kind"]["decode_only"]["steps"] == 2
     assert se["by_kind"]["prefill_only"]["median_pct"] == pytest.approx(0.0)
     assert se["by_kind"]["mixed"]["median_pct"] == pytest.approx(25.0)
+
+
+def test_step_error_splits_full_and_lower_gpu_clock():
+    steps = pd.DataFrame({"forward_s": [1.0, 1.0, 3.0, 3.0], "prefill_tokens": [0] * 4,
+                          "decodes": [1] * 4, "sm_clock_mhz": [1980.0, 1900.0, 600.0, np.nan]})
+    se = step_error(steps, np.array([1.0, 1.1, 1.0, 1.0]))
+    full, lower = se["by_clock"]["full_clock"], se["by_clock"]["lower_clock"]
+    assert full["steps"] == 2 and full["median_pct"] == pytest.approx(5.0)
+    assert lower["steps"] == 1 and lower["median_pct"] == pytest.approx(-200 / 3)
+    assert "by_clock" not in step_error(steps.drop(columns="sm_clock_mhz"), np.ones(4))
 
 
 def test_profile_on_the_fly(tmp_path):

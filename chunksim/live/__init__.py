@@ -14,6 +14,7 @@ Modules, one job each (torch is imported only by those marked *):
     runtime*    build the model, pin threads, warm up, synchronize
     loop*       LiveEngine: the wall-clock serving loop
     overhead*   measure the per-step CPU cost on a synthetic session (for `sim profile`)
+    gpu_clock   the GPU's SM clock sampled beside a run (CUDA with NVML; torch lazily)
 
 Deliberately empty of imports so `sim` can register `validate` without loading torch.
 """

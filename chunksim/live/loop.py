@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from chunksim.live.batch import build_passes
+from chunksim.live.gpu_clock import ClockSampler, attach_clock, clock_summary, nvml_reader
 from chunksim.live.records import LiveStepLog, TokenLog
 from chunksim.live.replay import StepReplayer
 from chunksim.live.runtime import Runtime, pinned_threads
@@ -50,7 +51,8 @@ class LiveResult:
     requests: object
     """pandas DataFrame, one row per request (`EngineCore.request_frame`)."""
     steps: object
-    """pandas DataFrame, one row per step: records.STEP_COLUMNS + LIVE_STEP_COLUMNS."""
+    """pandas DataFrame, one row per step: records.STEP_COLUMNS + LIVE_STEP_COLUMNS (+
+    `sm_clock_mhz` on CUDA where NVML can be read: live.gpu_clock)."""
     itl_s: np.ndarray
     """Pooled gaps between consecutive output tokens of each request, seconds."""
     tokens: object
@@ -103,7 +105,11 @@ class LiveEngine:
         gc.freeze()  # long-lived objects out of the collector's way (as serving engines do)
         gc_pause = _GcPauses()
         gc.callbacks.append(gc_pause)
+        reader = nvml_reader(rt.device)
+        sampler = ClockSampler(reader, clock=clock) if reader else None
         t0 = clock()
+        if sampler:
+            sampler.start(t0)
         last_end: float | None = None  # end of the previous step while the engine is busy
         idle_s = 0.0
         try:
@@ -162,8 +168,12 @@ class LiveEngine:
         finally:
             gc.callbacks.remove(gc_pause)
             gc.unfreeze()
+            clocks = sampler.stop() if sampler else None
         wall_s = clock() - t0
         result = self._result(core, live_steps, token_log, slots, rt, wall_s, idle_s)
+        if clocks is not None:
+            result.steps = attach_clock(result.steps, clocks)
+        result.meta["gpu_clock"] = None if clocks is None else clock_summary(clocks)
         result.meta.update(gc_collections=gc_pause.count, gc_pause_s=gc_pause.total_s)
         result.replayer = StepReplayer(rt, slots.pools, batches)
         return result

@@ -54,6 +54,17 @@ class SlotTable:
             counts[cap] = counts.get(cap, 0) + 1
         shapes = {cap: (min(n, max_running), cap) for cap, n in sorted(counts.items())}
         total = sum(kv_pool_bytes(cfg, s, c, dtype) for s, c in shapes.values())
+        self.shrunk = total > bytes_budget
+        """Whether the pools were cut to fit memory (fewer slots than could run at once)."""
+        if self.shrunk:
+            # Many requests over a long run (an 8B model on a GPU at tens of req/s) would
+            # need more slots than memory holds, though far fewer ever run at once: scale
+            # every class down alike; `acquire` says so if a run ever outgrows them.
+            # every class keeps one slot; the memory beyond those is shared in proportion
+            base = sum(kv_pool_bytes(cfg, 1, c, dtype) for c in shapes)
+            scale = max(bytes_budget - base, 0) / (total - base)
+            shapes = {cap: (1 + int((s - 1) * scale), cap) for cap, (s, _) in shapes.items()}
+            total = sum(kv_pool_bytes(cfg, s, c, dtype) for s, c in shapes.values())
         if total > bytes_budget:
             desc = ", ".join(f"{s} x {c} tokens" for s, c in shapes.values())
             raise ValueError(
@@ -79,9 +90,12 @@ class SlotTable:
         pool = self.pool_of_class[self.class_of[request_id]]
         occ = self.occupant[pool]
         if len(occ) == self.pools[pool].slots:
+            why = ("the pools were cut to fit device memory; lower --max-num-seqs or "
+                   "--kv-blocks" if self.shrunk else
+                   "more requests running than the seat cap or KV blocks allow")
             raise RuntimeError(
                 f"no free KV slot of {self.pools[pool].capacity_tokens} tokens for request "
-                f"{request_id}: more requests running than the seat cap or KV blocks allow")
+                f"{request_id}: {why}")
         self.where[request_id] = (pool, len(occ))
         occ.append(request_id)
         return pool, len(occ) - 1

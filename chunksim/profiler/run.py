@@ -6,6 +6,7 @@ a test simulating an interrupt) observe every measured point as it is checkpoint
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 from collections.abc import Callable
@@ -23,8 +24,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from chunksim.live.gpu_clock import ClockSampler, clock_summary, nvml_reader
 from chunksim.profiler.config import ModelConfig
-from chunksim.profiler.device import device_memory_bytes, device_name, synchronizer
+from chunksim.profiler.device import (
+    device_memory_bytes,
+    device_name,
+    free_cached,
+    synchronizer,
+)
 from chunksim.profiler.grid import GridPoint, GridSpec, prune
 from chunksim.profiler.model import build_model
 from chunksim.profiler.step import ATTENTION_BACKEND
@@ -129,19 +136,25 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
     random.Random(s.seed).shuffle(todo)
 
     measured: list[GridPoint] = []
+    gpu_clock = None  # SM clock over this invocation's measurements (CUDA with NVML)
     if todo:
         model = build_model(s.model, s.device, dtype, seed=s.seed)
         kv_budget = s.memory_fraction * mem_bytes - s.model.weights_bytes(s.dtype)
         stepper = PointStepper(model, s.device, dtype, kv_budget, seed=s.seed)
         sync = synchronizer(s.device)
+        reader = nvml_reader(s.device)
+        sampler = ClockSampler(reader) if reader else None
+        if sampler:
+            sampler.start(time.perf_counter())
         with torch.inference_mode(), _progress(show_progress) as bar:
             task = bar.add_task("profiling", total=len(pruned.kept),
                                 completed=len(pruned.kept) - len(todo))
             for p in todo:
                 bar.update(task, description=f"c={p.chunk_len} p={p.prior_len} "
                                              f"d={p.decode_count} k={p.kv_len}")
-                fn = stepper.step_fn(p)
-                timing = measure(fn, s.grid.warmup, s.grid.repeats, sync,
+                # no reference to the closure outlives its point: it holds the pools, and
+                # the next point may need them rebuilt (old + new would not fit on a GPU)
+                timing = measure(stepper.step_fn(p), s.grid.warmup, s.grid.repeats, sync,
                                  min_repeats=MIN_REPEATS, budget_s=s.grid.point_budget_s,
                                  min_timed_s=s.grid.point_min_s)
                 row = row_of(p, timing)
@@ -152,6 +165,13 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
                 bar.advance(task)
                 if on_point is not None:
                     on_point(p, timing)
+        if sampler:
+            gpu_clock = clock_summary(sampler.stop())
+        # The overhead session builds its own model: on an 8B GPU run, this one and its
+        # pools (up to ~100 GB) must be gone first.
+        del model, stepper
+        gc.collect()
+        free_cached(s.device)
 
     overhead = _measure_overhead(s)
     wanted = {p.key() for p in pruned.kept}
@@ -170,6 +190,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         "kv_bytes_per_token": s.model.kv_bytes_per_token(s.dtype),
         "step_overhead_s": overhead["median_s"],
         "step_overhead": overhead,
+        "gpu_clock": gpu_clock,
         "grid": s.grid.as_dict(),
         "elapsed_s": round(elapsed_before + time.perf_counter() - started, 3),
         "seed": s.seed,

@@ -107,6 +107,12 @@ def step_error(steps, predicted_s: np.ndarray) -> dict:
         "mixed": _err_stats(err[prefill & decodes]),
     }
     out["sum_pct"] = rel_error_pct(float(predicted_s.sum()), float(measured.sum()))
+    if "sm_clock_mhz" in steps and steps["sm_clock_mhz"].notna().any():
+        # GPU runs: steps at (near) the highest sampled SM clock vs the rest
+        mhz = steps["sm_clock_mhz"].to_numpy()
+        full = mhz >= 0.9 * np.nanmax(mhz)
+        out["by_clock"] = {"full_clock": _err_stats(err[full]),
+                           "lower_clock": _err_stats(err[~full & ~np.isnan(mhz)])}
     return out
 
 

@@ -60,7 +60,13 @@ def plot_validation(v, path: str | Path) -> Path:
             label="table + overhead")
     ax.set(xlabel="live time (s)", ylabel="step duration (ms)", yscale="log",
            title="live steps over time")
-    ax.legend()
+    ax.legend(loc="upper left")
+    if "sm_clock_mhz" in steps and steps["sm_clock_mhz"].notna().any():
+        clk = ax.twinx()  # GPU runs: was a slow stretch a down-clocked GPU?
+        clk.plot(t, steps["sm_clock_mhz"].to_numpy(), "-", color="tab:green", lw=0.8,
+                 label="SM clock")
+        clk.set(ylabel="SM clock (MHz)", ylim=(0, None))
+        clk.legend(loc="upper right")
     r = v.report
     fig.suptitle(f"{r['policy']} · {r['workload']} · {r['profile_label']} · worst "
                  f"|err| {r['worst_abs_error_pct']:.1f} % ({r['worst_metric']})", fontsize=10)

@@ -89,6 +89,7 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
             order = list(points)
             random.Random(s.seed + 1 + k).shuffle(order)
             for i in order:
+                fn = None  # drop the last point's pools before building this one's
                 fn = stepper.step_fn(points[i])
                 if look_repeats == 1:
                     looks[i].append(_cold_look(fn, sync))

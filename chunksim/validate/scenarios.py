@@ -79,16 +79,31 @@ contexts, prior context to 8192 (the long prompt's last chunks). About 3.5 minut
 one CPU thread for `tiny`, plus ~25 s per extra round-robin pass."""
 
 
-def rate_for_busy(profile, opts: WorkloadOptions, cfg: RunConfig, target_busy: float = 0.7,
-                  lo: float = 0.25, hi: float = 256.0, iters: int = 10) -> float:
-    """The Poisson rate (req/s) at which the simulator keeps the engine `target_busy` busy
-    on `profile`: "medium load" for a device whose speed is known only from its table.
-    Bisection in log space (busy fraction grows with the rate)."""
+def medium_rate(profile, opts: WorkloadOptions, cfg: RunConfig, share: float = 0.5,
+                tol: float = 0.05) -> tuple[float, float]:
+    """"Medium load" for a device known only from its table: `share` of the simulated
+    capacity, Sarathi-Serve's definition (the highest Poisson rate whose median
+    scheduling delay stays within 2 s), found by the capacity search. Returns (rate,
+    capacity) in req/s.
+
+    Not "the engine is X % busy": where a step costs the same for 1 and 256 decodes (a
+    GPU below its compute roof, or a launch-bound eager loop: 17 ms either way for the
+    8B model on an H200), one running request keeps the engine busy, so a busy-fraction
+    target picks a nearly idle rate (0.39 req/s there, seen on 2026-11-29)."""
     from chunksim.sim.run import simulate
+    from chunksim.sweep.search import find_max_rate
+    from chunksim.sweep.slos import DEFAULT_SCHED_DELAY_MS, SCHED_DELAY_KEY
     from chunksim.workloads.options import build_workload
 
-    for _ in range(iters):
-        mid = (lo * hi) ** 0.5
-        _, s = simulate(build_workload(replace(opts, rate=mid)), profile, cfg)
-        lo, hi = (mid, hi) if s["busy_fraction"] < target_busy else (lo, mid)
-    return round((lo * hi) ** 0.5, 2)
+    if not 0 < share <= 1:
+        raise ValueError(f"share={share}: the fraction of capacity must be in (0, 1]")
+
+    def feasible(rate: float) -> bool:
+        _, s = simulate(build_workload(replace(opts, rate=rate)), profile, cfg)
+        return bool(s["completed"]) and s[SCHED_DELAY_KEY] <= DEFAULT_SCHED_DELAY_MS
+
+    capacity = find_max_rate(feasible, start=1.0, tol=tol, max_rate=4096.0).capacity
+    if capacity <= 0:
+        raise ValueError("the simulated engine cannot keep up with even 0.001 req/s of this "
+                         "workload; check the profile and the workload's lengths")
+    return round(share * capacity, 2), capacity

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,10 +16,13 @@ from chunksim.validate.scenarios import Scenario
 
 def run_suite(scenarios: list[Scenario], profile, out_dir: Path, settings,
               plot: bool = True, log: Callable[[str], None] = print,
-              quiet_wait_s: float = 0.0, replay_steps: int = 120) -> dict[str, dict]:
+              quiet_wait_s: float = 0.0, replay_steps: int = 120,
+              keep_going: bool = False) -> dict[str, dict]:
     """Validate each scenario (one model build, reused), write its files under
     `out_dir/<name>/`; returns {name: validation.json report}. With `quiet_wait_s`, wait
-    up to that long before each scenario for the rest of the machine to go quiet."""
+    up to that long before each scenario for the rest of the machine to go quiet. With
+    `keep_going`, a scenario that fails is logged (with its traceback) and left out
+    instead of ending the suite: on a borrowed GPU one failure must not cost the rest."""
     from chunksim.live.runtime import Runtime, pinned_threads
     from chunksim.validate.output import write_validation
     from chunksim.validate.run import validate
@@ -32,8 +36,15 @@ def run_suite(scenarios: list[Scenario], profile, out_dir: Path, settings,
         waited = wait_for_quiet(quiet_wait_s, log=log) if quiet_wait_s > 0 else 0.0
         t0 = time.perf_counter()
         monitor = CpuMonitor()
-        v = validate(workload, profile, sc.run, settings, runtime=runtime,
-                     replay_steps=replay_steps)
+        try:
+            v = validate(workload, profile, sc.run, settings, runtime=runtime,
+                         replay_steps=replay_steps)
+        except Exception as exc:
+            if not keep_going:
+                raise
+            log(f"{sc.name:<24} FAILED after {time.perf_counter() - t0:.1f} s: "
+                f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            continue
         v.report["machine"] = {**monitor.done(), "waited_for_quiet_s": waited}
         v.report["scenario"] = sc.name
         v.report["elapsed_s"] = time.perf_counter() - t0
