@@ -36,6 +36,7 @@ class RunOptions:
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None
     jitter: bool = False
+    wake_up: bool = True
     step_overhead_ms: float | None = None
     goodput: list[str] | None = None
     class_slo: list[str] | None = None
@@ -69,7 +70,7 @@ class RunOptions:
             kv_blocks=self.kv_blocks, block_size=self.block_size,
             gpu_memory_utilization=self.gpu_memory_utilization,
             engine=EngineConfig(jitter=self.jitter, seed=seed, fast_forward=self.fast_forward,
-                                max_model_len=self.max_model_len),
+                                max_model_len=self.max_model_len, wake_up=self.wake_up),
             step_overhead_s=None if self.step_overhead_ms is None
             else self.step_overhead_ms / 1000.0,
             slos_s=parse_slos(self.goodput),
@@ -139,6 +140,10 @@ RUN_PARAMS = [
     ("jitter", _opt(bool, "--jitter/--no-jitter", panel=_E, help=(
         "Sample each step's time from the profile's measured spread (seeded by "
         "--seed).")), False),
+    ("wake_up", _opt(bool, "--wake-up/--no-wake-up", panel=_E, help=(
+        "Price the first steps after the engine idled by the profile's measured wake-up "
+        "cost (cold cores and caches, lower GPU clocks; profiles made by sim profile "
+        "since 2026-11-29).")), True),
     ("step_overhead_ms", _opt(float | None, "--step-overhead-ms", min=0.0, panel=_E, help=(
         "Flat per-step CPU overhead added to every step (default: the profile's fit, base "
         "+ per request in the step, measured on the live loop).")), None),

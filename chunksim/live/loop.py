@@ -121,7 +121,7 @@ class LiveEngine:
                     if core.done:
                         break
                     wake = core.next_arrival_s
-                    _wait_until(t0 + wake, clock, spin=self.settings.idle_wait == "spin")
+                    wait_until(t0 + wake, clock, spin=self.settings.idle_wait == "spin")
                     idle_s += clock() - t0 - now
                     last_end = None
                     continue
@@ -222,7 +222,7 @@ def _cached(running) -> dict[int, int]:
     return {r.request_id: r.num_computed_tokens for r in running}
 
 
-def _wait_until(deadline: float, clock, spin: bool = False) -> None:
+def wait_until(deadline: float, clock, spin: bool = False) -> None:
     """Sleep until `deadline` (a `clock()` value), spinning through the last millisecond
     (or all the way, with `spin`)."""
     while True:

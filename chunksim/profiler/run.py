@@ -174,6 +174,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         free_cached(s.device)
 
     overhead = _measure_overhead(s)
+    wake_up = _measure_wake(s)
     wanted = {p.key() for p in pruned.kept}
     final_rows = [r for k, r in rows.items() if k in wanted]
     meta = {
@@ -191,6 +192,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         "step_overhead_s": overhead["median_s"],
         "step_overhead": overhead,
         "gpu_clock": gpu_clock,
+        "wake_up": wake_up,
         "grid": s.grid.as_dict(),
         "elapsed_s": round(elapsed_before + time.perf_counter() - started, 3),
         "seed": s.seed,
@@ -211,6 +213,26 @@ def _measure_overhead(s: ProfileSettings) -> dict:
 
     return measure_step_overhead(LiveSettings(model=s.model, device=s.device, dtype=s.dtype,
                                               threads=s.threads, seed=s.seed))
+
+
+def _measure_wake(s: ProfileSettings) -> dict:
+    """What the first steps after an idle wait cost over the same steps warm (see
+    `profiler.wake`), on this model and device: the simulator applies it after idling."""
+    from chunksim.profiler.wake import STEPS, measure_wake_up
+
+    cap = s.model.max_position
+    points = [GridPoint(p, min(c, cap - 1), d, min(k, cap - 2)) for c, p, d, k in STEPS]
+    dtype = getattr(torch, s.dtype)
+    with torch.inference_mode():
+        model = build_model(s.model, s.device, dtype, seed=s.seed)
+        budget = s.memory_fraction * device_memory_bytes(s.device) - s.model.weights_bytes(
+            s.dtype)
+        stepper = PointStepper(model, s.device, dtype, budget, seed=s.seed)
+        out = measure_wake_up([stepper.step_fn(p) for p in points], synchronizer(s.device))
+    del model, stepper
+    gc.collect()
+    free_cached(s.device)
+    return out
 
 
 def _model_entry(cfg: ModelConfig) -> dict:

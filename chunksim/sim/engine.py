@@ -38,6 +38,9 @@ class EngineConfig:
     """Run steady decode-only stretches in bulk (same results, much faster)."""
     max_model_len: int | None = None
     """Longest prompt + output a request may have; longer ones are rejected (None = no cap)."""
+    wake_up: bool = True
+    """Price the first steps after the engine idled by the profile's measured wake-up
+    ratios (`LatencyModel.wake_ratio`; no effect without a `wake_up` table)."""
 
     def __post_init__(self) -> None:
         if self.max_model_len is not None and self.max_model_len < 2:
@@ -97,6 +100,9 @@ class Engine:
                                    self.config.max_model_len)
         self.noise = _Noise(self.config.seed) if self.config.jitter else None
         self.wake: simpy.Event | None = None
+        self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
+        self.idle_s = 0.0  # length of the engine's last idle wait
+        self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
         env = simpy.Environment()
         env.process(self._arrivals(env))
         env.process(self._engine(env))
@@ -105,6 +111,7 @@ class Engine:
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         meta = c.meta()
         meta.update(profile_sha256=self.latency.profile_sha256, jitter=self.config.jitter,
+                    wake_up_steps=self.wake_steps,
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
@@ -129,12 +136,16 @@ class Engine:
                 if c.done:
                     return
                 self.wake = env.event()  # an idle engine sleeps until a request arrives
+                slept_at = env.now
                 yield self.wake
+                self.idle_s, self.since_wake = env.now - slept_at, 0
                 continue
             plan = c.plan(env.now)
             if plan is None:
                 continue  # a preemption-only plan: nothing ran, plan again
-            if self.config.fast_forward and self._steady(plan):
+            # the wake-up steps run one by one (the bulk path prices steps warm)
+            if (self.config.fast_forward and self.since_wake >= self.wake_steps
+                    and self._steady(plan)):
                 yield from self._bulk_decode(env)
             else:
                 yield from self._step(env, plan)
@@ -149,6 +160,9 @@ class Engine:
             t, o = self.latency.step_s(bs, z)
             dur += t
             out = out or o
+        if self.since_wake < self.wake_steps:
+            dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
+            self.since_wake += 1
         dur += self.latency.overhead(len(plan.scheduled))
         yield env.timeout(dur)
         c.end_step(plan, shape, start, env.now, out, dur)

@@ -135,6 +135,17 @@ class LatencyModel:
             raise ValueError(f"step overhead {self.overhead_s} s must be >= 0 (--step-overhead-ms)")
         self.profile_sha256 = profile.sha256
         self._lines: dict[int, _Line] = {}
+        # waking an idle engine: per idle time, each of the next steps' ratio to warm
+        wake = profile.provenance.get("wake_up") or {}
+        self.wake_idle_s: list[float] = [float(x) for x in wake.get("idle_s", [])]
+        self.wake_ratios: list[list[float]] = [[float(r) for r in row]
+                                               for row in wake.get("ratios", [])]
+        if len(self.wake_ratios) != len(self.wake_idle_s) or len(
+                {len(row) for row in self.wake_ratios}) > 1:
+            raise ValueError(f"profile {profile.path}: wake_up has {len(self.wake_idle_s)} "
+                             f"idle times but ratios {self.wake_ratios}; re-run sim profile")
+        self.wake_steps = len(self.wake_ratios[0]) if self.wake_ratios else 0
+        """How many steps after an idle wait `wake_ratio` prices (0: no wake-up table)."""
 
     def _grid(self, main, col: str) -> np.ndarray:
         g = np.full((self.chunk.n, self.dec.n, self.kv.n), np.nan)
@@ -155,6 +166,22 @@ class LatencyModel:
     def overhead(self, requests: int) -> float:
         """Per-step CPU overhead of a step scheduling `requests` requests, seconds."""
         return self.overhead_s + self.overhead_per_request_s * requests
+
+    def wake_ratio(self, idle_s: float, k: int) -> float:
+        """Factor on the forward time of the `k`-th step (0-based) after the engine sat
+        idle for `idle_s`: the profile's measured ratio, linear in the idle time between
+        its points, from 1 at no idle time, flat beyond the longest. Never below 1: a
+        ratio under 1 is noise in the warm baseline, not a faster cold engine."""
+        if k >= self.wake_steps or idle_s <= 0:
+            return 1.0
+        xs = self.wake_idle_s
+        i = bisect_right(xs, idle_s)
+        if i == len(xs):
+            r = self.wake_ratios[-1][k]
+        else:
+            x0, r0 = (0.0, 1.0) if i == 0 else (xs[i - 1], self.wake_ratios[i - 1][k])
+            r = r0 + (self.wake_ratios[i][k] - r0) * (idle_s - x0) / (xs[i] - x0)
+        return r if r > 1.0 else 1.0
 
     # -- scalar path (one step) -------------------------------------------------------
     def _interp3(self, grid: list, c: float, d: float, k: float) -> tuple[float, bool]:

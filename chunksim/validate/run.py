@@ -49,12 +49,15 @@ class Validation:
 
 def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) -> RunConfig:
     """`cfg` with what both sides must share pinned: KV blocks resolved from the profile,
-    prefix caching off, max_model_len capped by the model's RoPE table."""
+    prefix caching off, max_model_len capped by the model's RoPE table, no wake-up cost
+    when the live loop spins while idle."""
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     cap = settings.model.max_position
     mml = cfg.engine.max_model_len
-    engine = replace(cfg.engine, max_model_len=cap if mml is None else min(mml, cap))
+    # a loop that spins while idle never goes cold: no wake-up cost on the simulated side
+    engine = replace(cfg.engine, max_model_len=cap if mml is None else min(mml, cap),
+                     wake_up=cfg.engine.wake_up and settings.idle_wait != "spin")
     return replace(cfg, kv_blocks=blocks, prefix_caching=False, engine=engine)
 
 

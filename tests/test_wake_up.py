@@ -1,0 +1,76 @@
+"""Waking an idle engine: the profile's measured wake-up ratios, priced by the engine on
+the first steps after each idle wait, by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from factories import constant_time, make_profile, workload
+
+from chunksim.policies import PolicyKnobs
+from chunksim.sim.engine import EngineConfig
+from chunksim.sim.latency import LatencyModel
+from chunksim.sim.run import RunConfig, simulate
+
+WAKE = {"idle_s": [0.01, 0.1], "ratios": [[1.5, 1.2], [2.0, 1.4]]}
+
+
+@pytest.fixture(scope="module")
+def wake_profile(tmp_path_factory):
+    """Every step 10 ms warm; after idling, the profile's wake-up ratios apply."""
+    return make_profile(tmp_path_factory.mktemp("wake"), constant_time(0.010), name="wake",
+                        provenance={"wake_up": WAKE})
+
+
+def _run(profile, reqs, wake_up=True, fast_forward=True, policy="budget"):
+    cfg = RunConfig(policy=policy, knobs=PolicyKnobs(chunk=512), prefix_caching=False,
+                    engine=EngineConfig(wake_up=wake_up, fast_forward=fast_forward))
+    return simulate(workload(reqs), profile, cfg)
+
+
+def test_wake_ratio_interpolates_from_one_and_stays_flat_beyond(wake_profile):
+    lat = LatencyModel(wake_profile)
+    assert lat.wake_steps == 2
+    assert lat.wake_ratio(0.0, 0) == 1.0 and lat.wake_ratio(0.005, 0) == pytest.approx(1.25)
+    assert lat.wake_ratio(0.01, 1) == pytest.approx(1.2)
+    assert lat.wake_ratio(0.055, 0) == pytest.approx(1.75)
+    assert lat.wake_ratio(5.0, 0) == 2.0 and lat.wake_ratio(5.0, 1) == 1.4
+    assert lat.wake_ratio(5.0, 2) == 1.0  # beyond the measured steps: warm
+
+
+def test_a_ratio_below_one_is_not_a_faster_cold_engine(tmp_path):
+    p = make_profile(tmp_path, constant_time(0.010),
+                     provenance={"wake_up": {"idle_s": [0.01], "ratios": [[0.8]]}})
+    assert LatencyModel(p).wake_ratio(0.01, 0) == 1.0
+
+
+def test_first_steps_after_idle_pay_the_wake_up_by_hand(wake_profile):
+    # A: arrives at 0 into a fresh engine (no idle time), 2 steps of 10 ms, done at 20 ms.
+    # B: arrives 55 ms later: x1.75 on its prefill, x1.3 on its first decode, then warm.
+    result, _ = _run(wake_profile, [(0.0, 100, 2), (0.075, 100, 4)])
+    r = result.requests.set_index("request_id")
+    assert r.loc[0, "first_token_s"] == pytest.approx(0.010)
+    assert r.loc[0, "finish_s"] == pytest.approx(0.020)
+    assert r.loc[1, "first_token_s"] - 0.075 == pytest.approx(0.0175)
+    assert r.loc[1, "finish_s"] - 0.075 == pytest.approx(0.0175 + 0.013 + 0.010 + 0.010)
+    off, _ = _run(wake_profile, [(0.0, 100, 2), (0.075, 100, 4)], wake_up=False)
+    assert off.requests.set_index("request_id").loc[1, "finish_s"] == pytest.approx(0.115)
+
+
+def test_an_arrival_into_a_busy_engine_pays_nothing(wake_profile):
+    # B arrives while A decodes: the engine never idles between them
+    result, _ = _run(wake_profile, [(0.0, 100, 6), (0.015, 100, 2)])
+    steps = result.steps["duration_s"].to_numpy()
+    assert np.allclose(steps, 0.010)
+
+
+@pytest.mark.parametrize("policy", ["whole", "chunk", "budget"])
+def test_fast_forward_changes_nothing_with_wake_up(wake_profile, policy):
+    rng = np.random.default_rng(7)
+    arrivals = np.cumsum(rng.exponential(0.08, 40))
+    reqs = [(float(a), int(rng.integers(8, 600)), int(rng.integers(1, 40))) for a in arrivals]
+    a, _ = _run(wake_profile, reqs, policy=policy)
+    b, _ = _run(wake_profile, reqs, policy=policy, fast_forward=False)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert (a.steps["duration_s"] > 0.0101).any()  # some steps did pay a wake-up
