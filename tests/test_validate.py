@@ -33,7 +33,7 @@ SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_he
                     head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)
 REPORT_KEYS = {"format", "metrics", "target_keys", "worst_abs_error_pct", "worst_metric",
                "step_error", "step_overhead_s", "step_overhead_source", "live_overhead",
-               "counts", "profile", "profile_sha256", "profile_label",
+               "live_launch", "counts", "profile", "profile_sha256", "profile_label",
                "profile_step_overhead_s", "live", "policy", "policy_params", "workload",
                "workload_params", "requests", "kv_blocks", "block_size", "max_model_len",
                "prefix_caching", "jitter", "notes", "definitions", "drift_corrected"}
@@ -87,6 +87,9 @@ def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_
     steps = pd.read_csv(tmp_path / "live_steps.csv")
     assert {"forward_s", "overhead_s", "predicted_forward_s", "busy"} <= set(steps.columns)
     assert report["live"]["gpu_clock"] is None  # a CPU run samples no GPU clock
+    # on CPU the host does the whole forward pass: issuing it is nearly all of it
+    assert (steps["launch_s"] <= steps["forward_s"]).all()
+    assert 0.5 < report["live_launch"]["median_share"] <= 1.0
     # a GPU run's steps carry their SM clock; the plot draws it on a second axis
     v.live.steps["sm_clock_mhz"] = np.linspace(345.0, 1980.0, len(v.live.steps))
     assert plot_validation(v, tmp_path / "clock.png").read_bytes()[:4] == b"\x89PNG"

@@ -135,13 +135,15 @@ class LiveEngine:
                     slots.acquire(req.request_id)
                 shape = core.begin_step(plan, start)
                 passes = build_passes(plan, slots, book)
-                forward_s = 0.0
+                forward_s = launch_s = 0.0
                 sampled: dict[int, int] = {}
                 for p in passes:
                     prepared, ids = rt.prepare(p.batch, p.token_ids, pools)
-                    # forward time: launch to synchronized, as the profiler times it
+                    # forward time: launch to synchronized, as the profiler times it; the
+                    # launch share tells a slow host (it grows) from a slow GPU (it does not)
                     f0 = clock()
                     logits = rt.forward(prepared, ids, pools)
+                    launch_s += clock() - f0
                     rt.sync()
                     forward_s += clock() - f0
                     sampled.update(zip(p.logit_requests, logits.argmax(-1).tolist(),
@@ -162,7 +164,7 @@ class LiveEngine:
                 if finished:
                     slots.retain(_cached(core.running))
                 live_steps.append(forward_s, end - start - forward_s, last_end is not None,
-                                  len(passes))
+                                  len(passes), launch_s)
                 batches.append(tuple(p.batch for p in passes))
                 last_end = end
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 LIVE_STEP_COLUMNS = {
     "forward_s": float,   # forward pass(es) incl. synchronize, seconds
+    "launch_s": float,    # of which the host took to issue the pass(es), before synchronize
     "overhead_s": float,  # step duration minus forward_s: scheduling, input prep, sampling
     "busy": bool,         # the step started when the previous one ended (no idle wait)
     "passes": int,        # forward passes in the step (2 for a two-pass step with both parts)
@@ -17,9 +18,11 @@ class LiveStepLog:
     def __init__(self) -> None:
         self.cols: dict[str, list] = {k: [] for k in LIVE_STEP_COLUMNS}
 
-    def append(self, forward_s: float, overhead_s: float, busy: bool, passes: int) -> None:
+    def append(self, forward_s: float, overhead_s: float, busy: bool, passes: int,
+               launch_s: float) -> None:
         c = self.cols
         c["forward_s"].append(forward_s)
+        c["launch_s"].append(launch_s)
         c["overhead_s"].append(overhead_s)
         c["busy"].append(busy)
         c["passes"].append(passes)

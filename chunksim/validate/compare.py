@@ -116,6 +116,18 @@ def step_error(steps, predicted_s: np.ndarray) -> dict:
     return out
 
 
+def launch_stats(steps) -> dict:
+    """How much of the live forward time the host spent issuing the pass (ms and share):
+    near 1 on CPU and on a launch-bound GPU loop, small when the GPU is the bottleneck."""
+    if "launch_s" not in steps or len(steps) == 0:
+        return {"steps": 0}
+    launch = steps["launch_s"].to_numpy()
+    share = launch / np.maximum(steps["forward_s"].to_numpy(), 1e-12)
+    return {"steps": int(len(launch)), "median_ms": float(np.median(launch) * 1e3),
+            "median_share": float(np.median(share)), "p10_share": float(np.percentile(share, 10)),
+            "p90_share": float(np.percentile(share, 90))}
+
+
 def overhead_stats(steps) -> dict:
     """The live loop's per-step time outside the forward pass, over busy steps (ms)."""
     busy = steps[steps["busy"]] if "busy" in steps else steps
