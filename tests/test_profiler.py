@@ -204,8 +204,8 @@ def test_profile_table_follows_the_format(tmp_path):
     assert meta["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4
     assert meta["step_overhead_s"] > 0 and meta["step_overhead"]["steps"] > 0  # live loop measured
     wake = meta["wake_up"]  # each step after each idle time, over its warm time
-    assert len(wake["ratios"]) == len(wake["idle_s"]) == 4 and len(wake["warm_s"]) == 3
-    assert all(len(row) == 3 and all(r > 0 for r in row) for row in wake["ratios"])
+    assert len(wake["ratios"]) == len(wake["idle_s"]) == 4 and len(wake["warm_s"]) == 5
+    assert all(len(row) == 5 and all(r > 0 for r in row) for row in wake["ratios"])
     assert meta["gpu_clock"] is None  # CPU: nothing sampled
     assert meta["grid"]["chunk_len"] == [0, 8, 16] and meta["grid"]["repeats"] == 2
     assert {"name", "n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim",

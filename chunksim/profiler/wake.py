@@ -22,20 +22,21 @@ import numpy as np
 
 IDLE_S = (0.002, 0.01, 0.05, 0.2)
 """Idle times measured, seconds."""
-STEPS = ((256, 0, 0, 0), (0, 0, 1, 256), (0, 0, 1, 256))
+STEPS = ((256, 0, 0, 0),) + ((0, 0, 1, 256),) * 4
 """The sequence timed after each sleep, as (chunk_len, prior_len, decode_count, kv_len)."""
 
 
 def measure_wake_up(step_fns: list[Callable[[], object]], sync: Callable[[], None],
                     idle_s: tuple[float, ...] = IDLE_S, repeats: int = 9,
-                    warm_repeats: int = 9) -> dict:
-    """Time `step_fns` in sequence warm (median of `warm_repeats` back-to-back rounds)
-    and after sleeping each of `idle_s` (median of `repeats`); returns the profile's
-    `wake_up` entry: `idle_s`, `ratios` (one list per idle time, one ratio per step),
-    `warm_s` and `repeats`."""
+                    busy_s: float = 0.1) -> dict:
+    """Run `step_fns` in sequence for `busy_s`, sleep each of `idle_s`, run them once
+    more, and divide each step's time after the sleep by its time in the last round
+    before it; `repeats` times per idle time, medians. Returns the profile's `wake_up`
+    entry: `idle_s`, `ratios` (one list per idle time, one ratio per step), `warm_s` (the
+    median warm times) and `repeats`."""
     from chunksim.live.loop import wait_until
 
-    if not step_fns or repeats < 1 or warm_repeats < 1:
+    if not step_fns or repeats < 1:
         raise ValueError("measure_wake_up needs steps and repeats >= 1")
 
     def run_sequence() -> list[float]:
@@ -48,14 +49,25 @@ def measure_wake_up(step_fns: list[Callable[[], object]], sync: Callable[[], Non
         return out
 
     run_sequence()  # warm-up: first-run costs are not what is measured here
-    warm = np.median([run_sequence() for _ in range(warm_repeats)], axis=0)
-    ratios = []
+    ratios, warm = [], []
     for idle in idle_s:
         looks = []
         for _ in range(repeats):
-            run_sequence()  # busy just before going idle, as a loop that ran out of work
+            # busy for a while before going idle, as a serving loop that ran out of work
+            # (one short burst between sleeps would leave the machine mostly idle, and
+            # its cores slower to wake than a loop's)
+            end = time.perf_counter() + busy_s
+            while True:
+                before = run_sequence()
+                if time.perf_counter() >= end:
+                    break
             wait_until(time.perf_counter() + idle, time.perf_counter)
-            looks.append(run_sequence())
-        ratios.append([float(r) for r in np.median(looks, axis=0) / warm])
-    return {"idle_s": list(idle_s), "ratios": ratios, "warm_s": [float(w) for w in warm],
+            after = run_sequence()
+            # against the warm run just before the sleep, not a baseline taken minutes
+            # apart: the VM's own speed drifts by tens of % over seconds
+            looks.append(np.asarray(after) / np.asarray(before))
+            warm.append(before)
+        ratios.append([float(r) for r in np.median(looks, axis=0)])
+    warm_s = np.median(warm, axis=0)
+    return {"idle_s": list(idle_s), "ratios": ratios, "warm_s": [float(w) for w in warm_s],
             "steps": [list(s) for s in STEPS[: len(step_fns)]], "repeats": repeats}
