@@ -7,10 +7,12 @@ point is timed within a fraction of a second, so one burst of activity elsewhere
 machine can move its median by tens of % (here: bimodal 0.8 / 1.25 ms for one decode);
 several short looks spread over minutes are robust to that, one long look is not.
 
-With `look_repeats=1` each extra pass times every point once, cold: right after a
-different point, as a serving loop runs each step once after different ones (a step run
-again at once is ~10-15 % faster on this CPU: warm caches), and the table keeps the median
-of the looks. The provenance records `passes`, `repass_below_s` and `look_repeats`.
+With `look_repeats=1` each extra pass times every point with a prefill once, cold: right
+after a different point, as a serving loop runs a new prompt's chunk once after different
+work (a step run again at once is ~10-15 % faster on this CPU: warm caches); decode-only
+points are timed warm in every pass, as serving runs decode steps back to back (timed
+cold they read 60-85 % above the live loop's decodes). The table keeps the median of the
+looks. The provenance records `passes`, `repass_below_s` and `look_repeats`.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def _cold_look(fn, sync) -> tuple[float, float, float, float, int]:
 def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None) -> None:
     """Measure the fast points `extra` more times and rewrite the profile with the median
     of the looks (p10/p90 likewise, means averaged, repeats summed). `look_repeats=1`:
-    each look is one cold run (`_cold_look`); else the profiler's warm-up + repeats."""
+    each look at a point with a prefill is one cold run (`_cold_look`), decode-only points
+    get the profiler's warm-up + repeats; else every look is warm-up + repeats."""
     import pandas as pd
     import torch
 
@@ -91,10 +94,14 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
             for i in order:
                 fn = None  # drop the last point's pools before building this one's
                 fn = stepper.step_fn(points[i])
-                if look_repeats == 1:
+                # cold looks for steps with a prefill (a new prompt's chunk runs once,
+                # after other work); decode-only steps run back to back while serving, so
+                # they are looked at warm (cold, they read +60-85 % over live decodes)
+                if look_repeats == 1 and points[i].chunk_len > 0:
                     looks[i].append(_cold_look(fn, sync))
                     continue
-                t = measure(fn, s.grid.warmup, look_repeats or s.grid.repeats, sync,
+                t = measure(fn, s.grid.warmup, (look_repeats if look_repeats != 1 else None)
+                            or s.grid.repeats, sync,
                             min_repeats=3, budget_s=s.grid.point_budget_s,
                             min_timed_s=s.grid.point_min_s)
                 looks[i].append((t.median_s, t.p10_s, t.p90_s, t.mean_s, t.repeats))
@@ -111,4 +118,5 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
     keep["passes"] = 1 + extra
     keep["repass_below_s"] = below_s
     keep["look_repeats"] = look_repeats
+    keep["cold_looks"] = "prefill points" if look_repeats == 1 else None
     write_profile(s.out_csv, rows, keep)
