@@ -7,10 +7,13 @@ after 20 ms asleep and 7.2 ms after 100 ms, and the decode after it ~2x its warm
 wakes an idle engine, so TTFT and the ITL tail carry it.
 
 The measurement: a short sequence as serving runs it after an arrival (a prefill chunk,
-then decodes of that request) is timed warm, then after sleeping each idle time, as the
+then four decodes) runs back to back for 0.1 s, the loop sleeps each idle time as the
 live loop sleeps (`live.loop.wait_until`: sleep, then spin through the last
-millisecond). The profile stores, per idle time, the ratio of each step of the sequence
-to its warm time (medians over repeats): `wake_up` in the profile JSON.
+millisecond), and the sequence runs once more. The profile stores, per idle time, each
+step's time after the sleep over its time in the round just before it (medians over
+repeats; pairing each look with its own warm round cancels the VM's slow drift):
+`wake_up` in the profile JSON. On the CPU VM this gives 1.0 at 2 ms, ~1.25 at 10 ms and
+~1.5-1.65 (prefill, first decode) tapering to ~1.06 (fourth decode) at 200 ms.
 """
 
 from __future__ import annotations
