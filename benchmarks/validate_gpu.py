@@ -18,7 +18,9 @@ Measured on an H200 (2026-11-29, torch 2.11, eager mode; docs/fidelity.md): a st
 compute (2048 tokens 60 ms, 8192 tokens 250 ms, ~520 TFLOP/s). The live loop's steps ran
 in streaks 2.5-7x slower than the same steps replayed alone, so every live step's SM
 clock is sampled now (`gpu_clock` in validation.json) to tell a down-clocked GPU from a
-slow host. Whole run: ~7 minutes (profile 400 s, validation ~50 s a scenario).
+slow host. Whole run: ~11 minutes (profile 400 s; each scenario 60-90 s, more if the
+loop runs slow): above one device call's 10 minutes, so on a lent H200 with torch 2.11
+pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv` (~4-5 minutes).
 Peak memory: weights 16 GB + the live KV pools (slots per size class, 128 KiB a token).
 """
 
@@ -58,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--duration", type=float, default=None,
-                    help="seconds of arrivals [20; 2 with --dry-run]")
+                    help="seconds of arrivals [12; 2 with --dry-run]")
     ap.add_argument("--rate", type=float, default=None, help="skip calibration: req/s")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
@@ -74,7 +76,7 @@ def workload_options(args: argparse.Namespace):
                                duration_s=args.duration or 2.0, seed=args.seed)
     return WorkloadOptions(prompt_mean=512, prompt_std=384, prompt_min=32, prompt_max=2048,
                            output_mean=128, output_std=96, output_min=16, output_max=512,
-                           duration_s=args.duration or 20.0, seed=args.seed)
+                           duration_s=args.duration or 12.0, seed=args.seed)
 
 
 def get_profile(args: argparse.Namespace, out: Path):
@@ -133,7 +135,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"medium load: {rate} req/s = {CAPACITY_SHARE:.0%} of the simulated capacity "
               f"of budget 512 ({capacity:.2f} req/s with median scheduling delay <= 2 s)")
     opts = replace(opts, rate=rate)
-    scenarios = [Scenario(f"{label}/medium", opts, cfg) for label, cfg in configs.items()]
+    # budget 512 first: the policy the first GPU session never reached, and the one that
+    # defines medium load; then the others, so a cut-short session still has it
+    order = sorted(configs, key=lambda label: label != "budget512")
+    scenarios = [Scenario(f"{label}/medium", opts, configs[label]) for label in order]
     settings = LiveSettings.from_profile(profile.provenance, seed=args.seed)
     print(f"[{time.perf_counter() - started:.0f} s] validating {len(scenarios)} scenarios at "
           f"{rate} req/s")
