@@ -4,13 +4,16 @@
     python benchmarks/fidelity.py --profile P.csv       # reuse a profile (same machine!)
     python benchmarks/fidelity.py --only whole/heavy    # one scenario
     python benchmarks/fidelity.py --dry-run             # seconds: tiny grid, 1-s workloads
+    python benchmarks/fidelity.py --resimulate          # the recorded live runs, simulated anew
 
 The profile is measured first, unless given: one `sim profile` pass, then 5 round-robin
-passes timing each point under 300 ms once, cold (after a different point, as a serving
-loop runs its steps), keeping the median of the 6 looks. Each scenario runs its workload
-live (real forward passes of `tiny`, 1 thread, the same policy objects and EngineCore as
-the simulator), then simulates it on the profile with the live loop's measured per-step
-overhead, and writes out/fidelity/<scenario>/ (validation.json, CSVs, plot). The first
+passes timing each point under 300 ms again: once, cold, if it has a prefill (after a
+different point, as a serving loop runs a new prompt's chunk), warm if it is decode-only
+(decode steps run back to back); the table keeps the median of the 6 looks. Each
+scenario runs its workload live (real forward passes of `tiny`, 1 thread, the same
+policy objects and EngineCore as the simulator), then simulates it on the profile with
+the live loop's measured per-step overhead, and writes out/fidelity/<scenario>/
+(validation.json, CSVs, plot). The first
 table shows the signed
 error (predicted - measured) / measured in % of mean and P99 TTFT, ITL and TPOT (target:
 within 5 %), the step-level check (the table's forward time for each live step's own
@@ -61,7 +64,47 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "other processes to leave the CPUs alone (0 = don't)")
     ap.add_argument("--dry-run", action="store_true",
                     help="tiny grid and 1-second workloads: checks the script end to end")
+    ap.add_argument("--resimulate", action="store_true",
+                    help="no live runs: simulate the live runs recorded under --out again "
+                         "with the current simulator (profile: --profile, else "
+                         "OUT/profile.csv) and print the errors; for judging a change to "
+                         "the simulator against the same measurements")
     return ap.parse_args(argv)
+
+
+def resimulate(args: argparse.Namespace) -> dict:
+    """The suite's errors with the recorded live summaries and a fresh simulation of the
+    same workloads, configuration and measured per-step overhead."""
+    from chunksim.live.settings import LiveSettings
+    from chunksim.sim.profile import load_profile
+    from chunksim.sim.run import simulate
+    from chunksim.validate.compare import TARGET_KEYS, compare_summaries, worst_abs_error
+    from chunksim.validate.run import comparable_config
+    from chunksim.workloads.options import build_workload
+
+    profile = load_profile(str(args.profile or args.out / "profile.csv"))
+    settings = LiveSettings.from_profile(profile.provenance, seed=args.seed,
+                                         idle_wait=args.idle_wait)
+    scenarios: dict[str, dict] = {}
+    for sc in scenarios_for(args):
+        d = args.out / sc.name.replace("/", "__")
+        if not (d / "live_summary.json").is_file():
+            print(f"{sc.name:<24} no recorded live run under {d}; skipped")
+            continue
+        live = json.loads((d / "live_summary.json").read_text())
+        overhead_s = json.loads((d / "validation.json").read_text())["step_overhead_s"]
+        cfg = replace(comparable_config(sc.run, profile, settings), step_overhead_s=overhead_s)
+        _, sim = simulate(build_workload(sc.workload), profile, cfg)
+        metrics = compare_summaries(sim, live)
+        scenarios[sc.name] = {k: metrics[k]["error_pct"] for k in TARGET_KEYS}
+        print(f"{sc.name:<24}" + "".join(f"{scenarios[sc.name][k]:+8.1f}" for k in TARGET_KEYS)
+              + f"   worst {worst_abs_error(metrics)[1]:.1f} %")
+    worst = max((abs(v) for s in scenarios.values() for v in s.values() if v is not None),
+                default=float("nan"))
+    summary = {"worst_abs_error_pct": worst, "scenarios": scenarios, "resimulated": True,
+               "profile_sha256": profile.sha256}
+    print(json.dumps(summary))
+    return summary
 
 
 def scenarios_for(args: argparse.Namespace):
@@ -83,6 +126,8 @@ def scenarios_for(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.resimulate:
+        return resimulate(args)
     if args.dry_run:
         args.wait_quiet = 0.0
     from chunksim.live.settings import LiveSettings

@@ -74,3 +74,17 @@ def test_fast_forward_changes_nothing_with_wake_up(wake_profile, policy):
     b, _ = _run(wake_profile, reqs, policy=policy, fast_forward=False)
     pd.testing.assert_frame_equal(a.requests, b.requests)
     assert (a.steps["duration_s"] > 0.0101).any()  # some steps did pay a wake-up
+
+
+def test_ratios_are_scaled_from_the_warm_times_to_the_tables_figures(tmp_path):
+    # measured: after 10 ms idle a prefill took 1.5x its warm 8 ms = 12 ms, the decode 1.2x
+    # its warm 10 ms; the table says 10 ms for both: so 1.2x and 1.2x the table, and a
+    # step the table already prices above its after-idle time pays nothing extra
+    p = make_profile(tmp_path, constant_time(0.010), provenance={"wake_up": {
+        "idle_s": [0.01], "ratios": [[1.5, 1.2, 1.1]], "warm_s": [0.008, 0.010, 0.005],
+        "steps": [[256, 0, 0, 0], [0, 0, 1, 256], [0, 0, 1, 256]]}})
+    lat = LatencyModel(p)
+    assert lat.wake_ratio(0.01, 0) == pytest.approx(1.2)
+    assert lat.wake_ratio(0.01, 1) == pytest.approx(1.2)
+    assert lat.wake_ratio(0.01, 2) == 1.0  # 1.1 x 5 ms < the table's 10 ms
+    assert lat.wake_ratio(0.005, 0) == pytest.approx(1.1)  # halfway from 1 at no idle

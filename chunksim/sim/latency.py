@@ -146,6 +146,15 @@ class LatencyModel:
                              f"idle times but ratios {self.wake_ratios}; re-run sim profile")
         self.wake_steps = len(self.wake_ratios[0]) if self.wake_ratios else 0
         """How many steps after an idle wait `wake_ratio` prices (0: no wake-up table)."""
+        warm, steps = wake.get("warm_s"), wake.get("steps")
+        if self.wake_steps and warm and steps and len(warm) == len(steps) == self.wake_steps:
+            # The ratios are over the steps' warm times in that measurement; the table may
+            # price a step colder than that (a fidelity profile's cold looks at prefills).
+            # What a step after idle costs is ratio x warm, so scale to the table's figure.
+            for k, (c, p, d, kv) in enumerate(steps):
+                table_s, _ = self.step_s(BatchShape(c, p, d, kv))
+                for row in self.wake_ratios:
+                    row[k] *= float(warm[k]) / table_s
 
     def _grid(self, main, col: str) -> np.ndarray:
         g = np.full((self.chunk.n, self.dec.n, self.kv.n), np.nan)
@@ -169,9 +178,11 @@ class LatencyModel:
 
     def wake_ratio(self, idle_s: float, k: int) -> float:
         """Factor on the forward time of the `k`-th step (0-based) after the engine sat
-        idle for `idle_s`: the profile's measured ratio, linear in the idle time between
-        its points, from 1 at no idle time, flat beyond the longest. Never below 1: a
-        ratio under 1 is noise in the warm baseline, not a faster cold engine."""
+        idle for `idle_s`: the profile's measured time of that step after such an idle
+        wait over the table's own figure for it (the measured ratio x warm time / table,
+        where the profile has the warm times), linear in the idle time between its
+        points, from 1 at no idle time, flat beyond the longest. Never below 1: the table
+        may already price the step as cold as that, and waking never makes it faster."""
         if k >= self.wake_steps or idle_s <= 0:
             return 1.0
         xs = self.wake_idle_s
