@@ -71,3 +71,15 @@ def make_profile(tmp: Path, fn: Callable = linear_time, name: str = "test",
 def workload(reqs: list[tuple[float, int, int]], name: str = "test") -> Workload:
     """[(arrival_s, prompt, output), ...] -> Workload (must be sorted by arrival)."""
     return Workload(name, tuple(RequestSpec(i, a, p, o) for i, (a, p, o) in enumerate(reqs)))
+
+
+def load_script(name: str):
+    """`benchmarks/<name>.py` imported as a module (the benchmarks are scripts, not a
+    package), for end-to-end tests of their `main`."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -3,26 +3,16 @@ recorded, which with the simulator unchanged must reproduce every error exactly.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from factories import load_script
 
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("fidelity", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_resimulating_recorded_runs_reproduces_their_errors(tmp_path, capsys):
-    mod = _load()
+    mod = load_script("fidelity")
     ran = mod.main(["--dry-run", "--passes", "2", "--no-plot", "--out", str(tmp_path)])
     again = mod.main(["--dry-run", "--resimulate", "--out", str(tmp_path)])
     assert again["resimulated"] and again["profile_sha256"] == ran["profile_sha256"]

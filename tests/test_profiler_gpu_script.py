@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from factories import load_script
 
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_gpu.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("profile_gpu", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_dry_run_writes_profile_and_json_line(tmp_path, capsys):
-    mod = _load()
+    mod = load_script("profile_gpu")
     out = tmp_path / "dry.csv"
     summary = mod.main(["--dry-run", "--out", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
@@ -34,7 +24,7 @@ def test_dry_run_writes_profile_and_json_line(tmp_path, capsys):
 
 
 def test_real_run_targets_8b_bf16_default_grid(tmp_path):
-    mod = _load()
+    mod = load_script("profile_gpu")
     args = mod.parse_args(["--out", str(tmp_path / "x.csv")])
     try:
         settings = mod.settings_for(args)

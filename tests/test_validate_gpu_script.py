@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from factories import load_script
 
 pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "validate_gpu.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("validate_gpu", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
-    mod = _load()
+    mod = load_script("validate_gpu")
     summary = mod.main(["--dry-run", "--out", str(tmp_path), "--duration", "1"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert json.loads(lines[-1]) == json.loads(json.dumps(summary))
@@ -35,7 +25,7 @@ def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
 
 
 def test_real_run_targets_8b_bf16_on_cuda(tmp_path):
-    mod = _load()
+    mod = load_script("validate_gpu")
     args = mod.parse_args(["--out", str(tmp_path)])
     assert args.model == "llama-3.1-8b" and not args.dry_run
     try:
