@@ -15,14 +15,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from chunksim.live.gpu_clock import ClockSampler, clock_summary, nvml_reader
 from chunksim.profiler.config import ModelConfig
@@ -38,6 +30,7 @@ from chunksim.profiler.step import ATTENTION_BACKEND
 from chunksim.profiler.store import Checkpoint, row_of, write_profile
 from chunksim.profiler.synthetic import PointStepper
 from chunksim.profiler.timing import Timing, measure
+from chunksim.progress import ProgressBar
 
 MIN_REPEATS = 3
 """Timed repeats every point gets even when its time budget is spent."""
@@ -146,12 +139,12 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         sampler = ClockSampler(reader) if reader else None
         if sampler:
             sampler.start(time.perf_counter())
-        with torch.inference_mode(), _progress(show_progress) as bar:
-            task = bar.add_task("profiling", total=len(pruned.kept),
-                                completed=len(pruned.kept) - len(todo))
+        with torch.inference_mode(), ProgressBar(
+                "profiling", total=len(pruned.kept), enabled=show_progress,
+                completed=len(pruned.kept) - len(todo)) as bar:
             for p in todo:
-                bar.update(task, description=f"c={p.chunk_len} p={p.prior_len} "
-                                             f"d={p.decode_count} k={p.kv_len}")
+                bar.describe(f"c={p.chunk_len} p={p.prior_len} d={p.decode_count} "
+                             f"k={p.kv_len}")
                 # no reference to the closure outlives its point: it holds the pools, and
                 # the next point may need them rebuilt (old + new would not fit on a GPU)
                 timing = measure(stepper.step_fn(p), s.grid.warmup, s.grid.repeats, sync,
@@ -162,7 +155,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
                 ckpt.save_meta(identity, elapsed_before + time.perf_counter() - started)
                 rows[row[:4]] = row
                 measured.append(p)
-                bar.advance(task)
+                bar.advance()
                 if on_point is not None:
                     on_point(p, timing)
         if sampler:
@@ -242,7 +235,3 @@ def _model_entry(cfg: ModelConfig) -> dict:
                                   "head_dim", "intermediate_size", "vocab_size", "max_position")}
     return {**head, **d}
 
-
-def _progress(enabled: bool) -> Progress:
-    return Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled)

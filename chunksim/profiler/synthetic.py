@@ -65,7 +65,9 @@ class PointStepper:
                                           self.dtype, fill_seed=self.seed)
 
     def step_fn(self, point: GridPoint) -> Callable[[], torch.Tensor]:
-        """A closure running `point`'s forward step; the planning is done here, untimed."""
+        """A closure running `point`'s forward step; the planning is done here, untimed.
+        The closure holds the pools it runs on: drop the previous one before asking for
+        the next, or pools this point must rebuild stay allocated beside the new ones."""
         needs: dict[str, Shape | None] = {
             "chunk": (1, point.prior_len + point.chunk_len) if point.chunk_len else None,
             "decode": (point.decode_count, point.kv_len + 1) if point.decode_count else None,

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from chunksim.progress import ProgressBar
 from chunksim.run_options import RunOptions
 from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
-from chunksim.sweep.progress import ProgressBar
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
 from chunksim.sweep.slos import meets

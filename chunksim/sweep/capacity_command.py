@@ -58,12 +58,12 @@ def capacity(
     p99_ttft_ms=2000 --out runs/cap`.
     """
     from chunksim import atomic
+    from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity
     from chunksim.sim.profile import load_profile
     from chunksim.sweep.capacity import SearchParams, capacity_search, recommend
     from chunksim.sweep.capacity_io import capacity_document, probes_csv
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
-    from chunksim.sweep.progress import ProgressBar
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.slos import parse_capacity_slos
 

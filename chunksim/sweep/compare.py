@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chunksim.progress import ProgressBar
 from chunksim.run_options import RunOptions
 from chunksim.sim.engine import SimResult
 from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
-from chunksim.sweep.progress import ProgressBar
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.table import Row, csv_text, flatten
 from chunksim.workloads.options import WorkloadOptions

@@ -47,11 +47,11 @@ def compare(
     256,512,1024,2048 --out reports/long-prompt`.
     """
     from chunksim import atomic
+    from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison
     from chunksim.sim.profile import load_profile
     from chunksim.sweep.compare import run_comparison
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
-    from chunksim.sweep.progress import ProgressBar
     from chunksim.sweep.runner import Runner
 
     configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))

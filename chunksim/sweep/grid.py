@@ -14,10 +14,10 @@ import json
 import time
 from dataclasses import dataclass
 
+from chunksim.progress import ProgressBar
 from chunksim.run_options import RunOptions
 from chunksim.sweep.configs import Config, PolicySpec
 from chunksim.sweep.job import SimJob
-from chunksim.sweep.progress import ProgressBar
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.table import ResultTable, Row, cell, flatten
 from chunksim.workloads.options import WorkloadKind, WorkloadOptions

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from types import TracebackType
 
+from chunksim.progress import ProgressBar
 from chunksim.sim.profile import Profile
 from chunksim.sweep.job import JobResult, SimJob, init_worker, run_job
-from chunksim.sweep.progress import ProgressBar
 
 OnResult = Callable[[int, JobResult], None]
 

@@ -47,6 +47,7 @@ def sweep(
     Example: `sim sweep --policies whole,budget --chunks 512,2048 --rates 2,4,8 --seeds
     0,1,2 --workloads poisson,long-prompt --out runs/sweep.csv`.
     """
+    from chunksim.progress import ProgressBar
     from chunksim.sim.profile import load_profile
     from chunksim.sweep.configs import make_configs, parse_floats, parse_ints, parse_policies
     from chunksim.sweep.grid import (
@@ -56,7 +57,6 @@ def sweep(
         row_sort_key,
         run_sweep,
     )
-    from chunksim.sweep.progress import ProgressBar
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.table import ResultTable
     from chunksim.workloads.options import build_workload

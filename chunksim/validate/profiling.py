@@ -11,8 +11,9 @@ With `look_repeats=1` each extra pass times every point with a prefill once, col
 after a different point, as a serving loop runs a new prompt's chunk once after different
 work (a step run again at once is ~10-15 % faster on this CPU: warm caches); decode-only
 points are timed warm in every pass, as serving runs decode steps back to back (timed
-cold they read 60-85 % above the live loop's decodes). The table keeps the median of the
-looks. The provenance records `passes`, `repass_below_s` and `look_repeats`.
+cold they read 16-85 %, median 62 %, above the same decode steps re-timed alone). The
+table keeps the median of the looks. The provenance records `passes`, `repass_below_s`
+and `look_repeats`.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
             s.dtype)
         stepper = PointStepper(model, s.device, dtype, budget, seed=s.seed)
         sync = synchronizer(s.device)
+        warm_repeats = s.grid.repeats if look_repeats in (None, 1) else look_repeats
         for k in range(extra):
             order = list(points)
             random.Random(s.seed + 1 + k).shuffle(order)
@@ -96,12 +98,11 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
                 fn = stepper.step_fn(points[i])
                 # cold looks for steps with a prefill (a new prompt's chunk runs once,
                 # after other work); decode-only steps run back to back while serving, so
-                # they are looked at warm (cold, they read +60-85 % over live decodes)
+                # they are looked at warm (cold: up to +85 % over the same steps alone)
                 if look_repeats == 1 and points[i].chunk_len > 0:
                     looks[i].append(_cold_look(fn, sync))
                     continue
-                t = measure(fn, s.grid.warmup, (look_repeats if look_repeats != 1 else None)
-                            or s.grid.repeats, sync,
+                t = measure(fn, s.grid.warmup, warm_repeats, sync,
                             min_repeats=3, budget_s=s.grid.point_budget_s,
                             min_timed_s=s.grid.point_min_s)
                 looks[i].append((t.median_s, t.p10_s, t.p90_s, t.mean_s, t.repeats))

@@ -7,12 +7,15 @@ from types import TracebackType
 
 class ProgressBar:
     """`with ProgressBar("compare", total=9) as bar: ... bar.advance()`; `add` grows the
-    total for searches that discover their work round by round."""
+    total for searches that discover their work round by round; `describe` relabels the
+    bar (e.g. the item in progress); `completed` starts it part done (a resumed job)."""
 
-    def __init__(self, label: str, total: int = 0, enabled: bool = True) -> None:
+    def __init__(self, label: str, total: int = 0, enabled: bool = True,
+                 completed: int = 0) -> None:
         self.label = label
         self.total = total
         self.enabled = enabled
+        self.completed = completed
         self._progress = None
         self._task = None
 
@@ -33,7 +36,8 @@ class ProgressBar:
                 TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
                 transient=True)
             self._progress.start()
-            self._task = self._progress.add_task(self.label, total=self.total)
+            self._task = self._progress.add_task(self.label, total=self.total,
+                                                 completed=self.completed)
         return self
 
     def add(self, n: int) -> None:
@@ -41,6 +45,11 @@ class ProgressBar:
         self.total += n
         if self._progress is not None:
             self._progress.update(self._task, total=self.total)
+
+    def describe(self, text: str) -> None:
+        """Show `text` as the bar's label."""
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
 
     def advance(self, n: int = 1) -> None:
         if self._progress is not None:
