@@ -6,21 +6,26 @@
 
 Steps: (1) check the mixed forward step against an fp64 reference on the device; (2)
 profile the 8B model over a grid dense where medium load's steps fall and wide enough to
-ship (chunks to 8192, 256 decodes, 8k contexts; see GPU_GRID); (3) find "medium load":
-half the simulated capacity of `budget 512` (Sarathi-Serve's capacity: median scheduling
-delay <= 2 s); (4) for `whole`, `chunk 256` and `budget 512` at that rate, run the chat
-workload live (real forward passes, same policy objects) and simulated, and write
-out/validate_gpu/<policy>__medium/. Prints the error table and ends with one JSON line.
+ship (chunks to 8192, 256 decodes, 8k contexts; see GPU_GRID); (3) load the live model and
+time steps of never-run shapes against their repeats, with torch's default SDPA kernels
+and with the project's (profiler.first_call: seconds); (4) find "medium load": half the
+simulated capacity of `budget 512` (Sarathi-Serve's capacity: median scheduling delay
+<= 2 s); (5) for `whole`, `chunk 256` and `budget 512` at that rate, run the chat workload
+live (real forward passes, same policy objects) and simulated, and write
+out/validate_gpu/<policy>__medium/. Prints the error tables and ends with one JSON line.
 
 Measured on an H200 (2026-11-29, torch 2.11, eager mode; docs/fidelity.md): a step costs
 ~17 ms from 1 to 256 decodes and up to ~512 prefill tokens (the eager forward launches
 ~1000 kernels: CPU-launch-bound; the 16 GB weight read alone is ~4 ms), then grows with
-compute (2048 tokens 60 ms, 8192 tokens 250 ms, ~520 TFLOP/s). The live loop's steps ran
-in streaks 2.5-7x slower than the same steps replayed alone, so every live step's SM
-clock is sampled now (`gpu_clock` in validation.json) to tell a down-clocked GPU from a
-slow host. Whole run: ~11 minutes (profile 400 s; each scenario 60-90 s, more if the
-loop runs slow): above one device call's 10 minutes, so on a lent H200 with torch 2.11
-pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv` (~4-5 minutes).
+compute (2048 tokens 60 ms, 8192 tokens 250 ms, ~520 TFLOP/s). The live loop's steps then
+ran 2.3-7x slower than the same steps replayed alone whenever their shape was new to the
+process: torch's default SDPA kernel on that GPU (cuDNN) builds a plan per shape, which
+the profiler's warm-ups hid. The model now excludes cuDNN (profiler.attention.
+SDPA_BACKENDS); step (3) shows the effect with and without it. Whole run: ~11 minutes
+(profile 400 s; each scenario 60-90 s): above one device call's 10 minutes, so on a lent
+H200 with torch 2.11 pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv`
+(~4-5 minutes; that table was measured with torch's default kernels, cuDNN plans warm, so
+its difference from the live loop's kernels shows as `table vs replay`).
 Peak memory: weights 16 GB + the live KV pools (slots per size class, 128 KiB a token).
 """
 
@@ -114,6 +119,23 @@ def get_profile(args: argparse.Namespace, out: Path):
     return profile
 
 
+def first_call_check(settings):
+    """Load the live model once; time steps of never-run shapes against their repeats with
+    torch's default SDPA kernels and with the project's (profiler.first_call). Returns the
+    runtime (reused by the suite) and the figures."""
+    from chunksim.live.runtime import Runtime, pinned_threads
+    from chunksim.profiler.first_call import compare_kernels, format_first_call
+
+    t0 = time.perf_counter()
+    with pinned_threads(settings.threads):
+        runtime = Runtime(settings)
+        runtime.warm_up()
+        result = compare_kernels(runtime.model, runtime.device, runtime.dtype, runtime.sync)
+    print(f"first call of a new step shape over its repeat ({time.perf_counter() - t0:.1f} s):")
+    print(format_first_call(result))
+    return runtime, result
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     from chunksim.live.settings import LiveSettings
@@ -140,10 +162,12 @@ def main(argv: list[str] | None = None) -> dict:
     order = sorted(configs, key=lambda label: label != "budget512")
     scenarios = [Scenario(f"{label}/medium", opts, configs[label]) for label in order]
     settings = LiveSettings.from_profile(profile.provenance, seed=args.seed)
+    runtime, first_call = first_call_check(settings)
     print(f"[{time.perf_counter() - started:.0f} s] validating {len(scenarios)} scenarios at "
           f"{rate} req/s")
     reports = run_suite(scenarios, profile, out, settings,
-                        replay_steps=30 if args.dry_run else 120, keep_going=True)
+                        replay_steps=30 if args.dry_run else 120, keep_going=True,
+                        runtime=runtime)
     if not reports:
         raise SystemExit("every scenario failed (tracebacks above)")
     print()
@@ -155,6 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
         model=profile.provenance["model"]["name"], device_name=profile.provenance.get(
             "device_name"), dtype=profile.provenance.get("dtype"), rate_per_s=rate,
         profile_sha256=profile.sha256, elapsed_s=time.perf_counter() - started,
+        first_call=first_call,
         metrics={n: {k: v for k, v in r["metrics"].items()} for n, r in reports.items()})
     print(f"\nworst |error| over mean/P99 TTFT, ITL, TPOT: {summary['worst_abs_error_pct']:.1f} %"
           f" ({time.perf_counter() - started:.0f} s in all)")

@@ -31,6 +31,33 @@ def test_outside_the_grid_extrapolates_linearly_and_is_flagged(linear_profile):
     assert lat.step_s(BatchShape(100, 20000, 0, 0))[1]  # prior beyond grid
 
 
+def _falling(c: float, p: float, d: float, k: float) -> float:
+    """A noisy table's shape: at the far-end cells time falls, from 64 to 256 decodes, from
+    4096 to 16384 context tokens and from 4096 to 16384 chunk tokens."""
+    t = linear_time(c, p, d, 4096 if d and k == 16384 else k) * (0.9 if d and k == 16384
+                                                                 else 1.0)
+    t *= 0.3 if d == 256 else 1.0
+    return t * (0.2 if c == 16384 else 1.0)
+
+
+def test_beyond_the_far_end_a_step_is_never_priced_below_the_edge(tmp_path):
+    lat = LatencyModel(make_profile(tmp_path, _falling))
+    edge_d = lat.step_s(BatchShape(0, 0, 256, 1024))[0]
+    for d in (300, 2000, 50000):  # the falling edge cell would reach 0 by ~5000 decodes
+        t, out = lat.step_s(BatchShape(0, 0, d, 1024))
+        assert out and t == edge_d
+        assert lat.step_s(BatchShape(64, 0, d, 1024))[0] == lat.step_s(
+            BatchShape(64, 0, 256, 1024))[0]
+    edge_c = lat.step_s(BatchShape(16384, 0, 0, 0))[0]
+    assert lat.step_s(BatchShape(60000, 0, 0, 0)) == (edge_c, True)
+    edge_k = lat.step_s(BatchShape(0, 0, 16, 16384))[0]
+    kv = np.array([100.0, 16384.0, 20000.0, 1e6])
+    vec, flags = lat.decode_steps_s(16, kv)
+    assert vec[2] == vec[3] == edge_k and flags.tolist() == [False, False, True, True]
+    for i, k in enumerate(kv):  # both paths floor alike
+        assert lat.step_s(BatchShape(0, 0.0, 16, float(k)))[0] == vec[i]
+
+
 def test_vectorized_decode_path_is_bit_identical_to_the_scalar_path(linear_profile):
     lat = LatencyModel(linear_profile)
     kv = np.array([1.0, 17.5, 255.0, 256.0, 3000.25, 16383.0, 20000.0])

@@ -165,7 +165,7 @@ SMALL_GRID = GridSpec(preset="custom", chunk_len=(0, 8, 16), decode_count=(0, 1,
 FORMAT_KEYS = {"format", "content_sha256", "created", "device", "device_name",
                "device_memory_bytes", "dtype", "threads", "torch_version", "attention_backend",
                "model", "weights_bytes", "kv_bytes_per_token", "step_overhead_s", "grid",
-               "points", "elapsed_s"}
+               "points", "elapsed_s", "sdpa_backends", "first_call"}
 
 
 def _settings(tmp_path: Path, **kw) -> ProfileSettings:
@@ -199,6 +199,12 @@ def test_profile_table_follows_the_format(tmp_path):
         assert 0 < p10 <= med <= p90 and float(r["mean_s"]) > 0 and int(r["repeats"]) >= 2
     meta = json.loads(res.json_path.read_text())
     assert FORMAT_KEYS <= set(meta)
+    assert meta["sdpa_backends"] is None  # CPU: SDPA is left to torch
+    first = meta["first_call"]
+    assert first["kv_start"] + 64 + 12 <= MINI.max_position
+    for kind in ("decode", "decodes_unequal", "prefill_chunk"):
+        assert first[kind]["first_s"] > 0 and first[kind]["ratio"] == pytest.approx(
+            first[kind]["first_s"] / first[kind]["repeat_s"])
     assert meta["content_sha256"] == hashlib.sha256(raw).hexdigest()
     assert meta["points"] == len(rows) and meta["threads"] == 1
     assert meta["kv_bytes_per_token"] == 2 * 2 * 2 * 8 * 4

@@ -190,6 +190,8 @@ class LiveEngine:
             mode="live",
             live=self.settings.as_dict(),
             torch_version=torch.__version__,
+            sdpa_backends=(list(rt.model.sdpa_backends) if rt.device == "cuda"
+                           and rt.model.sdpa_backends is not None else None),
             max_model_len=self.max_model_len,
             kv_pools=slots.describe(),
             kv_pool_bytes=slots.nbytes,

@@ -6,15 +6,46 @@ slots (a gather copy when the slots are scattered), padded and masked when lengt
 Decode GQA folds the query heads that share a KV head into the query-length axis
 (`[B, H_kv, group, D]`), so no K/V head is ever repeated. FlexAttention is not used: on
 torch 2.13 CPU it needs torch.compile (~28 s, plus ~3 s per block mask).
+
+On CUDA, SDPA may use only the kernels in `SDPA_BACKENDS` (see there why not cuDNN).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
 
 from chunksim.profiler.kv import KVPool
 from chunksim.profiler.step import PreparedStep
+
+SDPA_BACKENDS: tuple[str, ...] = ("flash", "efficient", "math")
+"""SDPA kernels the model may run on CUDA (torch's `SDPBackend` names, lower case), as the
+profile's `sdpa_backends` records. Not cuDNN: torch >= 2.9 prefers it on sm90/sm100 once
+its bundled cuDNN is >= 9.15 (torch 2.11 on an H200), and cuDNN SDPA builds an execution
+plan for every new shape. A profiler point's warm-up pays that once and its timed repeats
+never see it; a serving loop meets a new KV length every step and pays it every step
+(the first GPU validation: the same decode steps 2.3-2.6x the table's time when a shape
+was new, 0.86-0.95x when an earlier run in the process had built it; docs/fidelity.md).
+Serving engines' attention kernels (FlashAttention, FlashInfer) build nothing per shape."""
+
+
+@contextlib.contextmanager
+def sdpa_kernels(backends: tuple[str, ...] | None) -> Iterator[None]:
+    """SDPA restricted to `backends` for the block (None: torch's own choice)."""
+    if backends is None:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([getattr(SDPBackend, _SDPA_NAMES[b]) for b in backends]):
+        yield
+
+
+_SDPA_NAMES = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+               "math": "MATH", "cudnn": "CUDNN_ATTENTION"}
 
 
 def write_kv(layer: int, k: torch.Tensor, v: torch.Tensor, step: PreparedStep,

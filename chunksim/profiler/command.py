@@ -78,6 +78,24 @@ def profile(
     meta = result.meta
     typer.echo(f"wrote {result.csv_path} ({meta['points']} points, "
                f"{meta['elapsed_s']:.1f} s) and {result.json_path}")
+    warning = first_call_warning(meta.get("first_call"))
+    if warning:
+        typer.echo(warning, err=True)
+
+
+def first_call_warning(first_call: dict | None) -> str | None:
+    """A warning when a new step shape's first call cost much more than its repeat."""
+    from chunksim.profiler.first_call import WARN_RATIO, worst_kind
+
+    if not first_call:
+        return None
+    kind, ratio = worst_kind(first_call)
+    if ratio < WARN_RATIO:
+        return None
+    return (f"warning: on this machine the first call of a new {kind} step shape took "
+            f"{ratio:.1f}x its repeat; the table is timed warm, so it under-prices a "
+            "serving loop, which meets new shapes every step. Look for a library that "
+            "builds a plan or compiles per shape (docs/fidelity.md, 'Results on GPU').")
 
 
 def build_settings(*, model: str = "tiny", hf_config: Path | None = None,

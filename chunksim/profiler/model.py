@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chunksim.profiler.attention import attend, write_kv
+from chunksim.profiler.attention import SDPA_BACKENDS, attend, sdpa_kernels, write_kv
 from chunksim.profiler.config import ModelConfig, load_hf_config, preset_config
 from chunksim.profiler.kv import KVPool
 from chunksim.profiler.step import PreparedStep
@@ -78,6 +78,9 @@ class LlamaModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.sdpa_backends: tuple[str, ...] | None = SDPA_BACKENDS
+        """SDPA kernels allowed in steps with CUDA kernels (None: torch's own choice;
+        attention.SDPA_BACKENDS says why not cuDNN)."""
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -127,8 +130,11 @@ class LlamaModel(nn.Module):
         dtype = x.dtype
         cos = self.rope_cos[step.positions].to(dtype)[:, None, :]
         sin = self.rope_sin[step.positions].to(dtype)[:, None, :]
-        for i, block in enumerate(self.layers):
-            x = block(i, x, cos, sin, step, pools)
+        # one context per step, not per layer: it costs ~15 us and the step may be
+        # launch-bound (an eager 8B forward on an H200)
+        with sdpa_kernels(self.sdpa_backends if step.cuda_kernels else None):
+            for i, block in enumerate(self.layers):
+                x = block(i, x, cos, sin, step, pools)
         # LM head only where logits are needed (a chunk's last token, each decode).
         h = self.norm(x.index_select(0, step.logits_rows))
         return F.linear(h, self.head_weight())

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from chunksim.live.gpu_clock import ClockSampler, clock_summary, nvml_reader
+from chunksim.profiler.attention import SDPA_BACKENDS
 from chunksim.profiler.config import ModelConfig
 from chunksim.profiler.device import (
     device_memory_bytes,
@@ -32,6 +33,10 @@ from chunksim.profiler.synthetic import PointStepper
 from chunksim.profiler.timing import Timing, measure
 from chunksim.progress import ProgressBar
 
+FIRST_CALL_KV = 1301
+"""KV length the first-call probe starts at (off the grid's round numbers)."""
+FIRST_CALL_COUNT = 12
+"""New shapes per kind in the first-call probe."""
 MIN_REPEATS = 3
 """Timed repeats every point gets even when its time budget is spent."""
 
@@ -86,7 +91,13 @@ def _identity(s: ProfileSettings, dev_name: str) -> dict:
     """What must match for a checkpoint to be resumed."""
     return {"model": s.model.as_dict(), "device": s.device, "device_name": dev_name,
             "dtype": s.dtype, "threads": s.threads, "grid": s.grid.as_dict(), "seed": s.seed,
-            "torch_version": torch.__version__, "memory_fraction": s.memory_fraction}
+            "torch_version": torch.__version__, "memory_fraction": s.memory_fraction,
+            "sdpa_backends": _sdpa_backends(s.device)}
+
+
+def _sdpa_backends(device: str) -> list[str] | None:
+    """The SDPA kernels the model may use (attention.SDPA_BACKENDS; CUDA only)."""
+    return list(SDPA_BACKENDS) if device == "cuda" else None
 
 
 def run_profile(s: ProfileSettings,
@@ -167,7 +178,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         free_cached(s.device)
 
     overhead = _measure_overhead(s)
-    wake_up = _measure_wake(s)
+    wake_up, first_call = _measure_cold_costs(s)
     wanted = {p.key() for p in pruned.kept}
     final_rows = [r for k, r in rows.items() if k in wanted]
     meta = {
@@ -179,6 +190,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         "threads": s.threads if s.device == "cpu" else None,
         "torch_version": torch.__version__,
         "attention_backend": ATTENTION_BACKEND,
+        "sdpa_backends": _sdpa_backends(s.device),
         "model": _model_entry(s.model),
         "weights_bytes": s.model.weights_bytes(s.dtype),
         "kv_bytes_per_token": s.model.kv_bytes_per_token(s.dtype),
@@ -186,6 +198,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         "step_overhead": overhead,
         "gpu_clock": gpu_clock,
         "wake_up": wake_up,
+        "first_call": first_call,
         "grid": s.grid.as_dict(),
         "elapsed_s": round(elapsed_before + time.perf_counter() - started, 3),
         "seed": s.seed,
@@ -208,24 +221,37 @@ def _measure_overhead(s: ProfileSettings) -> dict:
                                               threads=s.threads, seed=s.seed))
 
 
-def _measure_wake(s: ProfileSettings) -> dict:
-    """What the first steps after an idle wait cost over the same steps warm (see
-    `profiler.wake`), on this model and device: the simulator applies it after idling."""
+def _measure_cold_costs(s: ProfileSettings) -> tuple[dict, dict | None]:
+    """What the table's warm timing leaves out, on this model and device: the first steps
+    after an idle wait over the same steps warm (`profiler.wake`; the simulator applies
+    it after idling), and the first call of a new step shape over its repeat
+    (`profiler.first_call`; recorded, and `sim profile` warns when it is large)."""
+    from chunksim.profiler.first_call import first_call_ratios
     from chunksim.profiler.wake import STEPS, measure_wake_up
 
     cap = s.model.max_position
     points = [GridPoint(p, min(c, cap - 1), d, min(k, cap - 2)) for c, p, d, k in STEPS]
     dtype = getattr(torch, s.dtype)
+    sync = synchronizer(s.device)
     with torch.inference_mode():
         model = build_model(s.model, s.device, dtype, seed=s.seed)
         budget = s.memory_fraction * device_memory_bytes(s.device) - s.model.weights_bytes(
             s.dtype)
         stepper = PointStepper(model, s.device, dtype, budget, seed=s.seed)
-        out = measure_wake_up([stepper.step_fn(p) for p in points], synchronizer(s.device))
-    del model, stepper
+        wake = measure_wake_up([stepper.step_fn(p) for p in points], sync)
+        del stepper
+        gc.collect()
+        # shapes off the grid's round numbers; within the model's positions
+        kv_start = min(FIRST_CALL_KV, cap - 64 - FIRST_CALL_COUNT - 1)
+        first = None
+        if kv_start >= 1:
+            first = {"sdpa_backends": _sdpa_backends(s.device), "kv_start": kv_start,
+                     **first_call_ratios(model, s.device, dtype, sync, FIRST_CALL_COUNT,
+                                         kv_start)}
+    del model
     gc.collect()
     free_cached(s.device)
-    return out
+    return wake, first
 
 
 def _model_entry(cfg: ModelConfig) -> dict:

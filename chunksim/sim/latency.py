@@ -13,7 +13,8 @@ How a real step maps onto the table (keys: chunk_len, decode_count, kv_len, prio
   is the 1-token tail of a prompt: the forward pass is the same.
 
 Interpolation is multilinear on the measured grid; outside the grid it extrapolates
-linearly from the edge cell and flags the step (counted in the run summary). Optional
+linearly from the edge cell, never below the edge's own figure beyond the far end, and
+flags the step (counted in the run summary). Optional
 jitter multiplies the forward-pass time by exp(sigma * z), with sigma from the measured
 p10/p90 spread (log-normal) and z a seeded standard normal per step index.
 """
@@ -214,6 +215,13 @@ class LatencyModel:
                         continue
                     acc += (wa * wb * we) * row[e]
                     filled = filled or self._filled_l[a][b][e]
+        if (oc and c > self.chunk.hi) or (od and d > self.dec.hi) or (ok and k > self.kv.hi):
+            # Beyond the grid's far end a step does more work than at the edge: never
+            # price it below the edge's figure (a noisy edge cell's negative slope,
+            # extrapolated to thousands of decodes, would reach zero).
+            edge, _ = self._interp3(grid, min(c, self.chunk.hi), min(d, self.dec.hi),
+                                    min(k, self.kv.hi))
+            acc = acc if acc > edge else edge
         return acc, oc or od or ok or filled
 
     def _delta(self, c: float, p: float) -> tuple[float, bool]:
@@ -237,6 +245,8 @@ class LatencyModel:
             i = 0 if i < 0 else (line.last if i > line.last else i)
             dx = k - xs[i]
             t = line.base[i] + line.slope[i] * dx
+            if k > xs[-1] and t < line.end:
+                t = line.end  # beyond the far end: never below the edge (see _interp3)
             if jitter_z is not None:
                 t *= math.exp((line.sbase[i] + line.sslope[i] * dx) * jitter_z)
             out = line.out_d or k < xs[0] or k > xs[-1] or line.filled[i]
@@ -282,6 +292,8 @@ class LatencyModel:
         np.minimum(np.maximum(i, 0, out=i), line.last, out=i)
         dx = kv_tokens - a["xs"][i]
         t = a["base"][i] + a["slope"][i] * dx
+        if hi > xs[-1]:
+            t = np.where((kv_tokens > xs[-1]) & (t < line.end), line.end, t)
         if jitter_z is not None:
             # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
             e = (a["sbase"][i] + a["sslope"][i] * dx) * jitter_z
@@ -295,7 +307,8 @@ class LatencyModel:
 class _Line:
     """Decode-only step time at one decode count: value and slope per kv cell."""
 
-    __slots__ = ("xs", "base", "slope", "sbase", "sslope", "filled", "last", "out_d", "arrays")
+    __slots__ = ("xs", "base", "slope", "sbase", "sslope", "filled", "last", "out_d", "arrays",
+                 "end")
 
     def __init__(self, xs: list[float], med: list[float], filled_pts: list[bool],
                  sig: list[float], out_d: bool) -> None:
@@ -312,6 +325,8 @@ class _Line:
         self.sbase = sig[:m]
         self.sslope = [(sig[j + 1] - sig[j]) / dx[j] for j in range(m)]
         self.filled = [filled_pts[j] or filled_pts[j + 1] for j in range(m)]
+        self.end = med[-1]
+        """Time at the last grid kv: the floor beyond it."""
         self.out_d = out_d
         self.arrays = {k: np.asarray(getattr(self, k)) for k in
                        ("xs", "base", "slope", "sbase", "sslope", "filled")}

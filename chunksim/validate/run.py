@@ -62,6 +62,24 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
     return replace(cfg, kv_blocks=blocks, prefix_caching=False, engine=engine)
 
 
+def kernel_notes(provenance: dict, live_meta: dict) -> list[str]:
+    """What validation.json says when the table and the live loop may have run different
+    attention kernels (a profile from before `sdpa_backends` was recorded, or another
+    torch): their difference then shows as `table vs replay` in the step decomposition."""
+    notes = []
+    live, prof = live_meta.get("sdpa_backends"), provenance.get("sdpa_backends")
+    on_cuda = live_meta.get("live", {}).get("device") == "cuda"
+    if on_cuda and live != prof:
+        said = "torch's default kernels" if prof is None else ", ".join(prof)
+        notes.append(f"attention kernels differ: the profile's SDPA used {said}, the live "
+                     f"loop's {', '.join(live or ['torch defaults'])}; re-profile with this "
+                     "build to compare like with like")
+    if live_meta.get("torch_version") != provenance.get("torch_version"):
+        notes.append(f"torch differs: profile {provenance.get('torch_version')}, live "
+                     f"{live_meta.get('torch_version')}")
+    return notes
+
+
 def validate(workload: Workload, profile: Profile, cfg: RunConfig,
              settings: LiveSettings | None = None, runtime=None,
              replay_steps: int = 180) -> Validation:
@@ -119,6 +137,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         drift = drift_corrected(workload, profile, cfg, live_summary,
                                 step_err["decomposition"]["drift_factor"])
     live.replayer = None  # frees the model reference and the KV pools
+    notes.extend(kernel_notes(prov, live.meta))
     report = {
         "format": FORMAT,
         "metrics": metrics,
@@ -143,7 +162,9 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
                  "gc_pause_s": live.meta["gc_pause_s"],
                  "gpu_clock": live.meta.get("gpu_clock"),
                  "torch_version": live.meta["torch_version"],
-                 "profile_torch_version": prov.get("torch_version")},
+                 "profile_torch_version": prov.get("torch_version"),
+                 "sdpa_backends": live.meta["sdpa_backends"],
+                 "profile_sdpa_backends": prov.get("sdpa_backends")},
         "policy": sim_summary["policy"],
         "policy_params": sim_summary["policy_params"],
         "workload": workload.name,

@@ -17,19 +17,21 @@ from chunksim.validate.scenarios import Scenario
 def run_suite(scenarios: list[Scenario], profile, out_dir: Path, settings,
               plot: bool = True, log: Callable[[str], None] = print,
               quiet_wait_s: float = 0.0, replay_steps: int = 120,
-              keep_going: bool = False) -> dict[str, dict]:
+              keep_going: bool = False, runtime=None) -> dict[str, dict]:
     """Validate each scenario (one model build, reused), write its files under
     `out_dir/<name>/`; returns {name: validation.json report}. With `quiet_wait_s`, wait
     up to that long before each scenario for the rest of the machine to go quiet. With
     `keep_going`, a scenario that fails is logged (with its traceback) and left out
-    instead of ending the suite: on a borrowed GPU one failure must not cost the rest."""
+    instead of ending the suite: on a borrowed GPU one failure must not cost the rest.
+    `runtime` (live.runtime.Runtime of `settings`) reuses a model already loaded."""
     from chunksim.live.runtime import Runtime, pinned_threads
     from chunksim.validate.output import write_validation
     from chunksim.validate.run import validate
     from chunksim.workloads.options import build_workload
 
-    with pinned_threads(settings.threads):
-        runtime = Runtime(settings)
+    if runtime is None:
+        with pinned_threads(settings.threads):
+            runtime = Runtime(settings)
     reports = {}
     for sc in scenarios:
         workload = build_workload(sc.workload)
