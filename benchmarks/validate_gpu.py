@@ -2,6 +2,7 @@
 
     python benchmarks/validate_gpu.py                   # on the GPU machine, one command
     python benchmarks/validate_gpu.py --profile P.csv   # reuse a profile made on this GPU
+    python benchmarks/validate_gpu.py --grid chat       # profile only the workload's steps
     python benchmarks/validate_gpu.py --dry-run         # same code path: tiny, CPU, seconds
 
 Steps: (1) check the mixed forward step against an fp64 reference on the device; (2)
@@ -18,14 +19,16 @@ Measured on an H200 (2026-11-29, torch 2.11, eager mode; docs/fidelity.md): a st
 ~17 ms from 1 to 256 decodes and up to ~512 prefill tokens (the eager forward launches
 ~1000 kernels: CPU-launch-bound; the 16 GB weight read alone is ~4 ms), then grows with
 compute (2048 tokens 60 ms, 8192 tokens 250 ms, ~520 TFLOP/s). The live loop's steps then
-ran 2.3-7x slower than the same steps replayed alone whenever their shape was new to the
+ran 2.3-6.6x slower than the same steps replayed alone whenever their shape was new to the
 process: torch's default SDPA kernel on that GPU (cuDNN) builds a plan per shape, which
 the profiler's warm-ups hid. The model now excludes cuDNN (profiler.attention.
 SDPA_BACKENDS); step (3) shows the effect with and without it. Whole run: ~11 minutes
 (profile 400 s; each scenario 60-90 s): above one device call's 10 minutes, so on a lent
 H200 with torch 2.11 pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv`
 (~4-5 minutes; that table was measured with torch's default kernels, cuDNN plans warm, so
-its difference from the live loop's kernels shows as `table vs replay`).
+its difference from the live loop's kernels shows as `table vs replay`), or `--grid chat`
+to profile with the live loop's kernels first (CHAT_GRID: ~160 s of profiling estimated
+from the first session's per-point times, not yet run; ~7-8 minutes in all).
 Peak memory: weights 16 GB + the live KV pools (slots per size class, 128 KiB a token).
 """
 
@@ -50,6 +53,16 @@ GPU_GRID = {
 """Dense where the chat workload's steps fall (chunks to 2048, tens of decodes over
 contexts to 4096), and wide enough (chunks to 8192 = vLLM's default budget on this GPU
 class, 256 decodes, 8k contexts) for the table to ship as the bundled H200 profile."""
+CHAT_GRID = {
+    "chunk_lens": "0,64,128,256,512,1024,2048,4096",
+    "decode_counts": "0,1,4,16,32,64,128,256",
+    "kv_lens": "1,256,512,1024,2048,4096",
+    "prior_lens": "256,512,1024,2048",
+}
+"""GPU_GRID cut to the chat workload's steps (prompts to 2048 tokens, a few of them in one
+`whole` step; contexts to ~2.5k) and thinned where the H200 table is flat or linear: 363
+of its 797 points, ~160 s by the first session's per-point times (GPU_GRID: 396 s). For
+a validation that fits one device call with its own profile: `--grid chat`."""
 DRY_GRID = {"chunk_lens": "0,64,512", "decode_counts": "0,1,8", "kv_lens": "1,512",
             "prior_lens": "256"}
 CAPACITY_SHARE = 0.5
@@ -62,6 +75,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dry-run", action="store_true",
                     help="tiny model on CPU, tiny grid, 2-second workloads")
     ap.add_argument("--profile", default=None, help="reuse this profile CSV (same GPU)")
+    ap.add_argument("--grid", choices=("ship", "chat"), default="ship",
+                    help="profile grid when not reusing one: ship = GPU_GRID (the bundled "
+                         "table's, ~400 s on an H200), chat = CHAT_GRID (the validation "
+                         "workload's steps only)")
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--duration", type=float, default=None,
@@ -106,7 +123,8 @@ def get_profile(args: argparse.Namespace, out: Path):
     profile = profile_now(out / "profile.csv", model="tiny" if args.dry_run else args.model,
                           device=device, dtype=dtype, threads=1, grid="quick", seed=args.seed,
                           show_progress=sys.stderr.isatty(),
-                          **(DRY_GRID if args.dry_run else GPU_GRID))
+                          **(DRY_GRID if args.dry_run else
+                             CHAT_GRID if args.grid == "chat" else GPU_GRID))
     print(f"profiled {profile.label}: {len(profile.table)} points in "
           f"{time.perf_counter() - t0:.0f} s -> {profile.path}")
     if not args.dry_run:  # the profiler's model and pools must not crowd the live run's

@@ -129,6 +129,12 @@ def test_kernel_notes_name_a_mismatch_only_on_cuda():
     cpu = {"live": {"device": "cpu"}, "sdpa_backends": None, "torch_version": "2.13.0"}
     assert kernel_notes({"device": "cpu", "torch_version": "2.13.0"}, cpu) == []
     assert "torch differs" in kernel_notes({"torch_version": "2.12.0"}, cpu)[0]
+    cheap = {k: {"first_s": 1.0, "repeat_s": 1.0, "ratio": 1.1} for k in KINDS}
+    costly = {**cheap, "decode": {"first_s": 2.6, "repeat_s": 1.0, "ratio": 2.6}}
+    prof = {"device": "cpu", "torch_version": "2.13.0"}
+    assert kernel_notes({**prof, "first_call": cheap}, cpu) == []
+    [note] = kernel_notes({**prof, "first_call": costly}, cpu)
+    assert "new decode shape took 2.6x" in note
 
 
 def test_sim_profile_warns_when_a_new_shape_costs_more_than_its_repeat():

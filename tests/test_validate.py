@@ -71,6 +71,10 @@ def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_
     assert STEP_ERROR_KEYS <= set(report["step_error"])
     d = report["step_error"]["decomposition"]
     assert 0 < d["table_vs_replay"]["steps"] <= 30 and d["profile_drift"]["points"] > 0
+    assert (d["table_vs_replay_padded_decode"]["steps"]
+            + d["table_vs_replay_unpadded_decode"]["steps"]
+            == d["table_vs_replay_decode"]["steps"])
+    assert "by_padding" in report["step_error"]
     assert d["drift_factor"] > 0 and report["drift_corrected"]["factor"] == d["drift_factor"]
     assert set(report["drift_corrected"]["metrics"]) == set(metric_keys())
     assert report["step_error"]["steps"] == len(v.live.steps)
@@ -108,6 +112,7 @@ def test_cli_validate_writes_validation_json(small_profile, tmp_path):
     assert report["requests"] == 8 and not (out / "validation.png").exists()
     assert report["drift_corrected"] is None and "decomposition" not in report["step_error"]
     assert "p99_itl_ms" in res.output and "step-level" in res.output
+    assert report["notes"] and all(f"note: {n}" in res.output for n in report["notes"])
 
 
 def test_cli_threads_must_match_the_profile(small_profile, tmp_path):
@@ -143,6 +148,11 @@ def test_step_error_is_signed_median_and_p99_of_absolute():
     assert se["by_kind"]["decode_only"]["steps"] == 2
     assert se["by_kind"]["prefill_only"]["median_pct"] == pytest.approx(0.0)
     assert se["by_kind"]["mixed"]["median_pct"] == pytest.approx(25.0)
+    assert "by_padding" not in se  # a frame without the live column
+    padded = step_error(steps.assign(decode_padding=[1.0, 1.5, 1.0, 3.0]), pred)["by_padding"]
+    assert padded["up_to_1.25x"]["steps"] == 1  # the step without decodes is left out
+    assert padded["1.25x_to_2x"]["median_pct"] == pytest.approx(-20.0)
+    assert padded["over_2x"]["median_pct"] == pytest.approx(25.0)
 
 
 def test_step_error_splits_full_and_lower_gpu_clock():

@@ -27,7 +27,10 @@ def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
 def test_real_run_targets_8b_bf16_on_cuda(tmp_path):
     mod = load_script("validate_gpu")
     args = mod.parse_args(["--out", str(tmp_path)])
-    assert args.model == "llama-3.1-8b" and not args.dry_run
+    assert args.model == "llama-3.1-8b" and not args.dry_run and args.grid == "ship"
+    assert mod.parse_args(["--grid", "chat"]).grid == "chat"
+    for axis, values in mod.CHAT_GRID.items():  # a cut of the shipped grid, not new points
+        assert set(values.split(",")) <= set(mod.GPU_GRID[axis].split(","))
     try:
         mod.get_profile(args, tmp_path)
     except SystemExit as exc:  # no CUDA here: it must say so, not crash

@@ -9,7 +9,26 @@ LIVE_STEP_COLUMNS = {
     "overhead_s": float,  # step duration minus forward_s: scheduling, input prep, sampling
     "busy": bool,         # the step started when the previous one ended (no idle wait)
     "passes": int,        # forward passes in the step (2 for a two-pass step with both parts)
+    "decode_padding": float,  # key positions the decode attention read / those it needed
 }
+
+
+def decode_padding(batches) -> float:
+    """Padded over needed key positions of a step's decode attention (1.0: no decodes, or
+    equal lengths). A decode group is one SDPA call padded to its longest context
+    (profiler.step), so its work is members x longest; the table's decode points have
+    equal lengths and a paged engine reads each context once, so padding is live cost the
+    table does not hold. `batches`: the step's `StepBatch`es."""
+    needed = padded = 0
+    for batch in batches:
+        groups: dict[int, list[int]] = {}
+        for s in batch.seqs:
+            if s.new_tokens == 1:
+                groups.setdefault(s.pool, []).append(s.cached_tokens + 1)
+        for lens in groups.values():
+            needed += sum(lens)
+            padded += len(lens) * max(lens)
+    return padded / needed if needed else 1.0
 
 
 class LiveStepLog:
@@ -19,8 +38,9 @@ class LiveStepLog:
         self.cols: dict[str, list] = {k: [] for k in LIVE_STEP_COLUMNS}
 
     def append(self, forward_s: float, overhead_s: float, busy: bool, passes: int,
-               launch_s: float) -> None:
+               launch_s: float, decode_padding: float = 1.0) -> None:
         c = self.cols
+        c["decode_padding"].append(decode_padding)
         c["forward_s"].append(forward_s)
         c["launch_s"].append(launch_s)
         c["overhead_s"].append(overhead_s)

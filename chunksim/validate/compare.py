@@ -107,6 +107,15 @@ def step_error(steps, predicted_s: np.ndarray) -> dict:
         "mixed": _err_stats(err[prefill & decodes]),
     }
     out["sum_pct"] = rel_error_pct(float(predicted_s.sum()), float(measured.sum()))
+    if "decode_padding" in steps:
+        # steps with decodes, by how much their padded decode attention read beyond the
+        # contexts (the table prices equal lengths: live.records.decode_padding)
+        pad = steps["decode_padding"].to_numpy()
+        out["by_padding"] = {
+            "up_to_1.25x": _err_stats(err[decodes & (pad <= 1.25)]),
+            "1.25x_to_2x": _err_stats(err[decodes & (pad > 1.25) & (pad <= 2.0)]),
+            "over_2x": _err_stats(err[decodes & (pad > 2.0)]),
+        }
     if "sm_clock_mhz" in steps and steps["sm_clock_mhz"].notna().any():
         # GPU runs: steps at (near) the highest sampled SM clock vs the rest
         mhz = steps["sm_clock_mhz"].to_numpy()

@@ -65,7 +65,8 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
 def kernel_notes(provenance: dict, live_meta: dict) -> list[str]:
     """What validation.json says when the table and the live loop may have run different
     attention kernels (a profile from before `sdpa_backends` was recorded, or another
-    torch): their difference then shows as `table vs replay` in the step decomposition."""
+    torch): their difference then shows as `table vs replay` in the step decomposition;
+    and when the profile saw new step shapes cost more than their repeats."""
     notes = []
     live, prof = live_meta.get("sdpa_backends"), provenance.get("sdpa_backends")
     on_cuda = live_meta.get("live", {}).get("device") == "cuda"
@@ -74,8 +75,18 @@ def kernel_notes(provenance: dict, live_meta: dict) -> list[str]:
         notes.append(f"attention kernels differ: the profile's SDPA used {said}, the live "
                      f"loop's {', '.join(live or ['torch defaults'])}; re-profile with this "
                      "build to compare like with like")
-    if live_meta.get("torch_version") != provenance.get("torch_version"):
-        notes.append(f"torch differs: profile {provenance.get('torch_version')}, live "
+    first = provenance.get("first_call")
+    if first:
+        from chunksim.profiler.first_call import WARN_RATIO, worst_kind
+
+        kind, ratio = worst_kind(first)
+        if ratio >= WARN_RATIO:
+            notes.append(f"when profiled, the first call of a new {kind} shape took "
+                         f"{ratio:.1f}x its repeat: live steps, new shapes each, will run "
+                         "slower than the warm-timed table")
+    prof_torch = provenance.get("torch_version")
+    if prof_torch and live_meta.get("torch_version") != prof_torch:
+        notes.append(f"torch differs: profile {prof_torch}, live "
                      f"{live_meta.get('torch_version')}")
     return notes
 
@@ -234,6 +245,8 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
     measured = steps["forward_s"].to_numpy()[sample]
     table_s = profile.table.loc[rows, "median_s"].to_numpy()
     is_pre = steps["prefill_tokens"].to_numpy()[sample] > 0
+    padded = (steps["decode_padding"].to_numpy()[sample] > 1.25 if "decode_padding" in steps
+              else np.zeros(len(sample), bool))
 
     def stats(pred, meas) -> dict:
         e = (pred - meas) / meas * 100.0
@@ -251,6 +264,12 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
         "table_vs_replay_decode": stats(predicted_s[sample][~is_pre], replay_s[~is_pre]),
         "replay_vs_live_prefill": stats(replay_s[is_pre], measured[is_pre]),
         "replay_vs_live_decode": stats(replay_s[~is_pre], measured[~is_pre]),
+        # decode-only steps whose padded decode attention read over 1.25x their contexts
+        # (live.records.decode_padding): what padding costs beyond the table's prices
+        "table_vs_replay_padded_decode": stats(predicted_s[sample][~is_pre & padded],
+                                               replay_s[~is_pre & padded]),
+        "table_vs_replay_unpadded_decode": stats(predicted_s[sample][~is_pre & ~padded],
+                                                 replay_s[~is_pre & ~padded]),
         "profile_drift": {**stats(table_s, now_s), "points": len(rows)},
         "profile_drift_before": ({**stats(table_s, before_s), "points": len(rows)}
                                  if before_s is not None else None),

@@ -95,9 +95,11 @@ def format_step_table(reports: dict[str, dict]) -> str:
     """Where the step-level error comes from (medians of signed % errors; see live.replay):
     the table vs each live step, the table vs the same step re-timed alone (interpolation +
     machine drift), the replay vs live (running in sequence vs alone), and the profile's
-    own grid points re-timed now vs when profiled (machine drift alone)."""
+    own grid points re-timed now vs when profiled (machine drift alone); `dec pad/even`
+    splits table/replay over decode-only steps by whether their padded decode attention
+    read over 1.25x their contexts (live.records.decode_padding)."""
     head = (f"{'scenario':<24}{'table/live':>12}{'table/replay':>14}{'  pre/dec':>16}"
-            f"{'replay/live':>13}{'  pre/dec':>16}{'drift':>9}")
+            f"{'dec pad/even':>16}{'replay/live':>13}{'  pre/dec':>16}{'drift':>9}")
     lines = [head, "-" * len(head)]
     for name, r in reports.items():
         d = r["step_error"].get("decomposition")
@@ -105,10 +107,12 @@ def format_step_table(reports: dict[str, dict]) -> str:
             continue
 
         def med(key: str, d: dict = d) -> str:
-            return _pct(d[key].get("median_pct"))
+            return _pct((d.get(key) or {}).get("median_pct"))
 
         lines.append(f"{name:<24}{med('table_vs_live'):>12}{med('table_vs_replay'):>14}"
                      f"{med('table_vs_replay_prefill'):>8}/{med('table_vs_replay_decode'):<7}"
+                     f"{med('table_vs_replay_padded_decode'):>8}/"
+                     f"{med('table_vs_replay_unpadded_decode'):<7}"
                      f"{med('replay_vs_live'):>13}"
                      f"{med('replay_vs_live_prefill'):>8}/{med('replay_vs_live_decode'):<7}"
                      f"{med('profile_drift'):>9}")

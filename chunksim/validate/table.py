@@ -41,3 +41,5 @@ def print_validation(report: dict, console: Console | None = None) -> None:
         c["steps"]["predicted"], c["steps"]["measured"], c["preemptions"]["predicted"],
         c["preemptions"]["measured"], c["busy_fraction"]["predicted"],
         c["busy_fraction"]["measured"]))
+    for note in report.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False)
