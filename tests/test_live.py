@@ -12,7 +12,7 @@ from factories import workload
 torch = pytest.importorskip("torch")
 
 from chunksim.live.loop import LiveEngine  # noqa: E402
-from chunksim.live.records import decode_padding  # noqa: E402
+from chunksim.live.records import decode_attention  # noqa: E402
 from chunksim.live.settings import LiveSettings  # noqa: E402
 from chunksim.live.slots import SlotTable, size_class  # noqa: E402
 from chunksim.live.tokens import TokenBook  # noqa: E402
@@ -103,6 +103,9 @@ def test_live_takes_the_simulators_steps_and_emits_in_its_order(linear_profile, 
     pad, dec = steps.decode_padding.to_numpy(), steps.decodes.to_numpy()
     alone = (dec + steps.prefill_requests.to_numpy()) <= 1  # one sequence: nothing to pad
     assert (pad >= 1).all() and (pad[alone] == 1).all() and (pad[dec > 1] > 1).any()
+    groups = steps.decode_groups.to_numpy()
+    assert (groups[dec > 0] >= 1).all() and (groups <= steps.passes.to_numpy()
+                                              * len(live.meta["kv_pools"])).all()
     if blocks < 16:
         assert steps.preempted.sum() > 0 and live.requests.recomputed_tokens.sum() > 0
 
@@ -257,13 +260,13 @@ def test_cpu_runs_sample_no_gpu_clock():
 
 def test_decode_padding_is_padded_over_needed_key_positions():
     equal = StepBatch((SeqSlice(0, 99, 1), SeqSlice(1, 99, 1), SeqSlice(2, 0, 30)))
-    assert decode_padding([equal]) == 1.0  # the prefill segment is not padded
+    assert decode_attention([equal]) == (1.0, 1)  # the prefill segment is not padded
     # one group of contexts 100 and 300 (cached + the new token): 2 x 300 read, 400 needed
     uneven = StepBatch((SeqSlice(0, 99, 1), SeqSlice(1, 299, 1)))
-    assert decode_padding([uneven]) == 600 / 400
-    # groups are per pool: the same contexts in two pools need no padding
+    assert decode_attention([uneven]) == (600 / 400, 1)
+    # groups are per pool: the same contexts in two pools need no padding, take two calls
     split = StepBatch((SeqSlice(0, 99, 1, pool=0), SeqSlice(0, 299, 1, pool=1)))
-    assert decode_padding([split]) == 1.0
+    assert decode_attention([split]) == (1.0, 2)
     # a two-pass step: both passes' groups count
-    assert decode_padding([uneven, equal]) == (600 + 200) / (400 + 200)
-    assert decode_padding([StepBatch((SeqSlice(0, 0, 64),))]) == 1.0
+    assert decode_attention([uneven, equal]) == ((600 + 200) / (400 + 200), 2)
+    assert decode_attention([StepBatch((SeqSlice(0, 0, 64),))]) == (1.0, 0)

@@ -29,7 +29,7 @@ import torch
 
 from chunksim.live.batch import build_passes
 from chunksim.live.gpu_clock import ClockSampler, attach_clock, clock_summary, nvml_reader
-from chunksim.live.records import LiveStepLog, TokenLog, decode_padding
+from chunksim.live.records import LiveStepLog, TokenLog, decode_attention
 from chunksim.live.replay import StepReplayer
 from chunksim.live.runtime import Runtime, pinned_threads
 from chunksim.live.settings import LiveSettings
@@ -165,7 +165,7 @@ class LiveEngine:
                     slots.retain(_cached(core.running))
                 step_batches = tuple(p.batch for p in passes)
                 live_steps.append(forward_s, end - start - forward_s, last_end is not None,
-                                  len(passes), launch_s, decode_padding(step_batches))
+                                  len(passes), launch_s, decode_attention(step_batches))
                 batches.append(step_batches)
                 last_end = end
         finally:

@@ -10,16 +10,18 @@ LIVE_STEP_COLUMNS = {
     "busy": bool,         # the step started when the previous one ended (no idle wait)
     "passes": int,        # forward passes in the step (2 for a two-pass step with both parts)
     "decode_padding": float,  # key positions the decode attention read / those it needed
+    "decode_groups": int,  # batched decode attention calls (one per KV pool with decodes)
 }
 
 
-def decode_padding(batches) -> float:
-    """Padded over needed key positions of a step's decode attention (1.0: no decodes, or
-    equal lengths). A decode group is one SDPA call padded to its longest context
-    (profiler.step), so its work is members x longest; the table's decode points have
-    equal lengths and a paged engine reads each context once, so padding is live cost the
+def decode_attention(batches) -> tuple[float, int]:
+    """(padding, groups) of a step's decode attention. A decode group (the decodes of one
+    KV pool: profiler.step) is one SDPA call padded to its longest context, so it reads
+    members x longest key positions; padding = read / needed (1.0: no decodes, or equal
+    lengths). The table's decode points are one group of equal lengths, and a paged engine
+    reads each context once in one call, so padding and extra groups are live costs the
     table does not hold. `batches`: the step's `StepBatch`es."""
-    needed = padded = 0
+    needed = padded = n_groups = 0
     for batch in batches:
         groups: dict[int, list[int]] = {}
         for s in batch.seqs:
@@ -28,7 +30,8 @@ def decode_padding(batches) -> float:
         for lens in groups.values():
             needed += sum(lens)
             padded += len(lens) * max(lens)
-    return padded / needed if needed else 1.0
+        n_groups += len(groups)
+    return (padded / needed if needed else 1.0), n_groups
 
 
 class LiveStepLog:
@@ -38,9 +41,10 @@ class LiveStepLog:
         self.cols: dict[str, list] = {k: [] for k in LIVE_STEP_COLUMNS}
 
     def append(self, forward_s: float, overhead_s: float, busy: bool, passes: int,
-               launch_s: float, decode_padding: float = 1.0) -> None:
+               launch_s: float, decode: tuple[float, int] = (1.0, 0)) -> None:
         c = self.cols
-        c["decode_padding"].append(decode_padding)
+        c["decode_padding"].append(decode[0])
+        c["decode_groups"].append(decode[1])
         c["forward_s"].append(forward_s)
         c["launch_s"].append(launch_s)
         c["overhead_s"].append(overhead_s)
