@@ -19,7 +19,7 @@ from chunksim.profiler.first_call import KINDS, compare_kernels, first_call_rati
 from chunksim.profiler.kv import KVPool  # noqa: E402
 from chunksim.profiler.model import build_model  # noqa: E402
 from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
-from chunksim.validate.run import kernel_notes  # noqa: E402
+from chunksim.validate.run import environment_notes  # noqa: E402
 
 SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
                     head_dim=16, intermediate_size=128, vocab_size=512, max_position=4096)
@@ -118,22 +118,22 @@ def test_first_call_probe_sees_a_cost_paid_once_per_new_shape(monkeypatch):
         assert out[kind]["ratio"] > 2
 
 
-def test_kernel_notes_name_a_mismatch_only_on_cuda():
+def test_environment_notes_name_a_mismatch_only_on_cuda():
     live_cuda = {"live": {"device": "cuda"}, "sdpa_backends": ["flash", "efficient", "math"],
                  "torch_version": "2.11.0"}
     old_profile = {"device": "cuda", "torch_version": "2.11.0"}  # before sdpa_backends
-    notes = kernel_notes(old_profile, live_cuda)
+    notes = environment_notes(old_profile, live_cuda)
     assert len(notes) == 1 and "torch's default kernels" in notes[0]
     same = {**old_profile, "sdpa_backends": ["flash", "efficient", "math"]}
-    assert kernel_notes(same, live_cuda) == []
+    assert environment_notes(same, live_cuda) == []
     cpu = {"live": {"device": "cpu"}, "sdpa_backends": None, "torch_version": "2.13.0"}
-    assert kernel_notes({"device": "cpu", "torch_version": "2.13.0"}, cpu) == []
-    assert "torch differs" in kernel_notes({"torch_version": "2.12.0"}, cpu)[0]
+    assert environment_notes({"device": "cpu", "torch_version": "2.13.0"}, cpu) == []
+    assert "torch differs" in environment_notes({"torch_version": "2.12.0"}, cpu)[0]
     cheap = {k: {"first_s": 1.0, "repeat_s": 1.0, "ratio": 1.1} for k in KINDS}
     costly = {**cheap, "decode": {"first_s": 2.6, "repeat_s": 1.0, "ratio": 2.6}}
     prof = {"device": "cpu", "torch_version": "2.13.0"}
-    assert kernel_notes({**prof, "first_call": cheap}, cpu) == []
-    [note] = kernel_notes({**prof, "first_call": costly}, cpu)
+    assert environment_notes({**prof, "first_call": cheap}, cpu) == []
+    [note] = environment_notes({**prof, "first_call": costly}, cpu)
     assert "new decode shape took 2.6x" in note
 
 

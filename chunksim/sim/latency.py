@@ -14,9 +14,9 @@ How a real step maps onto the table (keys: chunk_len, decode_count, kv_len, prio
 
 Interpolation is multilinear on the measured grid; outside the grid it extrapolates
 linearly from the edge cell, never below the edge's own figure beyond the far end, and
-flags the step (counted in the run summary). Optional
-jitter multiplies the forward-pass time by exp(sigma * z), with sigma from the measured
-p10/p90 spread (log-normal) and z a seeded standard normal per step index.
+flags the step (counted in the run summary). Optional jitter multiplies the forward-pass
+time by exp(sigma * z), with sigma from the measured p10/p90 spread (log-normal) and z a
+seeded standard normal per step index.
 """
 
 from __future__ import annotations

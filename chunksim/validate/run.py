@@ -62,7 +62,7 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
     return replace(cfg, kv_blocks=blocks, prefix_caching=False, engine=engine)
 
 
-def kernel_notes(provenance: dict, live_meta: dict) -> list[str]:
+def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
     """What validation.json says when the table and the live loop may have run different
     attention kernels (a profile from before `sdpa_backends` was recorded, or another
     torch): their difference then shows as `table vs replay` in the step decomposition;
@@ -148,7 +148,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         drift = drift_corrected(workload, profile, cfg, live_summary,
                                 step_err["decomposition"]["drift_factor"])
     live.replayer = None  # frees the model reference and the KV pools
-    notes.extend(kernel_notes(prov, live.meta))
+    notes.extend(environment_notes(prov, live.meta))
     report = {
         "format": FORMAT,
         "metrics": metrics,
