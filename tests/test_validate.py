@@ -75,6 +75,10 @@ def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_
             + d["table_vs_replay_unpadded_decode"]["steps"]
             == d["table_vs_replay_decode"]["steps"])
     assert "by_padding" in report["step_error"]
+    longest = d["longest_steps"]  # always re-timed: they set the tails
+    fwd = v.live.steps["forward_s"].to_numpy()
+    assert [x["step"] for x in longest] == list(np.argsort(-fwd, kind="stable")[:5])
+    assert all(x["replay_s"] > 0 and x["live_s"] == fwd[x["step"]] for x in longest)
     assert d["drift_factor"] > 0 and report["drift_corrected"]["factor"] == d["drift_factor"]
     assert set(report["drift_corrected"]["metrics"]) == set(metric_keys())
     assert report["step_error"]["steps"] == len(v.live.steps)

@@ -217,6 +217,10 @@ def drift_corrected(workload: Workload, profile: Profile, cfg: RunConfig,
             "metrics": {k: metrics[k]["error_pct"] for k in metrics}}
 
 
+LONGEST_REPLAYED = 5
+"""The live steps with the longest forward times are always among those re-timed."""
+
+
 def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.ndarray,
               count: int, seed: int, probe: tuple | None = None) -> dict:
     """Re-time a sample of live steps alone and the probe grid points again (see
@@ -232,8 +236,18 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
     decode = np.flatnonzero(steps["prefill_tokens"].to_numpy() == 0)
     n_pre = min(len(prefill), count // 3)
     n_dec = min(len(decode), count - n_pre)
-    sample = np.sort(np.concatenate([rng.choice(prefill, n_pre, replace=False),
-                                     rng.choice(decode, n_dec, replace=False)])).astype(int)
+    # the longest live steps always (a long prompt's one big prefill sets the TTFT tail
+    # of everything queued behind it), the rest drawn at random
+    forward = steps["forward_s"].to_numpy()
+    longest = np.argsort(-forward, kind="stable")[:min(LONGEST_REPLAYED, n_pre + n_dec)]
+    pre_rest = np.setdiff1d(prefill, longest)
+    dec_rest = np.setdiff1d(decode, longest)
+    n_long_pre = int(np.isin(longest, prefill).sum())
+    sample = np.sort(np.concatenate([
+        longest,
+        rng.choice(pre_rest, max(0, min(len(pre_rest), n_pre - n_long_pre)), replace=False),
+        rng.choice(dec_rest, max(0, min(len(dec_rest), n_dec - (len(longest) - n_long_pre))),
+                   replace=False)])).astype(int)
     rows, before_s = probe if probe is not None else (
         probe_rows(profile.table, settings.model.max_position, seed=seed), None)
     with pinned_threads(settings.threads):
@@ -270,6 +284,10 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
                                                replay_s[~is_pre & padded]),
         "table_vs_replay_unpadded_decode": stats(predicted_s[sample][~is_pre & ~padded],
                                                  replay_s[~is_pre & ~padded]),
+        "longest_steps": [
+            {"step": int(i), "prefill_tokens": int(steps["prefill_tokens"].iat[i]),
+             "decodes": int(steps["decodes"].iat[i]), "table_s": float(predicted_s[i]),
+             "replay_s": float(col[i]), "live_s": float(forward[i])} for i in longest],
         "profile_drift": {**stats(table_s, now_s), "points": len(rows)},
         "profile_drift_before": ({**stats(table_s, before_s), "points": len(rows)}
                                  if before_s is not None else None),
