@@ -58,6 +58,17 @@ def test_first_steps_after_idle_pay_the_wake_up_by_hand(wake_profile):
     assert off.requests.set_index("request_id").loc[1, "finish_s"] == pytest.approx(0.115)
 
 
+def test_the_host_overhead_wakes_up_with_the_step(tmp_path):
+    # 10 ms forward + 2 ms overhead a step; B arrives 55 ms after A finished (at 24 ms)
+    prof = make_profile(tmp_path, constant_time(0.010), name="wake_ovh",
+                        provenance={"wake_up": WAKE, "step_overhead_s": 0.002})
+    result, _ = _run(prof, [(0.0, 100, 2), (0.079, 100, 3)])
+    r = result.requests.set_index("request_id")
+    assert r.loc[0, "finish_s"] == pytest.approx(0.024)
+    assert r.loc[1, "first_token_s"] - 0.079 == pytest.approx(0.012 * 1.75)
+    assert r.loc[1, "finish_s"] - 0.079 == pytest.approx(0.012 * (1.75 + 1.3 + 1))
+
+
 def test_an_arrival_into_a_busy_engine_pays_nothing(wake_profile):
     # B arrives while A decodes: the engine never idles between them
     result, _ = _run(wake_profile, [(0.0, 100, 6), (0.015, 100, 2)])

@@ -39,8 +39,9 @@ class EngineConfig:
     max_model_len: int | None = None
     """Longest prompt + output a request may have; longer ones are rejected (None = no cap)."""
     wake_up: bool = True
-    """Price the first steps after the engine idled by the profile's measured wake-up
-    ratios (`LatencyModel.wake_ratio`; no effect without a `wake_up` table)."""
+    """Price the first steps after the engine idled (forward pass and per-step overhead)
+    by the profile's measured wake-up ratios (`LatencyModel.wake_ratio`; no effect
+    without a `wake_up` table)."""
 
     def __post_init__(self) -> None:
         if self.max_model_len is not None and self.max_model_len < 2:
@@ -160,10 +161,13 @@ class Engine:
             t, o = self.latency.step_s(bs, z)
             dur += t
             out = out or o
+        dur += self.latency.overhead(len(plan.scheduled))
         if self.since_wake < self.wake_steps:
+            # the whole step wakes up, host work included: the live loop's per-step
+            # overhead after an idle wait ran ~1.6x, ~1.25x, ~1.07x its busy median on
+            # steps 1-3 (CPU suite, light load), about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
-        dur += self.latency.overhead(len(plan.scheduled))
         yield env.timeout(dur)
         c.end_step(plan, shape, start, env.now, out, dur)
 

@@ -178,12 +178,13 @@ class LatencyModel:
         return self.overhead_s + self.overhead_per_request_s * requests
 
     def wake_ratio(self, idle_s: float, k: int) -> float:
-        """Factor on the forward time of the `k`-th step (0-based) after the engine sat
-        idle for `idle_s`: the profile's measured time of that step after such an idle
-        wait over the table's own figure for it (the measured ratio x warm time / table,
-        where the profile has the warm times), linear in the idle time between its
-        points, from 1 at no idle time, flat beyond the longest. Never below 1: the table
-        may already price the step as cold as that, and waking never makes it faster."""
+        """Factor on the time (forward pass + overhead) of the `k`-th step (0-based) after
+        the engine sat idle for `idle_s`: the profile's measured forward time of that step
+        after such an idle wait over the table's own figure for it (the measured ratio x
+        warm time / table, where the profile has the warm times), linear in the idle time
+        between its points, from 1 at no idle time, flat beyond the longest. Never below
+        1: the table may already price the step as cold as that, and waking never makes
+        it faster. The engine applies it to the overhead too: host work wakes up alike."""
         if k >= self.wake_steps or idle_s <= 0:
             return 1.0
         xs = self.wake_idle_s
