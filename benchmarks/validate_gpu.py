@@ -148,7 +148,12 @@ def first_call_check(settings):
     with pinned_threads(settings.threads):
         runtime = Runtime(settings)
         runtime.warm_up()
-        result = compare_kernels(runtime.model, runtime.device, runtime.dtype, runtime.sync)
+        try:
+            result = compare_kernels(runtime.model, runtime.device, runtime.dtype,
+                                     runtime.sync)
+        except Exception as exc:  # a diagnostic: it must never cost the suite
+            print(f"first-call check failed ({type(exc).__name__}: {exc}); going on")
+            return runtime, {"error": f"{type(exc).__name__}: {exc}"}
     print(f"first call of a new step shape over its repeat ({time.perf_counter() - t0:.1f} s):")
     print(format_first_call(result))
     return runtime, result
