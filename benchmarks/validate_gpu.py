@@ -7,11 +7,11 @@
 
 Steps: (1) check the mixed forward step against an fp64 reference on the device; (2)
 profile the 8B model over a grid dense where medium load's steps fall and wide enough to
-ship (chunks to 8192, 256 decodes, 8k contexts; see GPU_GRID); (3) load the live model and
-time steps of never-run shapes against their repeats, with torch's default SDPA kernels
-and with the project's (profiler.first_call: seconds); (4) find "medium load": half the
-simulated capacity of `budget 512` (Sarathi-Serve's capacity: median scheduling delay
-<= 2 s); (5) for `whole`, `chunk 256` and `budget 512` at that rate, run the chat workload
+ship (chunks to 8192, 256 decodes, 8k contexts; see GPU_GRID); (3) find "medium load":
+half the simulated capacity of `budget 512` (Sarathi-Serve's capacity: median scheduling
+delay <= 2 s); (4) load the live model and time steps of never-run shapes against their
+repeats, with torch's default SDPA kernels and with the project's (profiler.first_call:
+seconds); (5) for `whole`, `chunk 256` and `budget 512` at that rate, run the chat workload
 live (real forward passes, same policy objects) and simulated, and write
 out/validate_gpu/<policy>__medium/. Prints the error tables and ends with one JSON line.
 
@@ -22,7 +22,7 @@ compute (2048 tokens 60 ms, 8192 tokens 250 ms, ~520 TFLOP/s). The live loop's s
 ran 2.3-6.6x slower than the same steps replayed alone whenever their shape was new to the
 process: torch's default SDPA kernel on that GPU (cuDNN) builds a plan per shape, which
 the profiler's warm-ups hid. The model now excludes cuDNN (profiler.attention.
-SDPA_BACKENDS); step (3) shows the effect with and without it. Whole run: ~11 minutes
+SDPA_BACKENDS); step (4) shows the effect with and without it. Whole run: ~11 minutes
 (profile 400 s; each scenario 60-90 s): above one device call's 10 minutes, so on a lent
 H200 with torch 2.11 pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv`
 (~4-5 minutes; that table was measured with torch's default kernels, cuDNN plans warm, so
