@@ -18,8 +18,8 @@ from chunksim.live.slots import SlotTable, size_class  # noqa: E402
 from chunksim.live.tokens import TokenBook  # noqa: E402
 from chunksim.policies import PolicyKnobs, make_policy  # noqa: E402
 from chunksim.profiler.config import ModelConfig  # noqa: E402
-from chunksim.profiler.kv import kv_pool_bytes  # noqa: E402
-from chunksim.profiler.step import SeqSlice, StepBatch  # noqa: E402
+from chunksim.profiler.kv import KVPool, kv_pool_bytes  # noqa: E402
+from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.sim.core import EngineCore  # noqa: E402
 from chunksim.sim.engine import Engine, EngineConfig  # noqa: E402
 from chunksim.sim.kv_cache import KVConfig  # noqa: E402
@@ -276,14 +276,19 @@ def test_cpu_runs_sample_no_gpu_clock():
 
 
 def test_decode_padding_is_padded_over_needed_key_positions():
-    equal = StepBatch((SeqSlice(0, 99, 1), SeqSlice(1, 99, 1), SeqSlice(2, 0, 30)))
+    pools = [KVPool(SMALL, 4, 512, "cpu", torch.float32) for _ in range(2)]
+
+    def prep(*seqs):  # what the live loop measures: the prepared pass
+        return prepare_step(StepBatch(seqs), pools, "cpu")
+
+    equal = prep(SeqSlice(0, 99, 1), SeqSlice(1, 99, 1), SeqSlice(2, 0, 30))
     assert decode_attention([equal]) == (1.0, 1)  # the prefill segment is not padded
     # one group of contexts 100 and 300 (cached + the new token): 2 x 300 read, 400 needed
-    uneven = StepBatch((SeqSlice(0, 99, 1), SeqSlice(1, 299, 1)))
+    uneven = prep(SeqSlice(0, 99, 1), SeqSlice(1, 299, 1))
     assert decode_attention([uneven]) == (600 / 400, 1)
     # groups are per pool: the same contexts in two pools need no padding, take two calls
-    split = StepBatch((SeqSlice(0, 99, 1, pool=0), SeqSlice(0, 299, 1, pool=1)))
+    split = prep(SeqSlice(0, 99, 1, pool=0), SeqSlice(0, 299, 1, pool=1))
     assert decode_attention([split]) == (1.0, 2)
     # a two-pass step: both passes' groups count
     assert decode_attention([uneven, equal]) == ((600 + 200) / (400 + 200), 2)
-    assert decode_attention([StepBatch((SeqSlice(0, 0, 64),))]) == (1.0, 0)
+    assert decode_attention([prep(SeqSlice(0, 0, 64))]) == (1.0, 0)

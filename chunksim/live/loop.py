@@ -137,8 +137,10 @@ class LiveEngine:
                 passes = build_passes(plan, slots, book)
                 forward_s = launch_s = 0.0
                 sampled: dict[int, int] = {}
+                step_prepared = []
                 for p in passes:
                     prepared, ids = rt.prepare(p.batch, p.token_ids, pools)
+                    step_prepared.append(prepared)
                     # forward time: launch to synchronized, as the profiler times it; the
                     # launch share tells a slow host (it grows) from a slow GPU (it does not)
                     f0 = clock()
@@ -163,10 +165,9 @@ class LiveEngine:
                     finished = finished or req.is_finished
                 if finished:
                     slots.retain(_cached(core.running))
-                step_batches = tuple(p.batch for p in passes)
                 live_steps.append(forward_s, end - start - forward_s, last_end is not None,
-                                  len(passes), launch_s, decode_attention(step_batches))
-                batches.append(step_batches)
+                                  len(passes), launch_s, decode_attention(step_prepared))
+                batches.append(tuple(p.batch for p in passes))
                 last_end = end
         finally:
             gc.callbacks.remove(gc_pause)

@@ -14,24 +14,17 @@ LIVE_STEP_COLUMNS = {
 }
 
 
-def decode_attention(batches) -> tuple[float, int]:
-    """(padding, groups) of a step's decode attention. A decode group (the decodes of one
-    KV pool: profiler.step) is one SDPA call padded to its longest context, so it reads
-    members x longest key positions; padding = read / needed (1.0: no decodes, or equal
-    lengths). The table's decode points are one group of equal lengths, and a paged engine
-    reads each context once in one call, so padding and extra groups are live costs the
-    table does not hold. `batches`: the step's `StepBatch`es."""
-    needed = padded = n_groups = 0
-    for batch in batches:
-        groups: dict[int, list[int]] = {}
-        for s in batch.seqs:
-            if s.new_tokens == 1:
-                groups.setdefault(s.pool, []).append(s.cached_tokens + 1)
-        for lens in groups.values():
-            needed += sum(lens)
-            padded += len(lens) * max(lens)
-        n_groups += len(groups)
-    return (padded / needed if needed else 1.0), n_groups
+def decode_attention(prepared) -> tuple[float, int]:
+    """(padding, groups) of a step's decode attention, from its prepared passes
+    (`profiler.step.PreparedStep`). Each decode group is one SDPA call padded to its
+    longest context, so it reads members x longest key positions; padding = read / needed
+    (1.0: no decodes, or equal lengths). The table's decode points are one group of equal
+    lengths, and a paged engine reads each context once in one call, so padding and extra
+    groups are live costs the table does not hold."""
+    groups = [g for p in prepared for g in p.decode_groups]
+    needed = sum(g.kv_tokens for g in groups)
+    read = sum(g.members * g.kv_end for g in groups)
+    return (read / needed if needed else 1.0), len(groups)
 
 
 class LiveStepLog:
@@ -41,7 +34,7 @@ class LiveStepLog:
         self.cols: dict[str, list] = {k: [] for k in LIVE_STEP_COLUMNS}
 
     def append(self, forward_s: float, overhead_s: float, busy: bool, passes: int,
-               launch_s: float, decode: tuple[float, int] = (1.0, 0)) -> None:
+               launch_s: float, decode: tuple[float, int]) -> None:
         c = self.cols
         c["decode_padding"].append(decode[0])
         c["decode_groups"].append(decode[1])

@@ -76,6 +76,13 @@ class ProfileSettings:
             raise ValueError(f"memory_fraction={self.memory_fraction} must be in (0, 1]")
 
 
+def point_stepper(s: ProfileSettings, model) -> PointStepper:
+    """A `PointStepper` for `model` on `s`'s device, with the KV memory `s` leaves it:
+    `memory_fraction` of the device minus the weights."""
+    budget = s.memory_fraction * device_memory_bytes(s.device) - s.model.weights_bytes(s.dtype)
+    return PointStepper(model, s.device, getattr(torch, s.dtype), budget, seed=s.seed)
+
+
 @dataclass
 class ProfileResult:
     """What a finished run wrote."""
@@ -143,8 +150,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
     gpu_clock = None  # SM clock over this invocation's measurements (CUDA with NVML)
     if todo:
         model = build_model(s.model, s.device, dtype, seed=s.seed)
-        kv_budget = s.memory_fraction * mem_bytes - s.model.weights_bytes(s.dtype)
-        stepper = PointStepper(model, s.device, dtype, kv_budget, seed=s.seed)
+        stepper = point_stepper(s, model)
         sync = synchronizer(s.device)
         reader = nvml_reader(s.device)
         sampler = ClockSampler(reader) if reader else None
@@ -235,9 +241,7 @@ def _measure_cold_costs(s: ProfileSettings) -> tuple[dict, dict | None]:
     sync = synchronizer(s.device)
     with torch.inference_mode():
         model = build_model(s.model, s.device, dtype, seed=s.seed)
-        budget = s.memory_fraction * device_memory_bytes(s.device) - s.model.weights_bytes(
-            s.dtype)
-        stepper = PointStepper(model, s.device, dtype, budget, seed=s.seed)
+        stepper = point_stepper(s, model)
         wake = measure_wake_up([stepper.step_fn(p) for p in points], sync)
         del stepper
         gc.collect()

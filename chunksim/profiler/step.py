@@ -110,6 +110,10 @@ class DecodeGroup:
     """Longest key span in the group (cached + 1)."""
     mask: torch.Tensor | None
     """`[B, 1, 1, kv_end]` bool (True = attend) when lengths differ; None when equal."""
+    members: int = 0
+    """B: the group's sequences (its SDPA call reads B x kv_end key positions)."""
+    kv_tokens: int = 0
+    """Key positions the members need (sum of cached + 1), what a paged kernel reads."""
 
 
 @dataclass(frozen=True)
@@ -213,4 +217,5 @@ def _decode_group(pool: int, members: list[tuple[int, SeqSlice]],
     return DecodeGroup(
         rows=_as_index([r for r, _ in members], device), pool=pool,
         slots=_as_index([s.slot for _, s in members], device), kv_end=kv_end, mask=mask,
+        members=len(members), kv_tokens=sum(kv_lens),
     )

@@ -68,10 +68,10 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
     import torch
 
     from chunksim.live.runtime import pinned_threads
-    from chunksim.profiler.device import device_memory_bytes, synchronizer
+    from chunksim.profiler.device import synchronizer
     from chunksim.profiler.model import build_model
+    from chunksim.profiler.run import point_stepper
     from chunksim.profiler.store import point_of, write_profile
-    from chunksim.profiler.synthetic import PointStepper
     from chunksim.profiler.timing import measure
 
     started = time.perf_counter()
@@ -85,9 +85,7 @@ def _repass(s, meta: dict, extra: int, below_s: float, look_repeats: int | None)
     dtype = getattr(torch, s.dtype)
     with pinned_threads(s.threads), torch.inference_mode():
         model = build_model(s.model, s.device, dtype, seed=s.seed)
-        budget = s.memory_fraction * device_memory_bytes(s.device) - s.model.weights_bytes(
-            s.dtype)
-        stepper = PointStepper(model, s.device, dtype, budget, seed=s.seed)
+        stepper = point_stepper(s, model)
         sync = synchronizer(s.device)
         warm_repeats = s.grid.repeats if look_repeats in (None, 1) else look_repeats
         for k in range(extra):
