@@ -7,10 +7,13 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-# CI runs the same examples every time (a failure there is reproducible from its log).
-settings.register_profile("ci", derandomize=True, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# The suite runs the same hypothesis examples every time, so a run is reproducible and a
+# red CI is never a coin toss; `CHUNKSIM_HYPOTHESIS=explore ./dev test` draws fresh ones
+# (how a CI run before this default found the re-admitted-decode bug now pinned by
+# @example in test_properties.py).
+settings.register_profile("fixed", derandomize=True, print_blob=True, database=None)
+settings.register_profile("explore", print_blob=True)
+settings.load_profile(os.environ.get("CHUNKSIM_HYPOTHESIS", "fixed"))
 
 from factories import constant_time, make_profile  # noqa: E402
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 from factories import workload
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chunksim.policies import PolicyKnobs
@@ -90,6 +90,13 @@ def check_invariants(w, res, s, policy, variant, chunk, seats, kv_blocks, cachin
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# found by CI: a preempted request re-admitted with a prefix hit covering all but its last
+# token was recorded as a decode inside a prefill-only step
+@example(reqs=[(0.0, 1935, 35), (0.03125, 756, 30), (0.0, 1, 1)],
+         pol=("whole", "prefill-first"), chunk=64, seats=2, kv_blocks=173, jitter=False,
+         caching=True, prefixed=False)
+@example(reqs=[(0.0, 753, 49), (0.0, 1935, 19), (0.0, 1, 1)], pol=("chunk", "alternate"),
+         chunk=64, seats=2, kv_blocks=173, jitter=False, caching=True, prefixed=False)
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
        seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans(),
        caching=st.booleans(), prefixed=st.booleans())

@@ -37,11 +37,6 @@ class LivePass:
     """Request id of each logits row, in row order."""
 
 
-def _is_decode(req, n: int) -> bool:
-    # the same test as EngineCore.begin_step: a 1-token prompt tail is prefill work
-    return n == 1 and req.num_output_tokens > 0
-
-
 def build_passes(plan: Plan, slots: SlotTable, book: TokenBook) -> list[LivePass]:
     """The passes of `plan`; call after `EngineCore.begin_step` (slots held, counters not
     yet advanced)."""
@@ -55,7 +50,7 @@ def build_passes(plan: Plan, slots: SlotTable, book: TokenBook) -> list[LivePass
         entry = ((pool, slot), SeqSlice(slot=slot, cached_tokens=c, new_tokens=n,
                                         needs_logits=logits, pool=pool),
                  rid, book.inputs(rid, c, n), logits)
-        (decode if _is_decode(req, n) else prefill).append(entry)
+        (decode if plan.is_decode(req, n) else prefill).append(entry)
     decode.sort(key=lambda e: e[0])
     if plan.two_pass and prefill and decode:
         return [_pass(prefill), _pass(decode)]

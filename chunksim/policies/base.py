@@ -34,6 +34,15 @@ class Plan:
     def num_tokens(self) -> int:
         return sum(n for _, n in self.scheduled)
 
+    def is_decode(self, req: Request, n: int) -> bool:
+        """Whether `(req, n)` of this plan is a decode: one token for a request that has
+        sampled one and was running before this step. A 1-token prompt tail is prompt work
+        (it samples the first token), and so is a preempted request re-admitted with a
+        prefix hit covering all but its last token: vLLM V0 runs a resumed request as a
+        prompt, and the prefill-only steps of `whole prefill-first` and `chunk alternate`
+        take it as one."""
+        return n == 1 and req.num_output_tokens > 0 and req not in self.admitted
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerState:

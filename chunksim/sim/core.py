@@ -171,7 +171,7 @@ class EngineCore:
         for req, n in plan.scheduled:
             self.kv.grow(req, n)
             c = req.num_computed_tokens
-            if n == 1 and req.num_output_tokens:  # a decode (see Request.is_decode)
+            if plan.is_decode(req, n):
                 decodes += 1
                 kv_sum += c
             else:
