@@ -20,6 +20,7 @@ from chunksim.profiler.config import ModelConfig  # noqa: E402
 from chunksim.sim.run import RunConfig  # noqa: E402
 from chunksim.validate.compare import (  # noqa: E402
     TARGET_KEYS,
+    after_prefill,
     metric_keys,
     rel_error_pct,
     step_error,
@@ -36,7 +37,8 @@ REPORT_KEYS = {"format", "metrics", "target_keys", "worst_abs_error_pct", "worst
                "live_launch", "counts", "profile", "profile_sha256", "profile_label",
                "profile_step_overhead_s", "live", "policy", "policy_params", "workload",
                "workload_params", "requests", "kv_blocks", "block_size", "max_model_len",
-               "prefix_caching", "jitter", "notes", "definitions", "drift_corrected"}
+               "prefix_caching", "jitter", "notes", "definitions", "drift_corrected",
+               "live_after_prefill"}
 STEP_ERROR_KEYS = {"steps", "median_pct", "mean_pct", "median_abs_pct", "p90_abs_pct",
                    "p99_pct", "p1_signed_pct", "p99_signed_pct", "by_kind", "sum_pct"}
 
@@ -157,6 +159,31 @@ def test_step_error_is_signed_median_and_p99_of_absolute():
     assert padded["up_to_1.25x"]["steps"] == 1  # the step without decodes is left out
     assert padded["1.25x_to_2x"]["median_pct"] == pytest.approx(-20.0)
     assert padded["over_2x"]["median_pct"] == pytest.approx(25.0)
+
+
+def test_after_prefill_pairs_each_decode_after_a_prefill_with_the_decodes_after_it():
+    # steps: D D D P D' D D D D P D' D D D, every decode step with 2 decodes; D = 1 ms,
+    # D' (right after a prefill) = 1.2 then 1.1 ms; the second prefill followed an idle
+    # wait, so it is not busy and its D' (1.1) is left out as a wake-up step
+    fwd = [1, 1, 1, 5, 1.2, 1, 1, 1, 1, 5, 1.1, 1, 1, 1]
+    pre = [0, 0, 0, 64, 0, 0, 0, 0, 0, 64, 0, 0, 0, 0]
+    busy = [True] * 14
+    busy[9] = False
+    steps = pd.DataFrame({"forward_s": np.array(fwd) * 1e-3, "prefill_tokens": pre,
+                          "decodes": [2 if p == 0 else 0 for p in pre], "busy": busy,
+                          "overhead_s": [3e-4 if i == 4 else 2e-4 for i in range(14)]})
+    a = after_prefill(steps)
+    assert a["pairs"] == 1 and a["median_ratio"] == pytest.approx(1.2)
+    assert a["median_extra_forward_ms"] == pytest.approx(0.2)
+    assert a["median_extra_overhead_ms"] == pytest.approx(0.1)
+    # controls: decode steps after a decode step with 3 decode steps behind them (step 5 only)
+    assert a["control_pairs"] == 1 and a["control_ratio"] == pytest.approx(1.0)
+    busy[9] = True
+    both = after_prefill(steps.assign(busy=busy))
+    assert both["pairs"] == 2 and both["median_ratio"] == pytest.approx(1.15)
+    # a decode count that changes within the next steps is no fair reference
+    assert after_prefill(steps.assign(decodes=[2, 2, 2, 0, 2, 3, 2, 2, 2, 0, 2, 3, 2, 2],
+                                      busy=busy))["pairs"] == 0
 
 
 def test_step_error_splits_full_and_lower_gpu_clock():

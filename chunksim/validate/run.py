@@ -19,6 +19,7 @@ from chunksim.sim.profile import Profile
 from chunksim.sim.run import RunConfig, default_kv_blocks
 from chunksim.validate.compare import (
     TARGET_KEYS,
+    after_prefill,
     compare_counts,
     compare_summaries,
     launch_stats,
@@ -161,6 +162,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         "step_overhead_source": source,
         "live_overhead": overhead_stats(live.steps),
         "live_launch": launch_stats(live.steps),
+        "live_after_prefill": after_prefill(live.steps),
         "counts": compare_counts(sim_summary, live_summary),
         "profile": profile.path.rsplit("/", 1)[-1],
         "profile_sha256": profile.sha256,
@@ -191,7 +193,9 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
                        "simulator, measured = live); metrics as vllm bench serve defines "
                        "them (median = P50); step_error compares the table's forward time "
                        "for each live step's composition with its measured forward time "
-                       "(median_pct signed, p99_pct = P99 of |error|).",
+                       "(median_pct signed, p99_pct = P99 of |error|); live_after_prefill "
+                       "pairs each decode-only step right after a prefill step with the "
+                       "decode steps after it (validate.compare.after_prefill).",
     }
     return Validation(live, live_summary, sim, sim_summary, report)
 

@@ -91,15 +91,22 @@ def format_table(reports: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _after_prefill(report: dict) -> str:
+    ap = report.get("live_after_prefill") or {}
+    return f"{ap['median_ratio']:.2f}x" if ap.get("pairs") else "—"
+
+
 def format_step_table(reports: dict[str, dict]) -> str:
     """Where the step-level error comes from (medians of signed % errors; see live.replay):
     the table vs each live step, the table vs the same step re-timed alone (interpolation +
     machine drift), the replay vs live (running in sequence vs alone), and the profile's
     own grid points re-timed now vs when profiled (machine drift alone); `dec pad/even`
     splits table/replay over decode-only steps by whether their padded decode attention
-    read over 1.25x their contexts (live.records.decode_padding)."""
+    read over 1.25x their contexts (live.records.decode_padding); `after P` is a decode
+    step right after a prefill step over the decode steps after it (paired, drift-free:
+    validate.compare.after_prefill), a cost the table does not price."""
     head = (f"{'scenario':<24}{'table/live':>12}{'table/replay':>14}{'  pre/dec':>16}"
-            f"{'dec pad/even':>16}{'replay/live':>13}{'  pre/dec':>16}{'drift':>9}")
+            f"{'dec pad/even':>16}{'replay/live':>13}{'  pre/dec':>16}{'drift':>9}{'after P':>9}")
     lines = [head, "-" * len(head)]
     for name, r in reports.items():
         d = r["step_error"].get("decomposition")
@@ -115,7 +122,7 @@ def format_step_table(reports: dict[str, dict]) -> str:
                      f"{med('table_vs_replay_unpadded_decode'):<7}"
                      f"{med('replay_vs_live'):>13}"
                      f"{med('replay_vs_live_prefill'):>8}/{med('replay_vs_live_decode'):<7}"
-                     f"{med('profile_drift'):>9}")
+                     f"{med('profile_drift'):>9}{_after_prefill(r):>9}")
     return "\n".join(lines)
 
 

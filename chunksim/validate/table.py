@@ -41,5 +41,13 @@ def print_validation(report: dict, console: Console | None = None) -> None:
         c["steps"]["predicted"], c["steps"]["measured"], c["preemptions"]["predicted"],
         c["preemptions"]["measured"], c["busy_fraction"]["predicted"],
         c["busy_fraction"]["measured"]))
+    ap = report.get("live_after_prefill") or {}
+    if ap.get("pairs"):
+        console.print(
+            f"decode step right after a prefill (not in the table): "
+            f"{ap['median_ratio']:.2f}x the decode steps after it "
+            f"(+{ap['median_extra_forward_ms']:.3f} ms forward, "
+            f"+{ap['median_extra_overhead_ms']:.3f} ms overhead; {ap['pairs']} pairs, "
+            f"control {_fmt(ap['control_ratio'])}x)")
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, highlight=False)
