@@ -128,6 +128,34 @@ def test_cli_threads_must_match_the_profile(small_profile, tmp_path):
     assert "differs from the profile's 1 threads" in str(res.exception)
 
 
+def test_cli_passes_only_when_profiling_on_the_fly(small_profile, tmp_path):
+    res = CliRunner().invoke(app, ["validate", "--profile", small_profile.path, "-n", "2",
+                                   "--passes", "3", "--out", str(tmp_path / "v")])
+    text = " ".join(res.output.replace("│", " ").split())  # rich boxes and wraps it
+    assert res.exit_code == 2 and "--passes 3 applies only when profiling on the fly" in text
+    assert not (tmp_path / "v").exists()
+
+
+def test_cli_passes_reach_the_on_the_fly_profile(small_profile, tmp_path, monkeypatch):
+    import chunksim.validate.profiling as profiling
+
+    seen = {}
+
+    def profile_now(out_csv, **kw):  # the real one takes ~15 s for the quick grid
+        seen.update(kw, out_csv=out_csv)
+        return small_profile
+
+    monkeypatch.setattr(profiling, "profile_now", profile_now)
+    out = tmp_path / "v"
+    res = CliRunner().invoke(app, [
+        "validate", "--passes", "3", "-n", "2", "--rate", "40", "--prompt-mean", "40",
+        "--prompt-max", "80", "--output-mean", "4", "--output-max", "6", "--no-plot",
+        "--replay-steps", "0", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (seen["passes"], seen["look_repeats"]) == (3, 1)  # cold looks at prefill points
+    assert seen["out_csv"] == out / "profile.csv" and (out / "validation.json").exists()
+
+
 def test_settings_come_from_the_profile(small_profile):
     s = LiveSettings.from_profile(small_profile.provenance)
     assert s.model == SMALL and (s.device, s.dtype, s.threads) == ("cpu", "float32", 1)

@@ -31,6 +31,11 @@ def validate(
         "Profile dtype when profiling on the fly [float32 on CPU, bfloat16 on CUDA]."))] = None,
     grid: Annotated[str, typer.Option("--grid", rich_help_panel=_V, help=(
         "Grid preset when profiling on the fly (quick, default, fine)."))] = "quick",
+    passes: Annotated[int, typer.Option("--passes", min=1, rich_help_panel=_V, help=(
+        "Profile passes when profiling on the fly: each pass after the first re-times the "
+        "points under 50 ms once more, cold if they have a prefill (a new prompt's chunk "
+        "runs after other work), in a fresh random order; the table keeps the median. "
+        "benchmarks/fidelity.py uses 6."))] = 1,
     threads: Annotated[int | None, typer.Option("--threads", min=1, rich_help_panel=_V, help=(
         "torch threads on CPU [the profile's; 1 when profiling on the fly]. Must match "
         "a reused profile's."))] = None,
@@ -59,13 +64,18 @@ def validate(
     from chunksim.validate.run import validate as run_validation
 
     if run_opts.profile is not None:
+        if passes > 1:
+            raise typer.BadParameter(
+                f"--passes {passes} applies only when profiling on the fly; drop --profile "
+                f"{run_opts.profile} or --passes", param_hint="--passes")
         profile = load_profile(run_opts.profile)
     else:
         from chunksim.validate.profiling import profile_now
 
         typer.echo(f"profiling {model} ({grid} grid) into {out}/profile.csv ...", err=True)
         profile = profile_now(out / "profile.csv", model=model, device=device, dtype=dtype,
-                              threads=threads or 1, grid=grid, seed=workload_opts.seed)
+                              threads=threads or 1, grid=grid, seed=workload_opts.seed,
+                              passes=passes, look_repeats=1 if passes > 1 else None)
     settings = LiveSettings.from_profile(profile.provenance, threads=threads,
                                          seed=workload_opts.seed, idle_wait=idle_wait)
     workload = build_workload(workload_opts)
