@@ -13,7 +13,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 # @example in test_properties.py).
 settings.register_profile("fixed", derandomize=True, print_blob=True, database=None)
 settings.register_profile("explore", print_blob=True)
-settings.load_profile(os.environ.get("CHUNKSIM_HYPOTHESIS", "fixed"))
+_profile = os.environ.get("CHUNKSIM_HYPOTHESIS", "fixed")
+if _profile not in ("fixed", "explore"):
+    raise pytest.UsageError(f"CHUNKSIM_HYPOTHESIS={_profile!r}: use fixed (default) or explore")
+settings.load_profile(_profile)
 
 from factories import constant_time, make_profile  # noqa: E402
 

@@ -9,8 +9,9 @@ How a real step maps onto the table (keys: chunk_len, decode_count, kv_len, prio
   the prior-context correction T(chunk, c_eff) - T(chunk, 0).
 - Decodes: `decode_count` is their number and `kv_len` their mean context, since decode
   attention cost is linear in each decode's context.
-- A step with one token for a request is a decode over its computed context, also when it
-  is the 1-token tail of a prompt: the forward pass is the same.
+- A request's one new token counts as a decode only when `Plan.is_decode` says so; a
+  prompt's 1-token tail, or a re-admitted request's 1-token recompute, is a 1-token chunk
+  of the prefill part over its prior context (the records count it there too).
 
 Interpolation is multilinear on the measured grid; outside the grid it extrapolates
 linearly from the edge cell, never below the edge's own figure beyond the far end, and
