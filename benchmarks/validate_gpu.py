@@ -11,8 +11,10 @@ ship (chunks to 8192, 256 decodes, 8k contexts; see GPU_GRID); (3) find "medium 
 half the simulated capacity of `budget 512` (Sarathi-Serve's capacity: median scheduling
 delay <= 2 s); (4) load the live model and time steps of never-run shapes against their
 repeats, with torch's default SDPA kernels and with the project's (profiler.first_call:
-seconds); (5) for `whole`, `chunk 256` and `budget 512` at that rate, run the chat workload
-live (real forward passes, same policy objects) and simulated, and write
+seconds), and decode steps of unequal contexts against equal ones (profiler.decode_spread:
+the live loop's masked, padded decode path vs the table's points; ~10 s); (5) for
+`whole`, `chunk 256` and `budget 512` at that rate, run the chat workload live (real
+forward passes, same policy objects) and simulated, and write
 out/validate_gpu/<policy>__medium/. Prints the error tables and ends with one JSON line.
 
 Measured on an H200 (2026-11-29, torch 2.11, eager mode; docs/fidelity.md): a step costs
@@ -159,6 +161,35 @@ def first_call_check(settings):
     return runtime, result
 
 
+DRY_SPREAD_CASES = ((8, 256, 0.5), (16, 256, 0.002), (16, 256, 0.5))
+"""Smaller cases for `--dry-run` (tiny on the CPU): the same code path in a few seconds."""
+
+
+def decode_spread_check(runtime, dry_run: bool = False) -> dict | list:
+    """Time decode steps of unequal contexts (masked, padded: as the live loop batches
+    them) against equal-length ones (as the table's points) on the live model
+    (profiler.decode_spread). A diagnostic: a failure is reported, not raised."""
+    from chunksim.profiler.decode_spread import decode_spread_ratios, format_decode_spread
+
+    t0 = time.perf_counter()
+    try:
+        kw = {"cases": DRY_SPREAD_CASES, "rounds": 1} if dry_run else {}
+        rows = decode_spread_ratios(runtime.model, runtime.device, runtime.dtype,
+                                    runtime.sync, **kw)
+    except Exception as exc:  # e.g. out of memory next to the live KV pools
+        print(f"decode spread check failed ({type(exc).__name__}: {exc}); going on")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        if runtime.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+    print(f"decode steps of unequal contexts over equal ones ({time.perf_counter() - t0:.1f} "
+          "s; the table prices the equal ones):")
+    print(format_decode_spread(rows))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     from chunksim.live.settings import LiveSettings
@@ -186,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict:
     scenarios = [Scenario(f"{label}/medium", opts, configs[label]) for label in order]
     settings = LiveSettings.from_profile(profile.provenance, seed=args.seed)
     runtime, first_call = first_call_check(settings)
+    decode_spread = decode_spread_check(runtime, args.dry_run)
     print(f"[{time.perf_counter() - started:.0f} s] validating {len(scenarios)} scenarios at "
           f"{rate} req/s")
     reports = run_suite(scenarios, profile, out, settings,
@@ -202,7 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
         model=profile.provenance["model"]["name"], device_name=profile.provenance.get(
             "device_name"), dtype=profile.provenance.get("dtype"), rate_per_s=rate,
         profile_sha256=profile.sha256, elapsed_s=time.perf_counter() - started,
-        first_call=first_call,
+        first_call=first_call, decode_spread=decode_spread,
         metrics={n: {k: v for k, v in r["metrics"].items()} for n, r in reports.items()})
     print(f"\nworst |error| over mean/P99 TTFT, ITL, TPOT: {summary['worst_abs_error_pct']:.1f} %"
           f" ({time.perf_counter() - started:.0f} s in all)")

@@ -17,6 +17,10 @@ def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
     assert json.loads(lines[-1]) == json.loads(json.dumps(summary))
     assert set(summary["scenarios"]) == {"whole/medium", "chunk256/medium", "budget512/medium"}
     assert summary["model"] == "tiny" and summary["rate_per_s"] > 0
+    spread = summary["decode_spread"]
+    assert [(r["decodes"], r["mean_kv"], r["spread"]) for r in spread] == list(
+        mod.DRY_SPREAD_CASES)
+    assert all(r["equal_s"] > 0 and r["ratio"] == r["spread_s"] / r["equal_s"] for r in spread)
     for name in summary["scenarios"]:
         report = json.loads((tmp_path / name.replace("/", "__") / "validation.json").read_text())
         family = {"whole": "whole", "chunk256": "chunk", "budget512": "budget"}
