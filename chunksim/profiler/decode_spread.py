@@ -12,8 +12,8 @@ and a step whose contexts spread evenly over mean x [1 - spread, 1 + spread] (sa
 same token count, adjacent slots of one pool, as the live loop batches them), both warm,
 in alternating rounds (the machine's drift cancels), and returns the ratio. A spread of a
 few tokens isolates the mask (the kernel path) from the padding. `tiny`, one CPU thread,
-this VM: 1.0x with the mask alone, 1.15-1.6x at 32-128 decodes spread +-50 %; the GPU's
-figures come from `benchmarks/validate_gpu.py`.
+this VM (two runs): 1.02-1.09x with the mask alone, 1.29-1.53x at 32-128 decodes spread
+±50 %; the GPU's figures come from `benchmarks/validate_gpu.py`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from chunksim.profiler.timing import measure
 CASES = ((8, 512, 0.5), (32, 1024, 0.002), (32, 1024, 0.25), (32, 1024, 0.5),
          (128, 1024, 0.002), (128, 1024, 0.5))
 """(decodes, mean context in tokens, spread) timed by default: spread 0.002 is a mask with
-next to no padding; 0.5 pads the read to ~1.5x."""
+next to no padding; 0.5 pads the read to ~1.5x. The largest case's KV pool holds 128 x
+1537 tokens: 24 GiB on Llama-3.1-8B (128 KiB a token), beside its 16 GB of weights."""
 
 
 def spread_lengths(decodes: int, mean_kv: int, spread: float) -> list[int]:
