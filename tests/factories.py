@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from chunksim.profiler.config import ModelConfig
 from chunksim.sim.profile import load_profile
 from chunksim.workloads.spec import RequestSpec, Workload
+
+SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
+                    head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)
+"""A model small enough for live runs and real forward passes in tests (seconds on CPU)."""
 
 CHUNKS = (0, 16, 64, 256, 1024, 4096, 16384)
 DECODES = (0, 1, 4, 16, 64, 256)

@@ -4,9 +4,11 @@ costs more than its repeat (the cuDNN per-shape plan that the first GPU validati
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from factories import SMALL as SMALL_2K
 
 torch = pytest.importorskip("torch")
 
@@ -14,15 +16,13 @@ from chunksim.live.runtime import Runtime  # noqa: E402
 from chunksim.live.settings import LiveSettings  # noqa: E402
 from chunksim.profiler import attention  # noqa: E402
 from chunksim.profiler.attention import SDPA_BACKENDS  # noqa: E402
-from chunksim.profiler.config import ModelConfig  # noqa: E402
 from chunksim.profiler.first_call import KINDS, compare_kernels, first_call_ratios  # noqa: E402
 from chunksim.profiler.kv import KVPool  # noqa: E402
 from chunksim.profiler.model import build_model  # noqa: E402
 from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.validate.run import environment_notes  # noqa: E402
 
-SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
-                    head_dim=16, intermediate_size=128, vocab_size=512, max_position=4096)
+SMALL = replace(SMALL_2K, max_position=4096)
 FLAGS = ("cudnn_sdp_enabled", "flash_sdp_enabled", "mem_efficient_sdp_enabled",
          "math_sdp_enabled")
 

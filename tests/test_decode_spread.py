@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from factories import SMALL
 
 torch = pytest.importorskip("torch")
 
-from chunksim.profiler.config import ModelConfig  # noqa: E402
 from chunksim.profiler.decode_spread import (  # noqa: E402
     _batch,
     decode_spread_ratios,
@@ -16,9 +16,6 @@ from chunksim.profiler.decode_spread import (  # noqa: E402
 from chunksim.profiler.kv import KVPool  # noqa: E402
 from chunksim.profiler.model import build_model  # noqa: E402
 from chunksim.profiler.step import prepare_step  # noqa: E402
-
-SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
-                    head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)
 
 
 @pytest.mark.parametrize(("n", "mean", "spread"), [(8, 512, 0.5), (7, 100, 0.25), (32, 1024,

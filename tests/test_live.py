@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from factories import workload
+from factories import SMALL, workload
 
 torch = pytest.importorskip("torch")
 
@@ -17,7 +17,6 @@ from chunksim.live.settings import LiveSettings  # noqa: E402
 from chunksim.live.slots import SlotTable, size_class  # noqa: E402
 from chunksim.live.tokens import TokenBook  # noqa: E402
 from chunksim.policies import PolicyKnobs, make_policy  # noqa: E402
-from chunksim.profiler.config import ModelConfig  # noqa: E402
 from chunksim.profiler.kv import KVPool, kv_pool_bytes  # noqa: E402
 from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.sim.core import EngineCore  # noqa: E402
@@ -27,8 +26,6 @@ from chunksim.sim.latency import LatencyModel  # noqa: E402
 
 # Untied LM head: greedy tokens then depend on the hidden state (with tied embeddings a
 # random model mostly echoes its input token, which would hide position or KV bugs).
-SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
-                    head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)
 
 # All requests arrive at t=0: the plan sequence then depends on no clock, so the live loop
 # and the simulator must take exactly the same steps.

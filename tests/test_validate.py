@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from factories import make_profile, workload
+from factories import SMALL, make_profile, workload
 from typer.testing import CliRunner
 
 pytest.importorskip("torch")
@@ -16,7 +16,6 @@ pytest.importorskip("torch")
 from chunksim.cli import app  # noqa: E402
 from chunksim.live.settings import LiveSettings  # noqa: E402
 from chunksim.policies import PolicyKnobs  # noqa: E402
-from chunksim.profiler.config import ModelConfig  # noqa: E402
 from chunksim.sim.run import RunConfig  # noqa: E402
 from chunksim.validate.compare import (  # noqa: E402
     TARGET_KEYS,
@@ -30,8 +29,6 @@ from chunksim.validate.output import write_validation  # noqa: E402
 from chunksim.validate.plot import plot_validation  # noqa: E402
 from chunksim.validate.run import validate  # noqa: E402
 
-SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
-                    head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)
 REPORT_KEYS = {"format", "metrics", "target_keys", "worst_abs_error_pct", "worst_metric",
                "step_error", "step_overhead_s", "step_overhead_source", "live_overhead",
                "live_launch", "counts", "profile", "profile_sha256", "profile_label",
