@@ -85,13 +85,12 @@ def profile(
 
 def first_call_warning(first_call: dict | None) -> str | None:
     """A warning when a new step shape's first call cost much more than its repeat."""
-    from chunksim.profiler.first_call import WARN_RATIO, worst_kind
+    from chunksim.profiler.first_call import costly_kind
 
-    if not first_call:
+    costly = costly_kind(first_call)
+    if costly is None:
         return None
-    kind, ratio = worst_kind(first_call)
-    if ratio < WARN_RATIO:
-        return None
+    kind, ratio = costly
     return (f"warning: on this machine the first call of a new {kind} step shape took "
             f"{ratio:.1f}x its repeat; the table is timed warm, so it under-prices a "
             "serving loop, which meets new shapes every step. Look for a library that "

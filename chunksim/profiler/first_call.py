@@ -96,10 +96,15 @@ def compare_kernels(model, device: str, dtype: torch.dtype, sync: Callable[[], N
     return out
 
 
-def worst_kind(result: dict) -> tuple[str, float]:
-    """(kind, ratio) of the largest first-call ratio in one `first_call_ratios` result."""
+def costly_kind(result: dict | None) -> tuple[str, float] | None:
+    """(kind, ratio) of the largest first-call ratio in one `first_call_ratios` result
+    when it reaches `WARN_RATIO` (what `sim profile` warns of and validation notes), else
+    None (also for no result)."""
+    if not result:
+        return None
     kind = max(KINDS, key=lambda k: result[k]["ratio"] or 0.0)
-    return kind, result[kind]["ratio"] or 0.0
+    ratio = result[kind]["ratio"] or 0.0
+    return (kind, ratio) if ratio >= WARN_RATIO else None
 
 
 def format_first_call(result: dict) -> str:

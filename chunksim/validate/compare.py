@@ -92,6 +92,11 @@ def _err_stats(err_pct: np.ndarray) -> dict:
     }
 
 
+PADDED_ABOVE = 1.25
+"""A step whose decode attention read over this many times the key positions its contexts
+need counts as padded (`live.records.decode_attention`)."""
+
+
 def step_error(steps, predicted_s: np.ndarray) -> dict:
     """Relative error of the table's prediction vs each live step's measured forward time:
     overall and per step kind. `median_pct` is the signed median, `p99_pct` the 99th
@@ -112,8 +117,8 @@ def step_error(steps, predicted_s: np.ndarray) -> dict:
         # contexts (the table prices equal lengths: live.records.decode_padding)
         pad = steps["decode_padding"].to_numpy()
         out["by_padding"] = {
-            "up_to_1.25x": _err_stats(err[decodes & (pad <= 1.25)]),
-            "1.25x_to_2x": _err_stats(err[decodes & (pad > 1.25) & (pad <= 2.0)]),
+            "up_to_1.25x": _err_stats(err[decodes & (pad <= PADDED_ABOVE)]),
+            "1.25x_to_2x": _err_stats(err[decodes & (pad > PADDED_ABOVE) & (pad <= 2.0)]),
             "over_2x": _err_stats(err[decodes & (pad > 2.0)]),
         }
     if "sm_clock_mhz" in steps and steps["sm_clock_mhz"].notna().any():

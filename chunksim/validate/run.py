@@ -18,6 +18,7 @@ from chunksim.live.settings import LiveSettings
 from chunksim.sim.profile import Profile
 from chunksim.sim.run import RunConfig, default_kv_blocks
 from chunksim.validate.compare import (
+    PADDED_ABOVE,
     TARGET_KEYS,
     after_prefill,
     compare_counts,
@@ -76,15 +77,13 @@ def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
         notes.append(f"attention kernels differ: the profile's SDPA used {said}, the live "
                      f"loop's {', '.join(live or ['torch defaults'])}; re-profile with this "
                      "build to compare like with like")
-    first = provenance.get("first_call")
-    if first:
-        from chunksim.profiler.first_call import WARN_RATIO, worst_kind
+    from chunksim.profiler.first_call import costly_kind
 
-        kind, ratio = worst_kind(first)
-        if ratio >= WARN_RATIO:
-            notes.append(f"when profiled, the first call of a new {kind} shape took "
-                         f"{ratio:.1f}x its repeat: live steps, new shapes each, will run "
-                         "slower than the warm-timed table")
+    costly = costly_kind(provenance.get("first_call"))
+    if costly is not None:
+        notes.append(f"when profiled, the first call of a new {costly[0]} shape took "
+                     f"{costly[1]:.1f}x its repeat: live steps, new shapes each, will run "
+                     "slower than the warm-timed table")
     prof_torch = provenance.get("torch_version")
     if prof_torch and live_meta.get("torch_version") != prof_torch:
         notes.append(f"torch differs: profile {prof_torch}, live "
@@ -263,8 +262,8 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
     measured = steps["forward_s"].to_numpy()[sample]
     table_s = profile.table.loc[rows, "median_s"].to_numpy()
     is_pre = steps["prefill_tokens"].to_numpy()[sample] > 0
-    padded = (steps["decode_padding"].to_numpy()[sample] > 1.25 if "decode_padding" in steps
-              else np.zeros(len(sample), bool))
+    padded = (steps["decode_padding"].to_numpy()[sample] > PADDED_ABOVE
+              if "decode_padding" in steps else np.zeros(len(sample), bool))
 
     def stats(pred, meas) -> dict:
         e = (pred - meas) / meas * 100.0
@@ -282,7 +281,8 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
         "table_vs_replay_decode": stats(predicted_s[sample][~is_pre], replay_s[~is_pre]),
         "replay_vs_live_prefill": stats(replay_s[is_pre], measured[is_pre]),
         "replay_vs_live_decode": stats(replay_s[~is_pre], measured[~is_pre]),
-        # decode-only steps whose padded decode attention read over 1.25x their contexts
+        # decode-only steps whose padded decode attention read over PADDED_ABOVE x their
+        # contexts
         # (live.records.decode_padding): what padding costs beyond the table's prices
         "table_vs_replay_padded_decode": stats(predicted_s[sample][~is_pre & padded],
                                                replay_s[~is_pre & padded]),
