@@ -169,13 +169,15 @@ def decode_spread_check(runtime, dry_run: bool = False) -> dict | list:
     """Time decode steps of unequal contexts (masked, padded: as the live loop batches
     them) against equal-length ones (as the table's points) on the live model
     (profiler.decode_spread). A diagnostic: a failure is reported, not raised."""
+    from chunksim.live.runtime import pinned_threads
     from chunksim.profiler.decode_spread import decode_spread_ratios, format_decode_spread
 
     t0 = time.perf_counter()
     try:
         kw = {"cases": DRY_SPREAD_CASES, "rounds": 1} if dry_run else {}
-        rows = decode_spread_ratios(runtime.model, runtime.device, runtime.dtype,
-                                    runtime.sync, **kw)
+        with pinned_threads(runtime.settings.threads):  # timed as the live loop runs
+            rows = decode_spread_ratios(runtime.model, runtime.device, runtime.dtype,
+                                        runtime.sync, **kw)
     except Exception as exc:  # e.g. out of memory next to the live KV pools
         print(f"decode spread check failed ({type(exc).__name__}: {exc}); going on")
         return {"error": f"{type(exc).__name__}: {exc}"}
