@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
                               threads=args.threads, grid="quick", seed=args.seed,
                               show_progress=sys.stderr.isatty(), passes=args.passes,
                               repass_below_s=args.repass_below_ms / 1e3,
-                              look_repeats=None if args.warm_looks else 1, **axes)
+                              cold_looks=not args.warm_looks, **axes)
         other = monitor.done()["other_cpu_busy"]
         print(f"profiled tiny on cpu ({len(profile.table)} points, {args.passes} passes) in "
               f"{time.perf_counter() - t0:.0f} s -> {profile.path}; other processes kept "

@@ -27,6 +27,7 @@ from chunksim.profiler.grid import (  # noqa: E402
 )
 from chunksim.profiler.kv import KVPool  # noqa: E402
 from chunksim.profiler.model import build_model  # noqa: E402
+from chunksim.profiler.passes import combine, fast_points, pass_order  # noqa: E402
 from chunksim.profiler.reference import reference_logits  # noqa: E402
 from chunksim.profiler.run import ProfileSettings, run_profile  # noqa: E402
 from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
@@ -261,6 +262,62 @@ def test_resume_measures_only_missing_points(tmp_path):
     assert not partial.exists()
 
 
+def test_passes_look_again_at_fast_points_and_resume(tmp_path):
+    settings = _settings(tmp_path, passes=3, repass_below_s=60.0)  # every point is fast
+    everything = prune(SMALL_GRID.points(), MINI, "float32", 1 << 40).kept
+    n = len(everything)
+    calls: list[tuple[GridPoint, int]] = []
+
+    def stop_in_pass_2(point, timing):
+        calls.append((point, timing.repeats))
+        if len(calls) == n + 4:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run_profile(settings, on_point=stop_in_pass_2, show_progress=False)
+    partial = _read(tmp_path / "mini.partial.csv")
+    assert [r["pass"] for r in partial] == ["1"] * n + ["2"] * 4
+    # pass 2 looks at prefill points once, cold; decode-only points warm (>= 2 repeats)
+    assert all(reps == 1 if p.chunk_len else reps >= 2 for p, reps in calls[n:])
+    assert {p for p, _ in calls[n:]} <= set(everything)
+    with pytest.raises(ValueError, match="passes: checkpoint 3 vs now 2"):
+        run_profile(dataclasses.replace(settings, passes=2, resume=True), show_progress=False)
+
+    res = run_profile(dataclasses.replace(settings, resume=True), show_progress=False)
+    assert res.measured_now == []  # pass 1 was complete
+    assert len(res.relooked_now) == 2 * n - 4
+    done = {(2, p) for p, _ in calls[n:]}
+    assert done.isdisjoint(res.relooked_now)
+    assert done | set(res.relooked_now) == {(k, p) for k in (2, 3) for p in everything}
+    meta = res.meta
+    assert (meta["passes"], meta["repassed_points"], meta["cold_looks"]) == (3, n,
+                                                                         "prefill points")
+    pass1 = {tuple(int(r[c]) for c in ("chunk_len", "prior_len", "decode_count", "kv_len")):
+             int(r["repeats"]) for r in partial if r["pass"] == "1"}
+    for r in _read(settings.out_csv):  # repeats add up over the three looks
+        key = tuple(int(r[c]) for c in ("chunk_len", "prior_len", "decode_count", "kv_len"))
+        extra = int(r["repeats"]) - pass1[key]
+        assert extra == 2 if int(r["chunk_len"]) else extra >= 4
+        assert 0 < float(r["p10_s"]) <= float(r["median_s"]) <= float(r["p90_s"])
+    assert not (tmp_path / "mini.partial.csv").exists()
+
+
+def test_passes_combine_by_median_and_order_by_seed():
+    first = (16, 0, 1, 9, "3.0", "2.0", "4.0", "3.5", 5)
+    looks = [(16, 0, 1, 9, "1.0", "1.0", "1.0", "1.0", 1),
+             (16, 0, 1, 9, "2.0", "2.0", "2.0", "2.0", 1)]
+    assert combine(first, looks) == (16, 0, 1, 9, "2.0", "2.0", "2.0", repr(6.5 / 3), 7)
+    assert combine(first, []) == first
+    pts = [GridPoint(0, c, d, 9) for c in (8, 16) for d in (0, 1, 3) if c or d]
+    rows = {p.key(): (*p.key(), repr(0.001 * p.chunk_len), "0", "0", "0", 1) for p in pts}
+    assert {p.chunk_len for p in fast_points(rows, pts, below_s=0.01)} == {8}
+    fast = fast_points(rows, pts, below_s=1.0)
+    assert fast == fast_points(rows, reversed(pts), below_s=1.0)  # table order, not input's
+    assert pass_order(fast, 0, 2) == pass_order(fast, 0, 2)
+    assert sorted(pass_order(fast, 0, 3), key=fast.index) == fast
+    assert len({tuple(pass_order(fast, 0, k)) for k in range(2, 8)}) > 1
+
+
 # ---------------------------------------------------------------- grid and pruning
 
 
@@ -369,6 +426,10 @@ def test_cli_profile_runs_and_reports_bad_flags(tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["points"] == 3
     bad = runner.invoke(app, ["profile", "--device", "cpu", "--decode-counts", "1,2"])
     assert isinstance(bad.exception, ValueError) and "--decode-counts" in str(bad.exception)
+    for flags, name in ((["--passes", "0"], "--passes 0"),
+                        (["--passes", "2", "--repass-below-ms", "0"], "--repass-below-ms 0")):
+        bad = runner.invoke(app, ["profile", "--device", "cpu", *flags])
+        assert isinstance(bad.exception, ValueError) and name in str(bad.exception)
 
 
 def test_command_module_does_not_import_torch():

@@ -60,6 +60,17 @@ def profile(
         help="Stop repeating a point after this many timed seconds (min 3 repeats)."),
     out: Path | None = typer.Option(
         None, "--out", help="CSV path (JSON next to it). Default: out/profiles/MODEL-DEVICE.csv"),
+    passes: int = typer.Option(
+        1, "--passes", help="Look at every fast point (see --repass-below-ms) this many "
+        "times, each pass in a fresh order, and keep the median: robust to a machine "
+        "whose speed drifts. Costs ~ one grid pass of the fast points per extra pass."),
+    repass_below_ms: float | None = typer.Option(
+        None, "--repass-below-ms",
+        help="With --passes: points whose first median is under this are looked at again "
+        "[default: 300]."),
+    warm_looks: bool = typer.Option(
+        False, "--warm-looks", help="With --passes: every later look warms up and repeats, "
+        "as the first pass does, instead of timing a point with a prefill once, cold."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run."),
     seed: int = typer.Option(0, "--seed", help="Seed of weights, KV contents, tokens."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
@@ -70,13 +81,17 @@ def profile(
         dtype=None if dtype is None else dtype.value, threads=threads, grid=grid.value,
         chunk_lens=chunk_lens, decode_counts=decode_counts, kv_lens=kv_lens,
         prior_lens=prior_lens, warmup=warmup, repeats=repeats, point_budget_s=point_budget_s,
-        out=out, resume=resume, seed=seed,
+        out=out, resume=resume, seed=seed, passes=passes,
+        repass_below_s=None if repass_below_ms is None else repass_below_ms / 1e3,
+        cold_looks=not warm_looks,
     )
     from chunksim.profiler.run import run_profile
 
     result = run_profile(settings, show_progress=not quiet)
     meta = result.meta
-    typer.echo(f"wrote {result.csv_path} ({meta['points']} points, "
+    looks = (f", {meta['passes']} passes over {meta['repassed_points']} fast points"
+             if meta["passes"] > 1 else "")
+    typer.echo(f"wrote {result.csv_path} ({meta['points']} points{looks}, "
                f"{meta['elapsed_s']:.1f} s) and {result.json_path}")
     warning = first_call_warning(meta.get("first_call"))
     if warning:
@@ -103,13 +118,15 @@ def build_settings(*, model: str = "tiny", hf_config: Path | None = None,
                    decode_counts: str | None = None, kv_lens: str | None = None,
                    prior_lens: str | None = None, warmup: int | None = None,
                    repeats: int | None = None, point_budget_s: float | None = None,
-                   out: Path | None = None, resume: bool = False, seed: int = 0):
+                   out: Path | None = None, resume: bool = False, seed: int = 0,
+                   passes: int = 1, repass_below_s: float | None = None,
+                   cold_looks: bool = True):
     """Flags -> `ProfileSettings` (imports torch to resolve the device). ValueError names the
     flag at fault."""
     from chunksim.profiler.config import load_hf_config, preset_config
     from chunksim.profiler.device import resolve_device
     from chunksim.profiler.grid import grid_preset, parse_axis
-    from chunksim.profiler.run import ProfileSettings
+    from chunksim.profiler.run import REPASS_BELOW_S, ProfileSettings
 
     cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
     dev = resolve_device(device)
@@ -131,5 +148,7 @@ def build_settings(*, model: str = "tiny", hf_config: Path | None = None,
     return ProfileSettings(
         model=cfg, device=dev, dtype=dtype or ("float32" if dev == "cpu" else "bfloat16"),
         grid=spec, out_csv=out or Path("out/profiles") / f"{cfg.name}-{dev}.csv",
-        threads=threads if dev == "cpu" else None, seed=seed, resume=resume,
+        threads=threads if dev == "cpu" else None, seed=seed, resume=resume, passes=passes,
+        repass_below_s=REPASS_BELOW_S if repass_below_s is None else repass_below_s,
+        cold_looks=cold_looks,
     )

@@ -1,6 +1,7 @@
 """Profile files: the append-as-you-go checkpoint and the atomic final CSV + JSON.
 
-Checkpoint = `NAME.partial.csv` (one row appended and flushed per measured point; a line cut
+Checkpoint = `NAME.partial.csv` (one row appended and flushed per measured point and, with
+`--passes`, per later look at a point, the pass number in a last `pass` column; a line cut
 short by a kill is dropped on reading) + `NAME.partial.json` (the run's identity, checked on
 `--resume`, and the wall time spent so far). The final pair is written to temp files in
 the same directory and `os.replace`d, CSV first, so a reader never sees a half-written
@@ -23,6 +24,8 @@ from chunksim.profiler.timing import Timing
 COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len",
            "median_s", "p10_s", "p90_s", "mean_s", "repeats")
 """CSV header, in docs/profile-format.md's order."""
+CHECKPOINT_COLUMNS = (*COLUMNS, "pass")
+"""The checkpoint's header: a row is pass 1's measurement or a later pass's look."""
 
 
 def row_of(point: GridPoint, timing: Timing) -> tuple:
@@ -87,15 +90,16 @@ class Checkpoint:
     def start(self, identity: dict) -> None:
         """Begin a fresh checkpoint for a run with this identity."""
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-        self.csv_path.write_text(",".join(COLUMNS) + "\n")
+        self.csv_path.write_text(",".join(CHECKPOINT_COLUMNS) + "\n")
         self.save_meta(identity, elapsed_s=0.0)
 
     def save_meta(self, identity: dict, elapsed_s: float) -> None:
         atomic_write(self.meta_path, (json.dumps(
             {"identity": identity, "elapsed_s": elapsed_s}, indent=2) + "\n").encode())
 
-    def load(self, identity: dict) -> tuple[list[tuple], float]:
-        """Rows measured so far and wall time spent; ValueError if the identity differs."""
+    def load(self, identity: dict) -> tuple[list[tuple[tuple, int]], float]:
+        """(row, pass) measured so far and wall time spent; ValueError if the identity
+        differs."""
         try:
             meta = json.loads(self.meta_path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
@@ -113,7 +117,7 @@ class Checkpoint:
                              f"checkpoint and start over without --resume")
         return self._read_rows(), float(meta.get("elapsed_s", 0.0))
 
-    def _read_rows(self) -> list[tuple]:
+    def _read_rows(self) -> list[tuple[tuple, int]]:
         if not self.csv_path.exists():
             return []
         text = self.csv_path.read_text()
@@ -123,16 +127,17 @@ class Checkpoint:
         for r in csv.DictReader(io.StringIO(text)):
             try:
                 p = point_of(r)
-                rows.append((*p.key(), *(repr(float(r[c])) for c in COLUMNS[4:8]),
-                             int(r["repeats"])))
+                rows.append(((*p.key(), *(repr(float(r[c])) for c in COLUMNS[4:8]),
+                              int(r["repeats"])), int(r["pass"])))
             except (KeyError, TypeError, ValueError):
                 continue  # a malformed line (torn write): that point is simply re-measured
         return rows
 
-    def append(self, row: tuple) -> None:
-        """Append one measured row and push it to disk before the next point starts."""
+    def append(self, row: tuple, pass_no: int = 1) -> None:
+        """Append one measured row (of pass `pass_no`) and push it to disk before the next
+        point starts."""
         with self.csv_path.open("a", newline="") as f:
-            csv.writer(f, lineterminator="\n").writerow(row)
+            csv.writer(f, lineterminator="\n").writerow((*row, pass_no))
             f.flush()
             os.fsync(f.fileno())
 

@@ -33,7 +33,7 @@ def validate(
         "Grid preset when profiling on the fly (quick, default, fine)."))] = "quick",
     passes: Annotated[int, typer.Option("--passes", min=1, rich_help_panel=_V, help=(
         "Profile passes when profiling on the fly: each pass after the first re-times the "
-        "points under 50 ms once more, cold if they have a prefill (a new prompt's chunk "
+        "points under 300 ms once more, cold if they have a prefill (a new prompt's chunk "
         "runs after other work), in a fresh random order; the table keeps the median. "
         "benchmarks/fidelity.py uses 6."))] = 1,
     threads: Annotated[int | None, typer.Option("--threads", min=1, rich_help_panel=_V, help=(
@@ -75,7 +75,7 @@ def validate(
         typer.echo(f"profiling {model} ({grid} grid) into {out}/profile.csv ...", err=True)
         profile = profile_now(out / "profile.csv", model=model, device=device, dtype=dtype,
                               threads=threads or 1, grid=grid, seed=workload_opts.seed,
-                              passes=passes, look_repeats=1 if passes > 1 else None)
+                              passes=passes)
     settings = LiveSettings.from_profile(profile.provenance, threads=threads,
                                          seed=workload_opts.seed, idle_wait=idle_wait)
     workload = build_workload(workload_opts)
