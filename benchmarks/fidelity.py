@@ -62,6 +62,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--wait-quiet", type=float, default=120.0, metavar="S",
                     help="before the profile and each scenario, wait up to S seconds for "
                          "other processes to leave the CPUs alone (0 = don't)")
+    ap.add_argument("--live-runs", type=int, default=1,
+                    help="serve each workload this many times and report the live runs' "
+                         "spread (the machine's own noise; each extra run adds ~7 minutes "
+                         "to the suite)")
     ap.add_argument("--dry-run", action="store_true",
                     help="tiny grid and 1-second workloads: checks the script end to end")
     ap.add_argument("--resimulate", action="store_true",
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
                                          idle_wait=args.idle_wait)
     reports = run_suite(scenarios_for(args), profile, args.out, settings,
                         plot=not args.no_plot, quiet_wait_s=args.wait_quiet,
-                        replay_steps=30 if args.dry_run else 120)
+                        replay_steps=30 if args.dry_run else 120, live_runs=args.live_runs)
     print()
     print(format_table(reports))
     print()

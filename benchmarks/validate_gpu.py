@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="seconds of arrivals [12; 2 with --dry-run]")
     ap.add_argument("--rate", type=float, default=None, help="skip calibration: req/s")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--live-runs", type=int, default=1,
+                    help="serve each workload this many times: the GPU's run-to-run spread "
+                         "beside the error (each extra run costs a scenario's live time)")
     return ap.parse_args(argv)
 
 
@@ -224,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{rate} req/s")
     reports = run_suite(scenarios, profile, out, settings,
                         replay_steps=30 if args.dry_run else 120, keep_going=True,
-                        runtime=runtime)
+                        runtime=runtime, live_runs=args.live_runs)
     if not reports:
         raise SystemExit("every scenario failed (tracebacks above)")
     print()

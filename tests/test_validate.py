@@ -27,6 +27,11 @@ from chunksim.validate.compare import (  # noqa: E402
 )
 from chunksim.validate.output import write_validation  # noqa: E402
 from chunksim.validate.plot import plot_validation  # noqa: E402
+from chunksim.validate.repeat import (  # noqa: E402
+    live_repeatability,
+    spread_of,
+    summarize_spreads,
+)
 from chunksim.validate.run import validate  # noqa: E402
 
 REPORT_KEYS = {"format", "metrics", "target_keys", "worst_abs_error_pct", "worst_metric",
@@ -35,7 +40,7 @@ REPORT_KEYS = {"format", "metrics", "target_keys", "worst_abs_error_pct", "worst
                "profile_step_overhead_s", "live", "policy", "policy_params", "workload",
                "workload_params", "requests", "kv_blocks", "block_size", "max_model_len",
                "prefix_caching", "jitter", "notes", "definitions", "drift_corrected",
-               "live_after_prefill"}
+               "live_after_prefill", "live_repeatability"}
 STEP_ERROR_KEYS = {"steps", "median_pct", "mean_pct", "median_abs_pct", "p90_abs_pct",
                    "p99_pct", "p1_signed_pct", "p99_signed_pct", "by_kind", "sum_pct"}
 
@@ -85,6 +90,7 @@ def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_
     assert report["step_overhead_s"] == v.live.meta["step_overhead_s"] > 0
     assert report["live"]["threads"] == 1 and report["prefix_caching"] is False
     assert report["counts"]["completed"] == {"predicted": 5, "measured": 5}
+    assert report["live_repeatability"] is None  # one live run
     # the per-request CSVs of both sides line up row for row
     live = pd.read_csv(tmp_path / "live_requests.csv")
     sim = pd.read_csv(tmp_path / "sim_requests.csv")
@@ -108,9 +114,22 @@ def test_cli_validate_writes_validation_json(small_profile, tmp_path):
         "validate", "--profile", small_profile.path, "--policy", "chunk", "--chunk", "64",
         "--rate", "40", "-n", "8", "--prompt-mean", "80", "--prompt-max", "300",
         "--output-mean", "6", "--output-max", "12", "--kv-blocks", "128", "--no-plot",
-        "--replay-steps", "0", "--out", str(out)])
+        "--replay-steps", "0", "--live-runs", "3", "--out", str(out)])
     assert res.exit_code == 0, res.output
     report = json.loads((out / "validation.json").read_text())
+    rep = report["live_repeatability"]  # the first run is the report's; two more served
+    assert rep["runs"] == 3 and list(rep["metrics"]) == metric_keys()
+    for key, row in rep["metrics"].items():
+        first = report["metrics"][key]
+        assert len(row["measured"]) == 3 and row["measured"][0] == first["measured"]
+        assert row["error_pct_runs"][0] == first["error_pct"]
+        lo, hi = min(row["measured"]), max(row["measured"])
+        assert row["spread_pct"] == pytest.approx((hi / lo - 1) * 100)
+        assert row["predicted_in_range"] == (lo <= first["predicted"] <= hi)
+    assert set(rep["targets_in_range"]) == {
+        k for k in TARGET_KEYS if rep["metrics"][k]["predicted_in_range"]}
+    assert rep["worst_spread_pct"] == max(rep["metrics"][k]["spread_pct"] for k in TARGET_KEYS)
+    assert "live run-to-run (3 runs" in res.output
     assert REPORT_KEYS <= set(report) and report["policy"] == "chunk"
     assert report["requests"] == 8 and not (out / "validation.png").exists()
     assert report["drift_corrected"] is None and "decomposition" not in report["step_error"]
@@ -167,6 +186,24 @@ def test_relative_errors_and_worst_metric():
     metrics = {k: {"error_pct": e} for k, e in zip(TARGET_KEYS, (1, -7, 3, None, 2, -1),
                                                     strict=True)}
     assert worst_abs_error(metrics) == (TARGET_KEYS[1], 7)
+
+
+def test_spread_over_runs_by_hand():
+    assert spread_of([100.0, 120.0]) == pytest.approx(
+        {"spread_pct": 20.0, "pairwise_pct": (20 / 120 * 100 + 20.0) / 2})
+    three = spread_of([10.0, 10.0, 15.0])  # pairs: 0, 0, 50, 50, 33.3, 33.3 -> median 33.3
+    assert three == pytest.approx({"spread_pct": 50.0, "pairwise_pct": 100 / 3})
+    for bad in ([5.0], [5.0, 0.0], [5.0, math.nan]):
+        assert spread_of(bad) == {"spread_pct": None, "pairwise_pct": None}
+    metrics = {k: {"spread_pct": s} for k, s in zip(TARGET_KEYS, (4, None, 30, 10, 2, 6),
+                                                     strict=True)}
+    assert summarize_spreads(metrics) == {"median_spread_pct": 6, "worst_spread_pct": 30,
+                                          "worst_spread_metric": TARGET_KEYS[2]}
+    live = [{k: 10.0 for k in metric_keys()}, {k: 12.0 for k in metric_keys()}]
+    rep = live_repeatability(live, {k: 11.0 if "ttft" in k else 13.0 for k in metric_keys()})
+    assert rep["targets_in_range"] == ["mean_ttft_ms", "p99_ttft_ms"]
+    assert rep["metrics"]["mean_itl_ms"]["error_pct_runs"] == pytest.approx(
+        [30.0, 100 / 12])
 
 
 def test_step_error_is_signed_median_and_p99_of_absolute():

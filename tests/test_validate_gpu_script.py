@@ -12,11 +12,13 @@ pytest.importorskip("torch")
 
 def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
     mod = load_script("validate_gpu")
-    summary = mod.main(["--dry-run", "--out", str(tmp_path), "--duration", "1"])
+    summary = mod.main(["--dry-run", "--out", str(tmp_path), "--duration", "1",
+                        "--live-runs", "2"])
     lines = capsys.readouterr().out.strip().splitlines()
     assert json.loads(lines[-1]) == json.loads(json.dumps(summary))
     assert set(summary["scenarios"]) == {"whole/medium", "chunk256/medium", "budget512/medium"}
     assert summary["model"] == "tiny" and summary["rate_per_s"] > 0
+    assert set(summary["live_spread_pct"]) == set(summary["scenarios"])  # served twice
     spread = summary["decode_spread"]
     assert [(r["decodes"], r["mean_kv"], r["spread"]) for r in spread] == list(
         mod.DRY_SPREAD_CASES)

@@ -45,6 +45,10 @@ def validate(
     replay_steps: Annotated[int, typer.Option("--replay-steps", min=0, rich_help_panel=_V, help=(
         "Live steps re-timed alone after the run, to split the step error into "
         "interpolation, machine drift and in-sequence costs (0 = skip)."))] = 180,
+    live_runs: Annotated[int, typer.Option("--live-runs", min=1, rich_help_panel=_V, help=(
+        "Serve the workload live this many times and report how far the runs differ "
+        "from each other: the machine's own noise, below which the simulator's error "
+        "cannot be judged. Figures and records are the first run's."))] = 1,
     plot: Annotated[bool, typer.Option("--plot/--no-plot", rich_help_panel=_V, help=(
         "Draw validation.png."))] = True,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel=_V, help=(
@@ -79,10 +83,11 @@ def validate(
     settings = LiveSettings.from_profile(profile.provenance, threads=threads,
                                          seed=workload_opts.seed, idle_wait=idle_wait)
     workload = build_workload(workload_opts)
+    times = f", {live_runs} times" if live_runs > 1 else ""
     typer.echo(f"running {len(workload.requests)} requests live "
-               f"(~{workload.duration_s:.0f} s of arrivals) ...", err=True)
+               f"(~{workload.duration_s:.0f} s of arrivals{times}) ...", err=True)
     v = run_validation(workload, profile, run_opts.to_config(workload_opts.seed), settings,
-                       replay_steps=replay_steps)
+                       replay_steps=replay_steps, live_runs=live_runs)
     write_validation(out, v, plot=plot)
     if as_json:
         typer.echo(json.dumps(v.report, default=str))

@@ -29,6 +29,7 @@ from chunksim.validate.compare import (
     step_predictions,
     worst_abs_error,
 )
+from chunksim.validate.repeat import live_repeatability
 from chunksim.workloads.spec import Workload
 
 FORMAT = "chunksim-validation/1"
@@ -91,13 +92,36 @@ def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
     return notes
 
 
+def _serve_again(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
+                 device_name: str | None, runtime, times: int) -> list[dict]:
+    """The live run's summary `times` more times: same workload, policy (a fresh object
+    each run), KV and model (the same runtime where there is one)."""
+    from chunksim.live.loop import LiveEngine
+    from chunksim.policies import make_policy
+    from chunksim.sim.metrics import summarize
+
+    out = []
+    for _ in range(times):
+        policy = make_policy(cfg.policy, cfg.knobs, device_name)
+        run = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
+                         runtime=runtime).run()
+        run.replayer = None
+        out.append(summarize(run.requests, run.steps, run.itl_s, cfg.slos_s, run.meta))
+    return out
+
+
 def validate(workload: Workload, profile: Profile, cfg: RunConfig,
              settings: LiveSettings | None = None, runtime=None,
-             replay_steps: int = 180) -> Validation:
+             replay_steps: int = 180, live_runs: int = 1) -> Validation:
     """Run `workload` live on the profile's model/device/dtype/threads, then simulate it.
     `replay_steps` live steps (a third of them with prefill, where there are enough) are
     re-timed in isolation to split the step-level error, and a sixth as many (at least 8)
-    of the profile's own points before and after the run (0 = skip both)."""
+    of the profile's own points before and after the run (0 = skip both). `live_runs > 1`
+    serves the workload that many times in all (after the first run's re-timing; the
+    records and every other figure are the first run's) and reports how far the runs
+    differ from each other (`live_repeatability`, validate.repeat)."""
+    if live_runs < 1:
+        raise ValueError(f"--live-runs {live_runs}: use 1 or more")
     from chunksim.live.loop import LiveEngine
     from chunksim.policies import make_policy
     from chunksim.sim.kv_cache import KVConfig
@@ -147,7 +171,13 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
                                               replay_steps, cfg.engine.seed, probe)
         drift = drift_corrected(workload, profile, cfg, live_summary,
                                 step_err["decomposition"]["drift_factor"])
+    runtime = live.replayer.runtime if live.replayer is not None else runtime
     live.replayer = None  # frees the model reference and the KV pools
+    repeat = None
+    if live_runs > 1:
+        repeat = live_repeatability(
+            [live_summary, *_serve_again(workload, cfg, kv, settings, device_name, runtime,
+                                         live_runs - 1)], sim_summary)
     notes.extend(environment_notes(prov, live.meta))
     report = {
         "format": FORMAT,
@@ -162,6 +192,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         "live_overhead": overhead_stats(live.steps),
         "live_launch": launch_stats(live.steps),
         "live_after_prefill": after_prefill(live.steps),
+        "live_repeatability": repeat,
         "counts": compare_counts(sim_summary, live_summary),
         "profile": profile.path.rsplit("/", 1)[-1],
         "profile_sha256": profile.sha256,
@@ -194,7 +225,9 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
                        "for each live step's composition with its measured forward time "
                        "(median_pct signed, p99_pct = P99 of |error|); live_after_prefill "
                        "pairs each decode-only step right after a prefill step with the "
-                       "decode steps after it (validate.compare.after_prefill).",
+                       "decode steps after it (validate.compare.after_prefill); "
+                       "live_repeatability (--live-runs) holds every live run's measured "
+                       "values and their spread, (max / min - 1) * 100.",
     }
     return Validation(live, live_summary, sim, sim_summary, report)
 

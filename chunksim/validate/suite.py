@@ -17,13 +17,16 @@ from chunksim.validate.scenarios import Scenario
 def run_suite(scenarios: list[Scenario], profile, out_dir: Path, settings,
               plot: bool = True, log: Callable[[str], None] = print,
               quiet_wait_s: float = 0.0, replay_steps: int = 120,
-              keep_going: bool = False, runtime=None) -> dict[str, dict]:
+              keep_going: bool = False, runtime=None,
+              live_runs: int = 1) -> dict[str, dict]:
     """Validate each scenario (one model build, reused), write its files under
     `out_dir/<name>/`; returns {name: validation.json report}. With `quiet_wait_s`, wait
     up to that long before each scenario for the rest of the machine to go quiet. With
     `keep_going`, a scenario that fails is logged (with its traceback) and left out
     instead of ending the suite: on a borrowed GPU one failure must not cost the rest.
-    `runtime` (live.runtime.Runtime of `settings`) reuses a model already loaded."""
+    `runtime` (live.runtime.Runtime of `settings`) reuses a model already loaded.
+    `live_runs > 1` serves each workload that many times (`validate`'s
+    live_repeatability: the machine's run-to-run noise beside the error)."""
     from chunksim.live.runtime import Runtime, pinned_threads
     from chunksim.validate.output import write_validation
     from chunksim.validate.run import validate
@@ -40,7 +43,7 @@ def run_suite(scenarios: list[Scenario], profile, out_dir: Path, settings,
         monitor = CpuMonitor()
         try:
             v = validate(workload, profile, sc.run, settings, runtime=runtime,
-                         replay_steps=replay_steps)
+                         replay_steps=replay_steps, live_runs=live_runs)
         except Exception as exc:
             if not keep_going:
                 raise
@@ -87,7 +90,11 @@ def format_table(reports: dict[str, dict]) -> str:
             + f"{c['measured']:>7}/{c['predicted']:<5}"
             + f"{_num(r.get('machine', {}).get('other_cpu_busy')):>8}"
             + (f"{dc['factor']:9.3f}{dc['worst_abs_error_pct']:14.1f}" if (
-                dc := r.get("drift_corrected")) else ""))
+                dc := r.get("drift_corrected")) else "")
+            + (f"{rep['median_spread_pct']:12.1f}" if (
+                rep := r.get("live_repeatability")) else ""))
+    if any(r.get("live_repeatability") for r in reports.values()):
+        lines[0] += f"{'live sprd':>12}"  # median over the targets of (max/min - 1) %
     return "\n".join(lines)
 
 
@@ -142,6 +149,11 @@ def summary_line(reports: dict[str, dict]) -> dict:
         "other_cpu_busy": {n: r.get("machine", {}).get("other_cpu_busy")
                            for n, r in reports.items()},
     }
+    repeat = {n: r["live_repeatability"] for n, r in reports.items()
+              if r.get("live_repeatability")}
+    if repeat:  # the machine's run-to-run spread of the same figures, % (max/min - 1)
+        out["live_spread_pct"] = {n: {k: rep["metrics"][k]["spread_pct"] for k in TARGET_KEYS}
+                                  for n, rep in repeat.items()}
     corrected = {n: r["drift_corrected"] for n, r in reports.items()
                  if r.get("drift_corrected")}
     if corrected:

@@ -49,5 +49,13 @@ def print_validation(report: dict, console: Console | None = None) -> None:
             f"(+{ap['median_extra_forward_ms']:.3f} ms forward, "
             f"+{ap['median_extra_overhead_ms']:.3f} ms overhead; {ap['pairs']} pairs, "
             f"control {_fmt(ap['control_ratio'])}x)")
+    rep = report.get("live_repeatability")
+    if rep and rep["median_spread_pct"] is not None:
+        console.print(
+            f"live run-to-run ({rep['runs']} runs of the same workload): spread over the "
+            f"targets median {rep['median_spread_pct']:.1f} %, worst "
+            f"{rep['worst_spread_pct']:.1f} % ({rep['worst_spread_metric']}); the prediction "
+            f"lies within the live runs' range for {len(rep['targets_in_range'])} of "
+            f"{len(report['target_keys'])} targets", markup=False, highlight=False)
     for note in report.get("notes", []):
         console.print(f"note: {note}", markup=False, highlight=False)
