@@ -16,6 +16,8 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the file
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are for sharing
         os.replace(tmp, path)
     except BaseException:

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -219,6 +220,10 @@ def test_profile_table_follows_the_format(tmp_path):
             "intermediate_size", "vocab_size", "max_position"} <= set(meta["model"])
     assert not (tmp_path / "mini.partial.csv").exists()
     assert not (tmp_path / "mini.partial.json").exists()
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in (res.csv_path, res.json_path):  # shared like any result, not mkstemp's 0600
+        assert path.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_profile_loads_in_the_simulator(tmp_path):

@@ -15,9 +15,9 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from chunksim.atomic import write_bytes
 from chunksim.profiler.grid import GridPoint
 from chunksim.profiler.timing import Timing
 
@@ -51,29 +51,14 @@ def csv_bytes(rows: list[tuple]) -> bytes:
     return buf.getvalue().encode()
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same directory and `os.replace`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_profile(out_csv: Path, rows: list[tuple], meta: dict) -> dict:
     """Write `NAME.csv` and `NAME.json` atomically; returns the JSON object written (meta +
     `content_sha256` + `points`)."""
     data = csv_bytes(rows)
     meta = {"format": "chunksim-profile/1", "content_sha256": hashlib.sha256(data).hexdigest(),
             **meta, "points": len(rows)}
-    atomic_write(out_csv, data)
-    atomic_write(out_csv.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+    write_bytes(out_csv, data)
+    write_bytes(out_csv.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
     return meta
 
 
@@ -94,7 +79,7 @@ class Checkpoint:
         self.save_meta(identity, elapsed_s=0.0)
 
     def save_meta(self, identity: dict, elapsed_s: float) -> None:
-        atomic_write(self.meta_path, (json.dumps(
+        write_bytes(self.meta_path, (json.dumps(
             {"identity": identity, "elapsed_s": elapsed_s}, indent=2) + "\n").encode())
 
     def load(self, identity: dict) -> tuple[list[tuple[tuple, int]], float]:
