@@ -67,7 +67,7 @@ def profile(
     repass_below_ms: float | None = typer.Option(
         None, "--repass-below-ms",
         help="With --passes: points whose first median is under this are looked at again "
-        "[default: 300]."),
+        "(default 300)."),
     warm_looks: bool = typer.Option(
         False, "--warm-looks", help="With --passes: every later look warms up and repeats, "
         "as the first pass does, instead of timing a point with a prefill once, cold."),

@@ -28,7 +28,8 @@ def validate(
     device: Annotated[str, typer.Option("--device", rich_help_panel=_V, help=(
         "cpu, cuda or auto, when profiling on the fly."))] = "auto",
     dtype: Annotated[str | None, typer.Option("--dtype", rich_help_panel=_V, help=(
-        "Profile dtype when profiling on the fly [float32 on CPU, bfloat16 on CUDA]."))] = None,
+        "Profile dtype when profiling on the fly (default float32 on CPU, bfloat16 on "
+        "CUDA)."))] = None,
     grid: Annotated[str, typer.Option("--grid", rich_help_panel=_V, help=(
         "Grid preset when profiling on the fly (quick, default, fine)."))] = "quick",
     passes: Annotated[int, typer.Option("--passes", min=1, rich_help_panel=_V, help=(
@@ -37,8 +38,8 @@ def validate(
         "runs after other work), in a fresh random order; the table keeps the median. "
         "benchmarks/fidelity.py uses 6."))] = 1,
     threads: Annotated[int | None, typer.Option("--threads", min=1, rich_help_panel=_V, help=(
-        "torch threads on CPU [the profile's; 1 when profiling on the fly]. Must match "
-        "a reused profile's."))] = None,
+        "torch threads on CPU (default: the profile's; 1 when profiling on the fly). Must "
+        "match a reused profile's."))] = None,
     idle_wait: Annotated[str, typer.Option("--idle-wait", rich_help_panel=_V, help=(
         "How the idle live loop waits for traffic: sleep (as a server does) or spin "
         "(keeps the CPU core awake)."))] = "sleep",
@@ -58,9 +59,10 @@ def validate(
     passes of the profiled model, same policy code) and simulated, and report the signed
     error of mean/P50/P90/P99 TTFT, ITL, TPOT, E2EL and throughput.
 
-    Examples: `sim validate --profile out/profiles/tiny-cpu.csv --policy chunk --chunk 256
-    --rate 8 -n 100 --out runs/val`; `sim validate --grid quick --out runs/val` (profiles
-    first).
+    Examples (the second profiles first; the third also serves the workload three times):
+    `sim validate --profile out/profiles/tiny-cpu.csv --policy chunk --chunk 256 --out v`;
+    `sim validate --grid quick --out runs/val`;
+    `sim validate --grid quick --live-runs 3 --out runs/val`.
     """
     from chunksim.live.settings import LiveSettings
     from chunksim.sim.profile import load_profile
