@@ -135,6 +135,11 @@ def test_environment_notes_name_a_mismatch_only_on_cuda():
     assert environment_notes({**prof, "first_call": cheap}, cpu) == []
     [note] = environment_notes({**prof, "first_call": costly}, cpu)
     assert "new decode shape took 2.6x" in note
+    from chunksim.profiler.step import ATTENTION_BACKEND
+
+    assert environment_notes({**prof, "attention_backend": ATTENTION_BACKEND}, cpu) == []
+    [note] = environment_notes({**prof, "attention_backend": "sdpa-per-sequence"}, cpu)
+    assert "measured with sdpa-per-sequence" in note and "re-profile" in note
 
 
 def test_sim_profile_warns_when_a_new_shape_costs_more_than_its_repeat():

@@ -106,6 +106,35 @@ def test_scattered_slots_and_two_pools_match_reference():
     _check_mixed(MINI, torch.float64, 8, 5, [6, 6], atol=1e-10, two_pools=True)
 
 
+@pytest.mark.parametrize("n,cached,group", [(7, 1, 1), (16, 24, 2), (33, 300, 4), (2, 64, 2)])
+def test_prefix_attention_equals_one_masked_call(n, cached, group):
+    from chunksim.profiler.attention import prefix_attention
+
+    gen = torch.Generator().manual_seed(n + cached)
+    q = torch.randn(1, 2 * group, n, 16, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, 2, cached + n, 16, generator=gen, dtype=torch.float64)
+    v = torch.randn(1, 2, cached + n, 16, generator=gen, dtype=torch.float64)
+    mask = torch.ones(n, cached + n, dtype=torch.bool).tril(diagonal=cached)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                             enable_gqa=group > 1)
+    torch.testing.assert_close(prefix_attention(q, k, v, cached), want, atol=1e-12, rtol=0)
+    got = prefix_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), cached)
+    torch.testing.assert_close(got.double(), want, atol=0.05, rtol=0.05)
+
+
+def test_cpu_prefill_after_a_prefix_takes_the_split_path_or_else_the_mask(monkeypatch):
+    import chunksim.profiler.step as step_mod
+
+    pools = [KVPool(MINI, 2, 64, "cpu", torch.float64)]
+    batch = StepBatch((SeqSlice(0, 16, 8), SeqSlice(1, 0, 5)))
+    first, fresh = prepare_step(batch, pools, "cpu").prefills
+    assert (first.mask, first.cached) == (None, 16) and (fresh.mask, fresh.cached) == (None, 0)
+    monkeypatch.setattr(step_mod, "cpu_flash", lambda: None)  # a torch without the op
+    masked = prepare_step(batch, pools, "cpu").prefills[0]
+    assert masked.mask.shape == (8, 24) and masked.mask.dtype == torch.bool
+    _check_mixed(MINI, torch.float64, 16, 24, [5], atol=1e-10)  # the masked path, still right
+
+
 @pytest.mark.parametrize("chunk_len,prior_len,decode_kv", [(16, 24, []), (12, 20, [3, 9, 0])])
 def test_cuda_attention_branch_matches_reference_on_cpu(chunk_len, prior_len, decode_kv):
     # CausalBias masks and repeated KV heads, the branch CUDA takes, checked where we can.

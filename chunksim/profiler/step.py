@@ -20,8 +20,16 @@ import torch
 
 from chunksim.profiler.kv import KVPool
 
-ATTENTION_BACKEND = "sdpa-per-sequence"
-"""Profile `attention_backend`: SDPA per prefill segment, one batched SDPA per decode group."""
+ATTENTION_BACKEND = "sdpa-per-sequence+cpu-prefix-merge"
+"""Profile `attention_backend`: SDPA per prefill segment, one batched SDPA per decode group;
+on CPU a chunk after cached context attends the cache and itself in two flash calls merged
+by log-sum-exp (profiles before 2026-11-30 read "sdpa-per-sequence": one masked call)."""
+
+
+def cpu_flash():
+    """torch's CPU flash-attention op that also returns the log-sum-exp (None where this
+    torch lacks it: prefill after cached context then takes the masked SDPA path)."""
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +104,11 @@ class PrefillSegment:
     kv_end: int
     """Keys attended: cached + new tokens."""
     mask: object | None
-    """None = plain causal (nothing cached); else a lower-right causal mask/bias."""
+    """None = plain causal (nothing cached) or, with `cached`, the CPU's split attention;
+    else a lower-right causal mask/bias."""
+    cached: int = 0
+    """Keys before the new tokens. With no mask, attention.attend runs them as a second,
+    unmasked call and merges the two by log-sum-exp (CPU; attention.prefix_attention)."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,7 @@ def prepare_step(batch: StepBatch, pools: KVPool | list[KVPool], device: torch.d
             prefills.append(PrefillSegment(
                 rows=slice(row, row + s.new_tokens), pool=s.pool, slot=s.slot, kv_end=end,
                 mask=_prefill_mask(s.new_tokens, s.cached_tokens, device, cuda_kernels),
+                cached=s.cached_tokens,
             ))
         row += s.new_tokens
         if s.needs_logits:
@@ -202,6 +215,8 @@ def _prefill_mask(new_tokens: int, cached_tokens: int, device: torch.device,
         from torch.nn.attention.bias import causal_lower_right
 
         return causal_lower_right(new_tokens, cached_tokens + new_tokens)
+    if cpu_flash() is not None:
+        return None  # attention.prefix_attention: no n x L mask to build or read
     ones = torch.ones(new_tokens, cached_tokens + new_tokens, dtype=torch.bool, device=device)
     return ones.tril(diagonal=cached_tokens)
 

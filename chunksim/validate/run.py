@@ -85,6 +85,13 @@ def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
         notes.append(f"when profiled, the first call of a new {costly[0]} shape took "
                      f"{costly[1]:.1f}x its repeat: live steps, new shapes each, will run "
                      "slower than the warm-timed table")
+    from chunksim.profiler.step import ATTENTION_BACKEND
+
+    prof_attn = provenance.get("attention_backend")
+    if prof_attn and prof_attn != ATTENTION_BACKEND:
+        notes.append(f"attention code differs: the profile was measured with {prof_attn}, "
+                     f"the live loop runs {ATTENTION_BACKEND} (on CPU a chunk after cached "
+                     "context now costs less); re-profile to compare like with like")
     prof_torch = provenance.get("torch_version")
     if prof_torch and live_meta.get("torch_version") != prof_torch:
         notes.append(f"torch differs: profile {prof_torch}, live "
