@@ -99,22 +99,18 @@ def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
     return notes
 
 
-def _serve_again(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
-                 device_name: str | None, runtime, times: int) -> list[dict]:
-    """The live run's summary `times` more times: same workload, policy (a fresh object
-    each run), KV and model (the same runtime where there is one)."""
+def _serve_live(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
+               device_name: str | None, runtime):
+    """One live run of `workload` (a fresh policy object each time, the model of
+    `runtime` where there is one): the LiveResult and its summary."""
     from chunksim.live.loop import LiveEngine
     from chunksim.policies import make_policy
     from chunksim.sim.metrics import summarize
 
-    out = []
-    for _ in range(times):
-        policy = make_policy(cfg.policy, cfg.knobs, device_name)
-        run = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
-                         runtime=runtime).run()
-        run.replayer = None
-        out.append(summarize(run.requests, run.steps, run.itl_s, cfg.slos_s, run.meta))
-    return out
+    policy = make_policy(cfg.policy, cfg.knobs, device_name)
+    live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
+                      runtime=runtime).run()
+    return live, summarize(live.requests, live.steps, live.itl_s, cfg.slos_s, live.meta)
 
 
 def validate(workload: Workload, profile: Profile, cfg: RunConfig,
@@ -129,11 +125,8 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     differ from each other (`live_repeatability`, validate.repeat)."""
     if live_runs < 1:
         raise ValueError(f"--live-runs {live_runs}: use 1 or more")
-    from chunksim.live.loop import LiveEngine
-    from chunksim.policies import make_policy
     from chunksim.sim.kv_cache import KVConfig
     from chunksim.sim.latency import LatencyModel
-    from chunksim.sim.metrics import summarize
     from chunksim.sim.run import simulate
 
     settings = settings or LiveSettings.from_profile(profile.provenance)
@@ -142,7 +135,6 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         notes.append("prefix caching off on both sides (the live loop does not reuse KV)")
     cfg = comparable_config(cfg, profile, settings)
     device_name = profile.provenance.get("device_name")
-    policy = make_policy(cfg.policy, cfg.knobs, device_name)
     kv = KVConfig(cfg.kv_blocks, cfg.block_size, False, workload.prefix_block_tokens)
     probe = None
     if replay_steps > 0:  # the machine's speed on the table's own points, just before
@@ -154,9 +146,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
             rows = probe_rows(profile.table, settings.model.max_position,
                               count=max(8, replay_steps // 6), seed=cfg.engine.seed)
             probe = (rows, remeasure_points(runtime, profile.table, rows))
-    live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
-                      runtime=runtime).run()
-    live_summary = summarize(live.requests, live.steps, live.itl_s, cfg.slos_s, live.meta)
+    live, live_summary = _serve_live(workload, cfg, kv, settings, device_name, runtime)
 
     if cfg.step_overhead_s is None:
         cfg = replace(cfg, step_overhead_s=live.meta["step_overhead_s"])
@@ -178,13 +168,14 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
                                               replay_steps, cfg.engine.seed, probe)
         drift = drift_corrected(workload, profile, cfg, live_summary,
                                 step_err["decomposition"]["drift_factor"])
-    runtime = live.replayer.runtime if live.replayer is not None else runtime
+    runtime = live.replayer.runtime  # the model again for further runs, without its pools
     live.replayer = None  # frees the model reference and the KV pools
     repeat = None
     if live_runs > 1:
-        repeat = live_repeatability(
-            [live_summary, *_serve_again(workload, cfg, kv, settings, device_name, runtime,
-                                         live_runs - 1)], sim_summary)
+        # only the summaries are kept: each run's KV pools go before the next run's
+        again = [_serve_live(workload, cfg, kv, settings, device_name, runtime)[1]
+                 for _ in range(live_runs - 1)]
+        repeat = live_repeatability([live_summary, *again], sim_summary)
     notes.extend(environment_notes(prov, live.meta))
     report = {
         "format": FORMAT,
