@@ -65,7 +65,8 @@ def prefix_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     the new ones causal, merged by their log-sum-exp as split-KV attention and vLLM's
     merge_attn_states do. What a serving engine's kernel does for a chunk after its prefix;
     the one masked SDPA call it replaces scores all n x (cached + n) pairs and reads an
-    n x L mask (1.6-3.3x slower per layer on this CPU, 512-8192 new tokens)."""
+    n x L mask (1.3-3.3x slower per layer on this CPU over two timing runs, 512-8192
+    new tokens)."""
     flash = cpu_flash()
     n_heads, n_kv, n, d = q.shape[1], k.shape[1], q.shape[2], q.shape[3]
     group = n_heads // n_kv

@@ -19,7 +19,7 @@ from chunksim.workloads.synthetic import SyntheticConfig, generate
 
 LONG_PROMPT_DEFAULT_RATE_PER_S = 8.0
 """Background chat rate of `long-prompt`: on the bundled tiny-cpu profile the engine is
-~85 % busy with ~2 decodes in flight, so the long prompt lands on running decodes."""
+~90 % busy with 2-3 decodes in flight, so the long prompt lands on running decodes."""
 SHORT_CHAT_PROMPT = LogNormal(mean_tokens=256, std_tokens=192, min_tokens=32, max_tokens=1024)
 SHORT_CHAT_OUTPUT = LogNormal(mean_tokens=128, std_tokens=96, min_tokens=16, max_tokens=512)
 LONG_CLASS = "long"
