@@ -79,8 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def resimulate(args: argparse.Namespace) -> dict:
     """The suite's errors with the recorded live summaries and a fresh simulation of the
     same workloads, configuration and measured per-step overhead."""
+    from chunksim.latency.profile import load_profile
     from chunksim.live.settings import LiveSettings
-    from chunksim.sim.profile import load_profile
     from chunksim.sim.run import simulate
     from chunksim.validate.compare import TARGET_KEYS, compare_summaries, worst_abs_error
     from chunksim.validate.run import comparable_config
@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> dict:
         return resimulate(args)
     if args.dry_run:
         args.wait_quiet = 0.0
+    from chunksim.latency.profile import load_profile
     from chunksim.live.settings import LiveSettings
-    from chunksim.sim.profile import load_profile
+    from chunksim.reports.validation_plot import plot_validation
     from chunksim.validate.machine import CpuMonitor, wait_for_quiet
     from chunksim.validate.profiling import profile_now
     from chunksim.validate.scenarios import VALIDATION_GRID
@@ -165,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
     settings = LiveSettings.from_profile(profile.provenance, seed=args.seed,
                                          idle_wait=args.idle_wait)
     reports = run_suite(scenarios_for(args), profile, args.out, settings,
-                        plot=not args.no_plot, quiet_wait_s=args.wait_quiet,
+                        plot=None if args.no_plot else plot_validation,
+                        quiet_wait_s=args.wait_quiet,
                         replay_steps=30 if args.dry_run else 120, live_runs=args.live_runs)
     print()
     print(format_table(reports))

@@ -16,8 +16,9 @@ import json
 
 import numpy as np
 
-from chunksim.sim.latency import BatchShape, LatencyModel
-from chunksim.sim.profile import load_profile
+from chunksim.core.shape import BatchShape
+from chunksim.latency.model import LatencyModel
+from chunksim.latency.profile import load_profile
 
 AXES = ("chunk_len", "decode_count", "kv_len", "prior_len")
 

@@ -16,8 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from chunksim.policies import PolicyKnobs
-from chunksim.sim.profile import load_profile
+from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads import describe_workload, load_trace, sample_path
 
@@ -41,7 +40,7 @@ def main() -> None:
         w = load_trace(path)
         reuse = describe_workload(w)["prefix_reuse_fraction"]
         t0 = time.perf_counter()
-        _, s = simulate(w, profile, RunConfig(policy="budget", knobs=PolicyKnobs(chunk=2048),
+        _, s = simulate(w, profile, RunConfig(policy="budget", chunk=2048,
                                               kv_blocks=args.kv_blocks))
         wall = time.perf_counter() - t0
         out[name] = {"requests": len(w), "block_reuse": round(reuse, 4),

@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def settings_for(args: argparse.Namespace):
     """The ProfileSettings this run uses (the dry run differs only in scale and device)."""
-    from chunksim.profiler.config import preset_config
+    from chunksim.decoder.config import preset_config
     from chunksim.profiler.grid import GridSpec, grid_preset
     from chunksim.profiler.run import ProfileSettings
 

@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from chunksim.policies import PolicyKnobs
-from chunksim.sim.profile import load_profile
+from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.lengths import LogNormal
@@ -48,7 +47,7 @@ def real_trace(path: Path):
 
 
 def timed(workload, profile, repeats: int) -> dict:
-    cfg = RunConfig(policy="budget", knobs=PolicyKnobs(chunk=2048))
+    cfg = RunConfig(policy="budget", chunk=2048)
     walls, cpus = [], []
     for _ in range(repeats):
         t0, c0 = time.perf_counter(), time.process_time()

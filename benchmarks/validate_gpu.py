@@ -107,8 +107,8 @@ def workload_options(args: argparse.Namespace):
 
 
 def get_profile(args: argparse.Namespace, out: Path):
+    from chunksim.latency.profile import load_profile
     from chunksim.profiler.selfcheck import check_mixed_step
-    from chunksim.sim.profile import load_profile
     from chunksim.validate.profiling import profile_now
 
     device, dtype = ("cpu", "float32") if args.dry_run else ("cuda", "bfloat16")
@@ -198,7 +198,7 @@ def decode_spread_check(runtime, dry_run: bool = False) -> dict | list:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     from chunksim.live.settings import LiveSettings
-    from chunksim.policies import PolicyKnobs
+    from chunksim.reports.validation_plot import plot_validation
     from chunksim.sim.run import RunConfig
     from chunksim.validate.scenarios import POLICIES, Scenario, medium_rate
     from chunksim.validate.suite import format_step_table, format_table, run_suite, summary_line
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
     profile = get_profile(args, out)
     print(f"[{time.perf_counter() - started:.0f} s] profile ready")
     opts = workload_options(args)
-    configs = {label: RunConfig(policy=family, knobs=PolicyKnobs(chunk=chunk),
+    configs = {label: RunConfig(policy=family, chunk=chunk,
                                 prefix_caching=False) for label, family, chunk in POLICIES}
     rate = args.rate
     if rate is None:
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     decode_spread = decode_spread_check(runtime, args.dry_run)
     print(f"[{time.perf_counter() - started:.0f} s] validating {len(scenarios)} scenarios at "
           f"{rate} req/s")
-    reports = run_suite(scenarios, profile, out, settings,
+    reports = run_suite(scenarios, profile, out, settings, plot=plot_validation,
                         replay_steps=30 if args.dry_run else 120, keep_going=True,
                         runtime=runtime, live_runs=args.live_runs)
     if not reports:

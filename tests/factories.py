@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from chunksim.profiler.config import ModelConfig
-from chunksim.sim.profile import load_profile
-from chunksim.workloads.spec import RequestSpec, Workload
+from chunksim.core.spec import RequestSpec, Workload
+from chunksim.decoder.config import ModelConfig
+from chunksim.latency.profile import load_profile
 
 SMALL = ModelConfig(name="small", n_layers=2, hidden_size=64, n_heads=4, n_kv_heads=2,
                     head_dim=16, intermediate_size=128, vocab_size=512, max_position=2048)

@@ -12,14 +12,14 @@ from factories import SMALL as SMALL_2K
 
 torch = pytest.importorskip("torch")
 
+from chunksim.decoder import attention  # noqa: E402
+from chunksim.decoder.attention import SDPA_BACKENDS  # noqa: E402
+from chunksim.decoder.kv import KVPool  # noqa: E402
+from chunksim.decoder.model import build_model  # noqa: E402
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.live.runtime import Runtime  # noqa: E402
 from chunksim.live.settings import LiveSettings  # noqa: E402
-from chunksim.profiler import attention  # noqa: E402
-from chunksim.profiler.attention import SDPA_BACKENDS  # noqa: E402
 from chunksim.profiler.first_call import KINDS, compare_kernels, first_call_ratios  # noqa: E402
-from chunksim.profiler.kv import KVPool  # noqa: E402
-from chunksim.profiler.model import build_model  # noqa: E402
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.validate.run import environment_notes  # noqa: E402
 
 SMALL = replace(SMALL_2K, max_position=4096)
@@ -135,7 +135,7 @@ def test_environment_notes_name_a_mismatch_only_on_cuda():
     assert environment_notes({**prof, "first_call": cheap}, cpu) == []
     [note] = environment_notes({**prof, "first_call": costly}, cpu)
     assert "new decode shape took 2.6x" in note
-    from chunksim.profiler.step import ATTENTION_BACKEND
+    from chunksim.decoder.step import ATTENTION_BACKEND
 
     assert environment_notes({**prof, "attention_backend": ATTENTION_BACKEND}, cpu) == []
     [note] = environment_notes({**prof, "attention_backend": "sdpa-per-sequence"}, cpu)
@@ -143,7 +143,7 @@ def test_environment_notes_name_a_mismatch_only_on_cuda():
 
 
 def test_sim_profile_warns_when_a_new_shape_costs_more_than_its_repeat():
-    from chunksim.profiler.command import first_call_warning
+    from chunksim.cli.profile import first_call_warning
 
     calm = {k: {"first_s": 1.0, "repeat_s": 1.0, "ratio": 1.05} for k in KINDS}
     assert first_call_warning(calm) is None and first_call_warning(None) is None

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from chunksim.policies import PolicyKnobs
-from chunksim.sim.latency import LatencyModel
-from chunksim.sim.profile import bundled_profiles, load_profile
+from chunksim.core.spec import RequestSpec, Workload
+from chunksim.latency.model import LatencyModel
+from chunksim.latency.profile import bundled_profiles, load_profile
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.workloads.spec import RequestSpec, Workload
 
 EXPECTED = {
     "tiny-cpu": ("tiny", "cpu", "float32"),
@@ -43,7 +42,7 @@ def test_lone_request_ttft_is_the_table_point_plus_overhead(name):
     row = t[(t.chunk_len == 512) & (t.prior_len == 0) & (t.decode_count == 0)]
     assert len(row) == 1
     w = Workload("one", (RequestSpec(0, 0.0, 512, 2),))
-    cfg = RunConfig(policy="budget", knobs=PolicyKnobs(chunk=8192), prefix_caching=False)
+    cfg = RunConfig(policy="budget", chunk=8192, prefix_caching=False)
     _, summary = simulate(w, profile, cfg)
     lat = LatencyModel(profile)
     expected_ms = (float(row.median_s.iloc[0]) + lat.overhead(1)) * 1e3

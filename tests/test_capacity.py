@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from chunksim.run_options import RunOptions
+from chunksim.cli.capacity import capacity
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.capacity import (
     CapacityEntry,
@@ -17,7 +17,6 @@ from chunksim.sweep.capacity import (
     capacity_search,
     recommend,
 )
-from chunksim.sweep.capacity_command import capacity
 from chunksim.sweep.configs import Config, PolicySpec, make_configs, parse_policies
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.slos import SCHED_DELAY_KEY, meets, parse_capacity_slos, slo_keys
@@ -75,7 +74,7 @@ def test_budget_sustains_more_than_whole_under_a_strict_itl_slo(linear_profile):
     configs = make_configs(parse_policies("whole,budget"), [256])
     slos = {"p99_itl_ms": 8.0, SCHED_DELAY_KEY: 2000.0}
     with Runner(linear_profile, workers=1) as runner:
-        entries = capacity_search(configs, SMALL, RunOptions(), slos, runner,
+        entries = capacity_search(configs, SMALL, RunConfig(), slos, runner,
                                   SearchParams(start=4.0, tol=0.1, max_rate=256.0))
     whole, budget = entries
     assert budget.max_rate > whole.max_rate > 0

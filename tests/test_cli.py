@@ -45,10 +45,13 @@ def test_json_flag_prints_the_summary_last(prof_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--policy", "whole", "--variant", "alternate"], "does not apply to --policy whole"),
-    (["--policy", "budget", "--chunk", "512", "--budget", "256"], "disagree"),
+    (["--policy", "budget", "--chunk", "512", "--max-num-batched-tokens", "256"], "disagree"),
     (["--goodput", "ttft"], "use METRIC=MS"),
     (["--profile", "nope.csv"], "no such file"),
-    (["--policy", "chunk", "--priority"], "budget only"),
+    (["--policy", "chunk", "--priority"], "does not apply to --policy chunk"),
+    (["--policy", "budget", "--prefill-budget", "64"], "knob of chunk"),
+    (["--policy", "whole", "--chunk", "64"], "--max-num-batched-tokens"),
+    (["--policy", "sjf", "--priority"], "does not apply to --policy sjf"),
 ])
 def test_bad_input_is_one_clean_line_not_a_traceback(prof_path, args, message):
     cmd = [sys.executable, "-m", "chunksim.cli", "run", "--num-requests", "5"]

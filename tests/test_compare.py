@@ -8,9 +8,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from chunksim.run_options import RunOptions
+from chunksim.cli.compare import compare
+from chunksim.sim.run import RunConfig
 from chunksim.sweep.compare import KEY_COLUMNS, run_comparison
-from chunksim.sweep.compare_command import compare
 from chunksim.sweep.configs import make_configs, parse_policies
 from chunksim.sweep.runner import Runner
 from chunksim.workloads import WorkloadKind, WorkloadOptions
@@ -31,7 +31,7 @@ cli = CliRunner()
 def _compare(profile, workers=1, policies="whole,chunk,budget", chunks=(256, 1024)):
     configs = make_configs(parse_policies(policies), list(chunks))
     with Runner(profile, workers) as runner:
-        return run_comparison(configs, SMALL_LONG, RunOptions(), runner, keep_records=False)
+        return run_comparison(configs, SMALL_LONG, RunConfig(), runner, keep_records=False)
 
 
 def test_table_has_one_row_per_configuration_and_every_metric(linear_profile):

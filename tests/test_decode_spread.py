@@ -7,15 +7,15 @@ from factories import SMALL
 
 torch = pytest.importorskip("torch")
 
+from chunksim.decoder.kv import KVPool  # noqa: E402
+from chunksim.decoder.model import build_model  # noqa: E402
+from chunksim.decoder.step import prepare_step  # noqa: E402
 from chunksim.profiler.decode_spread import (  # noqa: E402
     _batch,
     decode_spread_ratios,
     format_decode_spread,
     spread_lengths,
 )
-from chunksim.profiler.kv import KVPool  # noqa: E402
-from chunksim.profiler.model import build_model  # noqa: E402
-from chunksim.profiler.step import prepare_step  # noqa: E402
 
 
 @pytest.mark.parametrize(("n", "mean", "spread"), [(8, 512, 0.5), (7, 100, 0.25), (32, 1024,

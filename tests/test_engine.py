@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from factories import linear_time, workload
 
-from chunksim.policies import PolicyKnobs
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
@@ -17,7 +16,8 @@ POLICIES = [("budget", None), ("chunk", "mixed"), ("chunk", "two-pass"),
 
 def lone(profile, policy, variant, chunk, prompt, output, **kw):
     w = workload([(0.25, prompt, output)])
-    cfg = RunConfig(policy=policy, knobs=PolicyKnobs(chunk=chunk, variant=variant), **kw)
+    cfg = RunConfig(policy=policy, chunk=None if policy == "whole" else chunk,
+                    knobs=dict(variant=variant), **kw)
     return simulate(w, profile, cfg)
 
 
@@ -57,7 +57,7 @@ def test_lone_request_times_from_a_linear_table_by_hand(linear_profile):
 def test_two_pass_costs_both_passes(linear_profile):
     # a decode rides along the second request's prefill: two passes pay the fixed cost twice
     w = workload([(0.0, 100, 4), (0.0001, 800, 1)])
-    cfg = dict(policy="chunk", knobs=PolicyKnobs(chunk=2048, variant="two-pass"))
+    cfg = dict(policy="chunk", chunk=2048, knobs=dict(variant="two-pass"))
     res, _ = simulate(w, linear_profile, RunConfig(**cfg))
     mixed = res.steps[(res.steps.prefill_tokens > 0) & (res.steps.decodes > 0)]
     assert len(mixed) == 1
@@ -81,7 +81,7 @@ def test_md1_queue_mean_wait_matches_pollaczek_khinchine(const_profile, rho):
         w = generate(SyntheticConfig(
             arrivals=ArrivalProcess(ArrivalKind.POISSON, rate_per_s=rho / service_s),
             prompt=Constant(64), output=Constant(1), num_requests=5000, seed=seed))
-        cfg = RunConfig(policy="whole", knobs=PolicyKnobs(max_num_seqs=1),
+        cfg = RunConfig(policy="whole", knobs=dict(max_num_seqs=1),
                         engine=EngineConfig(seed=seed))
         res, s = simulate(w, const_profile, cfg)
         waits.append(s["mean_sched_delay_ms"] / 1000)
@@ -93,7 +93,7 @@ def test_md1_queue_mean_wait_matches_pollaczek_khinchine(const_profile, rho):
 
 def test_rejects_what_can_never_run_instead_of_hanging(const_profile):
     w = workload([(0.0, 100, 10), (0.1, 20000, 10), (0.2, 100, 10)])
-    cfg = RunConfig(policy="whole", knobs=PolicyKnobs(max_num_batched_tokens=4096))
+    cfg = RunConfig(policy="whole", knobs=dict(max_num_batched_tokens=4096))
     res, s = simulate(w, const_profile, cfg)
     assert s["completed"] == 2 and s["rejected"] == 1
     assert "token cap 4096" in res.requests.reject_reason.iloc[1]
@@ -121,12 +121,12 @@ def test_profiled_overhead_is_base_plus_per_request(tmp_path):
     prof = make_profile(tmp_path, constant_time(0.010), provenance={
         "step_overhead": {"median_s": 0.002, "base_s": 0.001, "per_request_s": 0.0005}})
     w = workload([(0.0, 100, 30), (0.0, 100, 30), (0.0, 100, 40)])
-    res, _ = simulate(w, prof, RunConfig(knobs=PolicyKnobs(chunk=4096)))
+    res, _ = simulate(w, prof, RunConfig(chunk=4096))
     steps = res.steps
     n = (steps.decodes + steps.prefill_requests).to_numpy()
     assert steps.duration_s.to_numpy() == pytest.approx(0.010 + 0.001 + 0.0005 * n)
-    slow, _ = simulate(w, prof, RunConfig(knobs=PolicyKnobs(chunk=4096),
+    slow, _ = simulate(w, prof, RunConfig(chunk=4096,
                                           engine=EngineConfig(fast_forward=False)))
     assert slow.steps.duration_s.tolist() == steps.duration_s.tolist()
-    flat, _ = simulate(w, prof, RunConfig(knobs=PolicyKnobs(chunk=4096), step_overhead_s=0.0))
+    flat, _ = simulate(w, prof, RunConfig(chunk=4096, step_overhead_s=0.0))
     assert flat.steps.duration_s.tolist() == pytest.approx([0.010] * len(flat.steps))

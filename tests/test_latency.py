@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from factories import linear_time, make_profile
 
-from chunksim.sim.latency import BatchShape, LatencyModel
-from chunksim.sim.profile import load_profile
+from chunksim.core.shape import BatchShape
+from chunksim.latency.model import LatencyModel
+from chunksim.latency.profile import load_profile
 
 
 @pytest.mark.parametrize("c,p,d,k", [

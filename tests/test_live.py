@@ -11,18 +11,18 @@ from factories import SMALL, workload
 
 torch = pytest.importorskip("torch")
 
+from chunksim.core.kv_cache import KVConfig  # noqa: E402
+from chunksim.decoder.kv import KVPool, kv_pool_bytes  # noqa: E402
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
+from chunksim.latency.model import LatencyModel  # noqa: E402
 from chunksim.live.loop import LiveEngine  # noqa: E402
 from chunksim.live.records import decode_attention  # noqa: E402
 from chunksim.live.settings import LiveSettings  # noqa: E402
 from chunksim.live.slots import SlotTable, size_class  # noqa: E402
 from chunksim.live.tokens import TokenBook  # noqa: E402
-from chunksim.policies import PolicyKnobs, make_policy  # noqa: E402
-from chunksim.profiler.kv import KVPool, kv_pool_bytes  # noqa: E402
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
+from chunksim.policies import make_policy  # noqa: E402
 from chunksim.sim.core import EngineCore  # noqa: E402
 from chunksim.sim.engine import Engine, EngineConfig  # noqa: E402
-from chunksim.sim.kv_cache import KVConfig  # noqa: E402
-from chunksim.sim.latency import LatencyModel  # noqa: E402
 
 # Untied LM head: greedy tokens then depend on the hidden state (with tied embeddings a
 # random model mostly echoes its input token, which would hide position or KV bugs).
@@ -35,12 +35,12 @@ COMPOSITION = ["prefill_tokens", "prefill_requests", "prior_tokens", "decodes",
                "decode_kv_tokens", "tokens_emitted", "kv_blocks_used", "running", "waiting",
                "preempted"]
 CASES = [  # (policy, knobs, kv blocks of 16 tokens); few blocks = preemption and recompute
-    ("budget", PolicyKnobs(chunk=64), 64),
-    ("budget", PolicyKnobs(chunk=48), 10),
-    ("chunk", PolicyKnobs(chunk=32, variant="mixed"), 12),
-    ("chunk", PolicyKnobs(chunk=32, variant="two-pass"), 64),
-    ("whole", PolicyKnobs(variant="prefill-first"), 11),
-    ("whole", PolicyKnobs(variant="mixed"), 64),
+    ("budget", dict(chunk=64), 64),
+    ("budget", dict(chunk=48), 10),
+    ("chunk", dict(chunk=32, variant="mixed"), 12),
+    ("chunk", dict(chunk=32, variant="two-pass"), 64),
+    ("whole", dict(variant="prefill-first"), 11),
+    ("whole", dict(variant="mixed"), 64),
 ]
 
 
@@ -58,9 +58,15 @@ def _record_emissions(monkeypatch) -> list[list[tuple[int, int]]]:
     return log
 
 
+def _policy(policy, knobs):
+    """The policy of a case: `chunk` is the --chunk size, the rest its own knobs."""
+    own = {k: v for k, v in knobs.items() if k != "chunk"}
+    return make_policy(policy, own, knobs.get("chunk"))
+
+
 def _live(reqs, policy, knobs, blocks, dtype="float32", seed=0):
     settings = LiveSettings(SMALL, dtype=dtype, threads=1, seed=seed, warmup_steps=1)
-    return LiveEngine(workload(reqs), make_policy(policy, knobs), KVConfig(blocks, 16),
+    return LiveEngine(workload(reqs), _policy(policy, knobs), KVConfig(blocks, 16),
                       settings).run()
 
 
@@ -68,7 +74,7 @@ def _live(reqs, policy, knobs, blocks, dtype="float32", seed=0):
 def test_live_takes_the_simulators_steps_and_emits_in_its_order(linear_profile, monkeypatch,
                                                                 policy, knobs, blocks):
     log = _record_emissions(monkeypatch)
-    engine = Engine(workload(BURST), make_policy(policy, knobs), LatencyModel(linear_profile),
+    engine = Engine(workload(BURST), _policy(policy, knobs), LatencyModel(linear_profile),
                     KVConfig(blocks, 16), EngineConfig(fast_forward=False))
     sim = engine.run()
     sim_emissions = list(log)
@@ -96,7 +102,7 @@ def test_live_takes_the_simulators_steps_and_emits_in_its_order(linear_profile, 
     busy = steps.busy.to_numpy()
     np.testing.assert_allclose(steps.start_s.to_numpy()[1:][busy[1:]],
                                ends[:-1][busy[1:]])
-    assert (steps.passes == 2).any() == (knobs.variant == "two-pass")
+    assert (steps.passes == 2).any() == (knobs.get("variant") == "two-pass")
     pad, dec = steps.decode_padding.to_numpy(), steps.decodes.to_numpy()
     alone = (dec + steps.prefill_requests.to_numpy()) <= 1  # one sequence: nothing to pad
     assert (pad >= 1).all() and (pad[alone] == 1).all() and (pad[dec > 1] > 1).any()
@@ -110,17 +116,17 @@ def test_live_takes_the_simulators_steps_and_emits_in_its_order(linear_profile, 
 def _reference_argmax(model, ids: list[int]) -> list[int]:
     """Greedy next token after every position of `ids`, recomputed from scratch (teacher
     forcing: for a greedy sequence, token i+1 must be the argmax after position i)."""
-    from chunksim.profiler.reference import reference_logits
+    from chunksim.decoder.reference import reference_logits
 
     return reference_logits(model, torch.tensor(ids)).argmax(-1).tolist()
 
 
 def test_greedy_tokens_match_a_from_scratch_reference_even_after_preemption():
-    from chunksim.profiler.model import build_model
+    from chunksim.decoder.model import build_model
 
     reqs = [(0.0, 40, 25), (0.0, 100, 13), (0.0, 7, 28), (0.0, 33, 16)]
-    tight = _live(reqs, "chunk", PolicyKnobs(chunk=32), 8, dtype="float64")
-    roomy = _live(reqs, "budget", PolicyKnobs(chunk=32), 64, dtype="float64")
+    tight = _live(reqs, "chunk", dict(chunk=32), 8, dtype="float64")
+    roomy = _live(reqs, "budget", dict(chunk=32), 64, dtype="float64")
     assert tight.requests.preemptions.sum() > 0
     assert tight.meta["kv_slot_moves"] > 0 and roomy.meta["kv_slot_moves"] > 0  # compaction
     model = build_model(SMALL, "cpu", torch.float64, seed=0)
@@ -139,7 +145,7 @@ def test_greedy_tokens_match_a_from_scratch_reference_even_after_preemption():
 
 def test_arrivals_in_wall_clock_time():
     reqs = [(0.0, 30, 3), (0.15, 30, 3), (0.3, 20, 2)]
-    res = _live(reqs, "budget", PolicyKnobs(chunk=64), 64)
+    res = _live(reqs, "budget", dict(chunk=64), 64)
     r = res.requests
     assert (r.first_scheduled_s >= r.arrival_s - 1e-9).all()
     assert (r.first_token_s > r.arrival_s).all()
@@ -232,7 +238,7 @@ def test_step_overhead_session_measures_the_live_loop():
 
 
 def test_clock_sampler_reads_in_the_background_and_stops():
-    from chunksim.live.gpu_clock import ClockSampler
+    from chunksim.decoder.gpu_clock import ClockSampler
 
     reads = iter(range(1, 10_000))
     sampler = ClockSampler(lambda: (float(next(reads)), 50.0), interval_s=0.001)
@@ -251,7 +257,7 @@ def test_clock_sampler_reads_in_the_background_and_stops():
 def test_attach_clock_takes_the_latest_sample_at_or_before_each_step():
     import pandas as pd
 
-    from chunksim.live.gpu_clock import attach_clock, clock_summary, samples_frame
+    from chunksim.decoder.gpu_clock import attach_clock, clock_summary, samples_frame
 
     samples = samples_frame([(0.5, 1980.0, 30.0), (0.0, 345.0, 0.0), (1.0, 1200.0, 20.0)])
     steps = pd.DataFrame({"start_s": [1.5, -0.1, 0.0, 0.7, 1.0]})
@@ -267,7 +273,7 @@ def test_attach_clock_takes_the_latest_sample_at_or_before_each_step():
 
 
 def test_cpu_runs_sample_no_gpu_clock():
-    from chunksim.live.gpu_clock import nvml_reader
+    from chunksim.decoder.gpu_clock import nvml_reader
 
     assert nvml_reader("cpu") is None
 

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from chunksim.policies import PolicyKnobs
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.slos import DEFAULT_SCHED_DELAY_MS, SCHED_DELAY_KEY
 from chunksim.validate.scenarios import medium_rate
@@ -15,7 +14,7 @@ from chunksim.workloads.options import WorkloadOptions, build_workload
 FIXED = WorkloadOptions(prompt_mean=200, prompt_std=0, prompt_min=200, prompt_max=200,
                         output_mean=56, output_std=0, output_min=56, output_max=56,
                         duration_s=5.0, seed=0)
-BUDGET = RunConfig(policy="budget", knobs=PolicyKnobs(chunk=512), prefix_caching=False)
+BUDGET = RunConfig(policy="budget", chunk=512, prefix_caching=False)
 
 
 def _median_delay_ms(profile, rate: float) -> float:

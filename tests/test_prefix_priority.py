@@ -3,9 +3,8 @@
 import pytest
 from factories import workload
 
-from chunksim.policies import PolicyKnobs
+from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.workloads.spec import RequestSpec, Workload
 
 
 def shared(k_blocks: int, hb: int = 16, p1: int = 400, p2: int = 300, gap: float = 1.0):
@@ -19,7 +18,7 @@ def shared(k_blocks: int, hb: int = 16, p1: int = 400, p2: int = 300, gap: float
 @pytest.mark.parametrize("k", [0, 1, 5, 12])
 def test_second_request_prefills_only_what_is_not_shared(const_profile, k):
     res, s = simulate(shared(k), const_profile, RunConfig(policy="budget",
-                                                          knobs=PolicyKnobs(chunk=2048)))
+                                                          chunk=2048))
     r = res.requests
     assert r.cached_tokens.tolist() == [0, 16 * k]
     assert r.computed_tokens.iloc[1] == 300 + 2 - 1 - 16 * k
@@ -31,7 +30,7 @@ def test_second_request_prefills_only_what_is_not_shared(const_profile, k):
 def test_mooncake_sized_hash_blocks_map_onto_16_token_kv_blocks(const_profile):
     # one shared 512-token hash block = 32 KV blocks of 16 tokens
     w = shared(1, hb=512, p1=1200, p2=1100)
-    res, _ = simulate(w, const_profile, RunConfig(knobs=PolicyKnobs(chunk=4096)))
+    res, _ = simulate(w, const_profile, RunConfig(chunk=4096))
     assert res.requests.cached_tokens.tolist() == [0, 512]
 
 
@@ -83,10 +82,9 @@ def _prio(reqs):
 def test_priority_admits_the_most_urgent_waiting_request_first(const_profile):
     # one seat: r0 runs; r1 (priority 5) and r2 (priority 0) wait; r2 must go first
     w = _prio([(0.0, 50, 5, 1, "a"), (0.001, 50, 5, 5, "b"), (0.002, 50, 5, 0, "c")])
-    knobs = dict(max_num_seqs=1, chunk=512)
-    fcfs, _ = simulate(w, const_profile, RunConfig(knobs=PolicyKnobs(**knobs)))
+    fcfs, _ = simulate(w, const_profile, RunConfig(chunk=512, knobs=dict(max_num_seqs=1)))
     prio, _ = simulate(w, const_profile, RunConfig(
-        knobs=PolicyKnobs(**knobs, priority_scheduling=True)))
+        chunk=512, knobs=dict(max_num_seqs=1, priority_scheduling=True)))
     assert fcfs.requests.first_token_s.iloc[1] < fcfs.requests.first_token_s.iloc[2]
     assert prio.requests.first_token_s.iloc[2] < prio.requests.first_token_s.iloc[1]
 
@@ -97,7 +95,7 @@ def test_priority_preempts_the_least_urgent_running_request(const_profile):
     w = _prio([(0.0, 60, 40, 9, "batch"), (0.0, 60, 40, 0, "interactive"),
                (0.0, 60, 40, 0, "interactive")])
     res, s = simulate(w, const_profile, RunConfig(
-        kv_blocks=14, prefix_caching=False, knobs=PolicyKnobs(priority_scheduling=True)))
+        kv_blocks=14, prefix_caching=False, knobs=dict(priority_scheduling=True)))
     assert s["preemptions"] > 0
     assert res.requests.preemptions.iloc[0] > 0
     assert res.requests.preemptions.iloc[1:].sum() == 0
@@ -106,7 +104,7 @@ def test_priority_preempts_the_least_urgent_running_request(const_profile):
 def test_class_chunk_cap_and_per_class_metrics(const_profile):
     w = _prio([(0.0, 3000, 4, 0, "batch"), (0.0, 3000, 4, 0, "interactive")])
     res, s = simulate(w, const_profile, RunConfig(
-        knobs=PolicyKnobs(chunk=4096, class_chunk_caps=(("interactive", 256),)),
+        chunk=4096, knobs=dict(class_chunk_caps=(("interactive", 256),)),
         slos_s={"ttft": 10.0}, class_slos_s={"interactive": {"ttft": 0.05}}))
     # batch takes 3000 in one step, interactive 256 per step: 12 steps of prefill
     assert s["by_class"]["batch"]["mean_ttft_ms"] == pytest.approx(10.0)
@@ -126,11 +124,11 @@ def test_class_slo_for_an_unknown_class_is_refused(const_profile):
 def test_mooncake_sample_hit_rate_tracks_its_block_reuse(capsys):
     """With a cache that never runs short, the token hit rate is the trace's block reuse
     up to the partial last block and the recomputed last token."""
-    from chunksim.sim.profile import load_profile
+    from chunksim.latency.profile import load_profile
     from chunksim.workloads import describe_workload, load_trace, sample_path
 
     w = load_trace(sample_path("mooncake-synthetic"))
-    _, s = simulate(w, load_profile(), RunConfig(knobs=PolicyKnobs(chunk=2048)))
+    _, s = simulate(w, load_profile(), RunConfig(chunk=2048))
     reuse = describe_workload(w)["prefix_reuse_fraction"]
     with capsys.disabled():
         print(f"\nmooncake synthetic sample: block reuse {reuse:.1%}, "

@@ -15,7 +15,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from chunksim.profiler.config import ModelConfig, load_hf_config, preset_config  # noqa: E402
+from chunksim.decoder.config import ModelConfig, load_hf_config, preset_config  # noqa: E402
+from chunksim.decoder.kv import KVPool  # noqa: E402
+from chunksim.decoder.model import build_model  # noqa: E402
+from chunksim.decoder.reference import reference_logits  # noqa: E402
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.profiler.grid import (  # noqa: E402
     PRESETS as GRID_PRESETS,
 )
@@ -26,12 +30,8 @@ from chunksim.profiler.grid import (  # noqa: E402
     parse_axis,
     prune,
 )
-from chunksim.profiler.kv import KVPool  # noqa: E402
-from chunksim.profiler.model import build_model  # noqa: E402
 from chunksim.profiler.passes import combine, fast_points, pass_order  # noqa: E402
-from chunksim.profiler.reference import reference_logits  # noqa: E402
 from chunksim.profiler.run import ProfileSettings, run_profile  # noqa: E402
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step  # noqa: E402
 from chunksim.profiler.timing import measure  # noqa: E402
 
 # GQA ratio 2, qkv bias, small head_dim: every code path of the real presets, tiny cost.
@@ -108,7 +108,7 @@ def test_scattered_slots_and_two_pools_match_reference():
 
 @pytest.mark.parametrize("n,cached,group", [(7, 1, 1), (16, 24, 2), (33, 300, 4), (2, 64, 2)])
 def test_prefix_attention_equals_one_masked_call(n, cached, group):
-    from chunksim.profiler.attention import prefix_attention
+    from chunksim.decoder.attention import prefix_attention
 
     gen = torch.Generator().manual_seed(n + cached)
     q = torch.randn(1, 2 * group, n, 16, generator=gen, dtype=torch.float64)
@@ -123,7 +123,7 @@ def test_prefix_attention_equals_one_masked_call(n, cached, group):
 
 
 def test_cpu_prefill_after_a_prefix_takes_the_split_path_or_else_the_mask(monkeypatch):
-    import chunksim.profiler.step as step_mod
+    import chunksim.decoder.step as step_mod
 
     pools = [KVPool(MINI, 2, 64, "cpu", torch.float64)]
     batch = StepBatch((SeqSlice(0, 16, 8), SeqSlice(1, 0, 5)))
@@ -256,7 +256,7 @@ def test_profile_table_follows_the_format(tmp_path):
 
 
 def test_profile_loads_in_the_simulator(tmp_path):
-    from chunksim.sim.profile import load_profile
+    from chunksim.latency.profile import load_profile
 
     res = run_profile(_settings(tmp_path), show_progress=False)
     prof = load_profile(str(res.csv_path))
@@ -421,7 +421,7 @@ def test_hf_config_loading(tmp_path):
 
 
 def test_bad_inputs_name_the_flag(tmp_path):
-    from chunksim.profiler.command import build_settings
+    from chunksim.profiler.settings import build_settings
 
     with pytest.raises(ValueError, match="--model"):
         preset_config("gpt-5")
@@ -467,7 +467,7 @@ def test_cli_profile_runs_and_reports_bad_flags(tmp_path):
 
 
 def test_command_module_does_not_import_torch():
-    code = ("import sys, chunksim.profiler.command, chunksim.profiler.config, "
+    code = ("import sys, chunksim.cli.profile, chunksim.decoder.config, "
             "chunksim.profiler.grid; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

@@ -6,10 +6,9 @@ from factories import workload
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chunksim.policies import PolicyKnobs
+from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.workloads.spec import RequestSpec, Workload
 
 POLICIES = [("budget", None), ("chunk", "mixed"), ("chunk", "two-pass"),
             ("chunk", "alternate"), ("whole", "prefill-first"), ("whole", "mixed")]
@@ -41,8 +40,9 @@ def build(reqs, prefixed: bool = False):
 def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
            caching=True):
     return RunConfig(policy=policy, kv_blocks=kv_blocks, prefix_caching=caching,
-                     knobs=PolicyKnobs(chunk=chunk, variant=variant, max_num_seqs=seats,
-                                       max_num_batched_tokens=4096),
+                     chunk=None if policy == "whole" else chunk,
+                     knobs=dict(variant=variant, max_num_seqs=seats,
+                                max_num_batched_tokens=4096 if policy == "whole" else None),
                      engine=EngineConfig(fast_forward=ff, jitter=jitter, seed=seed))
 
 

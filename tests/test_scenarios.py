@@ -5,8 +5,7 @@ import os
 
 import pytest
 
-from chunksim.policies import PolicyKnobs
-from chunksim.sim.profile import load_profile
+from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sim.scenario_checks import long_prompt_effect
 from chunksim.workloads import longest_request_id
@@ -25,7 +24,7 @@ def shipped():
 
 def run_all(profile, workload):
     return {name: simulate(workload, profile,
-                           RunConfig(policy=pol, knobs=PolicyKnobs(chunk=chunk)))
+                           RunConfig(policy=pol, chunk=chunk))
             for name, (pol, chunk) in CONFIGS.items()}
 
 

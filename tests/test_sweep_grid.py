@@ -8,12 +8,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from chunksim.run_options import RunOptions
+from chunksim.cli.sweep import sweep
+from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import make_configs, parse_floats, parse_ints, parse_policies
 from chunksim.sweep.grid import KEY_COLUMNS, grid_points, options_hash, parse_workloads
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
-from chunksim.sweep.sweep_command import sweep
 from chunksim.sweep.table import ResultTable, cell
 from chunksim.workloads import WorkloadKind, WorkloadOptions
 
@@ -62,7 +62,7 @@ def test_workloads_axis_and_options_hash(linear_profile, tmp_path):
 
 
 def test_options_hash_ignores_axes_only():
-    w, r = WorkloadOptions(), RunOptions()
+    w, r = WorkloadOptions(), RunConfig()
     h = options_hash(w, r, "abc")
     assert h == options_hash(dataclasses.replace(w, rate=9.0, seed=3), r, "abc")
     assert h != options_hash(w, dataclasses.replace(r, kv_blocks=100), "abc")
@@ -71,7 +71,7 @@ def test_options_hash_ignores_axes_only():
 
 def test_grid_points_cover_the_product():
     configs = make_configs(parse_policies("whole,chunk"), [256, 512])
-    pts = grid_points(WorkloadOptions(), RunOptions(), "x", [WorkloadKind.POISSON],
+    pts = grid_points(WorkloadOptions(), RunConfig(), "x", [WorkloadKind.POISSON],
                       configs, [1.0, 2.0], [0, 1, 2])
     assert len(pts) == 3 * 2 * 3
     assert len({tuple(p.key.values()) for p in pts}) == len(pts)
@@ -111,7 +111,7 @@ def test_ray_local_mode(linear_profile):
     ray = pytest.importorskip("ray")
     configs = make_configs(parse_policies("whole,budget"), [512])
     w = WorkloadOptions(num_requests=20, prompt_mean=128, output_mean=16)
-    jobs = [SimJob(w, RunOptions(), c) for c in configs]
+    jobs = [SimJob(w, RunConfig(), c) for c in configs]
     ray.init(local_mode=True, ignore_reinit_error=True, include_dashboard=False)
     try:
         with Runner(linear_profile, ray_address="local") as runner:

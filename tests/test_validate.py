@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 from chunksim.cli import app  # noqa: E402
 from chunksim.live.settings import LiveSettings  # noqa: E402
-from chunksim.policies import PolicyKnobs  # noqa: E402
+from chunksim.reports.validation_plot import plot_validation  # noqa: E402
 from chunksim.sim.run import RunConfig  # noqa: E402
 from chunksim.validate.compare import (  # noqa: E402
     TARGET_KEYS,
@@ -26,7 +26,6 @@ from chunksim.validate.compare import (  # noqa: E402
     worst_abs_error,
 )
 from chunksim.validate.output import write_validation  # noqa: E402
-from chunksim.validate.plot import plot_validation  # noqa: E402
 from chunksim.validate.repeat import (  # noqa: E402
     live_repeatability,
     spread_of,
@@ -56,9 +55,9 @@ REQS = [(0.0, 60, 6), (0.01, 130, 4), (0.02, 20, 9), (0.05, 300, 3), (0.06, 45, 
 
 
 def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_path):
-    cfg = RunConfig(policy="budget", knobs=PolicyKnobs(chunk=64), kv_blocks=64)
+    cfg = RunConfig(policy="budget", chunk=64, kv_blocks=64)
     v = validate(workload(REQS), small_profile, cfg, replay_steps=30)
-    files = write_validation(tmp_path, v)
+    files = write_validation(tmp_path, v, plot=plot_validation)
     assert all(p.is_file() and p.stat().st_size > 0 for p in files)
     assert (tmp_path / "validation.png").read_bytes()[:4] == b"\x89PNG"
     report = json.loads((tmp_path / "validation.json").read_text())

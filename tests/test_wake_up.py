@@ -8,9 +8,8 @@ import pandas as pd
 import pytest
 from factories import constant_time, make_profile, workload
 
-from chunksim.policies import PolicyKnobs
+from chunksim.latency.model import LatencyModel
 from chunksim.sim.engine import EngineConfig
-from chunksim.sim.latency import LatencyModel
 from chunksim.sim.run import RunConfig, simulate
 
 WAKE = {"idle_s": [0.01, 0.1], "ratios": [[1.5, 1.2], [2.0, 1.4]]}
@@ -24,7 +23,7 @@ def wake_profile(tmp_path_factory):
 
 
 def _run(profile, reqs, wake_up=True, fast_forward=True, policy="budget"):
-    cfg = RunConfig(policy=policy, knobs=PolicyKnobs(chunk=512), prefix_caching=False,
+    cfg = RunConfig(policy=policy, chunk=None if policy == "whole" else 512, prefix_caching=False,
                     engine=EngineConfig(wake_up=wake_up, fast_forward=fast_forward))
     return simulate(workload(reqs), profile, cfg)
 

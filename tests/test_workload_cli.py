@@ -8,8 +8,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from chunksim.cli.workload import describe
 from chunksim.workloads import sample_path
-from chunksim.workloads.describe_cmd import describe
 
 app = typer.Typer()
 app.command("describe")(describe)

@@ -1,8 +1,7 @@
-"""CLI flags -> Workload: defaults, validation, the Typer aliases and the decorator."""
+"""Workload options -> Workload: defaults, validation, and the flags derived from them."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from chunksim.cli.options import with_workload_options
 from chunksim.workloads import (
     LengthKind,
     WorkloadKind,
@@ -18,15 +18,6 @@ from chunksim.workloads import (
     build_workload,
     describe_workload,
     longest_request_id,
-)
-from chunksim.workloads.options import (
-    BurstinessOpt,
-    NumRequestsOpt,
-    PromptDistOpt,
-    RateOpt,
-    SeedOpt,
-    WorkloadOpt,
-    with_workload_options,
 )
 
 
@@ -99,28 +90,6 @@ def test_capacity_search_can_replace_the_rate():
         for r in (1.0, 10.0)
     ]
     assert rates[0] == pytest.approx(1.0, rel=0.1) and rates[1] == pytest.approx(10.0, rel=0.1)
-
-
-def test_aliases_declare_flags_in_one_line_each():
-    app = typer.Typer()
-
-    @app.command()
-    def run(
-        workload: WorkloadOpt = WorkloadKind.POISSON,
-        rate: RateOpt = None,
-        num_requests: NumRequestsOpt = None,
-        burstiness: BurstinessOpt = None,
-        prompt_dist: PromptDistOpt = None,
-        seed: SeedOpt = 0,
-    ) -> None:
-        w = build_workload(WorkloadOptions.from_cli(locals()))
-        print(json.dumps({"n": len(w), "name": w.name}))
-
-    res = CliRunner().invoke(
-        app, ["-w", "gamma", "--rate", "2", "--burstiness", "0.5", "-n", "17", "--seed", "3"]
-    )
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.output) == {"n": 17, "name": "gamma-2rps-b0.5"}
 
 
 def test_decorator_adds_every_flag():

@@ -187,7 +187,7 @@ def test_twenty_thousand_requests_build_fast():
 
 
 def test_renumbered_sorts_stably_and_reassigns_ids():
-    from chunksim.workloads.spec import RequestSpec, Workload, renumbered
+    from chunksim.core.spec import RequestSpec, Workload, renumbered
 
     reqs = [RequestSpec(7, 2.0, 5, 5), RequestSpec(3, 1.0, 6, 6), RequestSpec(9, 1.0, 7, 7)]
     w = Workload("x", renumbered(reqs))

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chunksim.core.plan import Plan
+from chunksim.decoder.step import SeqSlice, StepBatch
 from chunksim.live.slots import SlotTable
 from chunksim.live.tokens import TokenBook
-from chunksim.policies.base import Plan
-from chunksim.profiler.step import SeqSlice, StepBatch
 
 
 @dataclass(frozen=True)

@@ -27,18 +27,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from chunksim.core.kv_cache import KVConfig
+from chunksim.core.plan import Policy
+from chunksim.core.spec import Workload
+from chunksim.decoder.gpu_clock import ClockSampler, attach_clock, clock_summary, nvml_reader
 from chunksim.live.batch import build_passes
-from chunksim.live.gpu_clock import ClockSampler, attach_clock, clock_summary, nvml_reader
 from chunksim.live.records import LiveStepLog, TokenLog, decode_attention
 from chunksim.live.replay import StepReplayer
 from chunksim.live.runtime import Runtime, pinned_threads
 from chunksim.live.settings import LiveSettings
 from chunksim.live.slots import SlotTable
 from chunksim.live.tokens import TokenBook
-from chunksim.policies.base import Policy
 from chunksim.sim.core import EngineCore
-from chunksim.sim.kv_cache import KVConfig
-from chunksim.workloads.spec import Workload
 
 _SPIN_S = 0.001
 """Sleep until this close to an arrival, then spin: time.sleep can overshoot by ~0.1 ms."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from chunksim.core.spec import RequestSpec, Workload
 from chunksim.live.settings import LiveSettings
-from chunksim.workloads.spec import RequestSpec, Workload
 
 
 def session_workload(requests: int = 24, seed: int = 0) -> Workload:
@@ -41,11 +41,11 @@ def fit_overhead(steps) -> dict:
 def measure_step_overhead(settings: LiveSettings, requests: int = 24) -> dict:
     """Serve `session_workload` live with the budget policy and summarize the time per
     step outside the forward pass (see `fit_overhead`)."""
+    from chunksim.core.kv_cache import KVConfig
     from chunksim.live.loop import LiveEngine
-    from chunksim.policies import PolicyKnobs, make_policy
-    from chunksim.sim.kv_cache import KVConfig
+    from chunksim.policies import make_policy
 
     workload = session_workload(requests, settings.seed)
-    policy = make_policy("budget", PolicyKnobs(chunk=512))
+    policy = make_policy("budget", chunk=512)
     result = LiveEngine(workload, policy, KVConfig(4096, 16), settings).run()
     return fit_overhead(result.steps)

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from chunksim.decoder.device import device_memory_bytes, synchronizer
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.model import build_model
+from chunksim.decoder.step import PreparedStep, SeqSlice, StepBatch, prepare_step
 from chunksim.live.settings import LiveSettings
-from chunksim.profiler.device import device_memory_bytes, synchronizer
-from chunksim.profiler.kv import KVPool
-from chunksim.profiler.model import build_model
-from chunksim.profiler.step import PreparedStep, SeqSlice, StepBatch, prepare_step
 
 # Warm-up shapes (cached tokens, new tokens) per sequence: a first chunk, a later chunk,
 # decodes of unequal lengths on scattered slots, and a mixed step. They pay the one-off

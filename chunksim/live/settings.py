@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chunksim.profiler.config import ModelConfig, dtype_name
+from chunksim.decoder.config import ModelConfig, dtype_name
 
 
 @dataclass(frozen=True)

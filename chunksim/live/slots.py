@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from chunksim.profiler.config import ModelConfig
-from chunksim.profiler.kv import KVPool, kv_pool_bytes
-from chunksim.workloads.spec import Workload
+from chunksim.core.spec import Workload
+from chunksim.decoder.config import ModelConfig
+from chunksim.decoder.kv import KVPool, kv_pool_bytes
 
 MIN_CLASS_TOKENS = 256
 """Smallest slot capacity (a class per power of two above it)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunksim.workloads.spec import Workload
+from chunksim.core.spec import Workload
 
 
 class TokenBook:

@@ -9,41 +9,70 @@ that preempted admits nothing new.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from chunksim.policies.base import KVLedger, Plan, SchedulerState, preempt_until_fits
+from chunksim.core.knobs import knob
+from chunksim.core.ledger import KVLedger, preempt_until_fits
+from chunksim.core.plan import Plan, SchedulerState
+from chunksim.core.queues import FCFS, PRIORITY, QueueDiscipline
+from chunksim.policies.common import PolicyBase, big_gpu, device_reason
+
+
+def _class_caps(items: list[str]) -> tuple[tuple[str, int], ...]:
+    """`--class-chunk interactive=256` items -> sorted (class, cap) pairs."""
+    caps = []
+    for item in items:
+        cls, sep, val = item.partition("=")
+        try:
+            cap = int(val)
+        except ValueError:
+            cap = 0
+        if not sep or not cls or cap < 1:
+            raise ValueError(
+                f"--class-chunk {item!r}: use CLASS=TOKENS with TOKENS >= 1, e.g. "
+                "--class-chunk interactive=256")
+        caps.append((cls, cap))
+    return tuple(sorted(caps))
 
 
 @dataclass(frozen=True)
-class TokenBudgetPolicy:
-    """vLLM V1 token-budget scheduling with chunked prefill."""
+class TokenBudgetPolicy(PolicyBase):
+    """Token budget per step with decodes first (vLLM V1 / Sarathi-Serve)."""
 
-    max_num_batched_tokens: int = 2048
-    """Token budget per step, decodes included (vLLM: 8192 on H100/H200, 2048 on A100 and
-    smaller; Sarathi-Serve used 512 strict / 2048 relaxed)."""
-    max_num_seqs: int = 256
-    """Seat cap: most requests running at once (vLLM: 1024 on H100/H200, else 256)."""
-    long_prefill_token_threshold: int = 0
-    """Cap on one request's new tokens per step (0 = off, vLLM's default)."""
-    max_num_partial_prefills: int = 0
-    """Most requests mid-prefill in one step (0 = unlimited, V1's behaviour; V0 default 1)."""
-    reserve_full_prompt: bool = True
+    max_num_batched_tokens: int = knob(2048, "--max-num-batched-tokens", min=1)
+    """Token budget per step, decodes included (vLLM: 8192 on H100/H200-class profiles,
+    else 2048; Sarathi-Serve used 512 strict, 2048 relaxed). --chunk sets it too."""
+    max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
+    """Seat cap: most requests running at once (vLLM: 1024 on H100/H200-class profiles,
+    else 256)."""
+    long_prefill_token_threshold: int = knob(
+        0, "--long-prefill-token-threshold", "--long-prefill-threshold", min=0)
+    """Cap on one request's new tokens per step (default 0 = off, vLLM's default)."""
+    max_num_partial_prefills: int = knob(
+        0, "--max-num-partial-prefills", "--max-partial-prefills", min=0)
+    """Most requests mid-prefill in one step (default 0 = unlimited, vLLM V1)."""
+    reserve_full_prompt: bool = knob(True, "--reserve-full-prompt/--no-reserve-full-prompt")
     """Admit a waiting request only if KV for its whole remaining prompt is free (newer
     vLLM's check); blocks are still allocated chunk by chunk."""
-    priority_scheduling: bool = False
-    """vLLM's `--scheduling-policy priority`: the engine keeps the waiting queue as a heap
-    on (priority, arrival) and the preemption victim is the running request with the
-    largest (priority, arrival); False = FCFS, victim = most recently admitted."""
-    class_chunk_caps: tuple[tuple[str, int], ...] = ()
-    """Per request-class cap on new tokens per step, e.g. (("interactive", 256),): smaller
-    chunks for the customers in a hurry (a per-class long_prefill_token_threshold)."""
-    name: str = "budget"
+    priority_scheduling: bool = knob(False, "--priority/--fcfs")
+    """vLLM's priority scheduling: the waiting queue is a heap on (priority, arrival) and
+    the victim is the lowest priority, latest arrival (off: FCFS, victim = most recently
+    admitted)."""
+    class_chunk_caps: tuple[tuple[str, int], ...] = knob(
+        (), "--class-chunk", cli_type=list[str], parse=_class_caps)
+    """Per-class cap on a request's tokens per step, CLASS=TOKENS (repeat the flag): smaller
+    chunks for the customers in a hurry."""
+
+    name: ClassVar[str] = "budget"
+    chunk_knob: ClassVar[str | None] = "max_num_batched_tokens"
+    bulk_decode: ClassVar[bool] = True  # decode-all with nothing waiting is a fixed point
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < 1:
             raise ValueError(
                 f"budget max_num_batched_tokens={self.max_num_batched_tokens} must be >= 1 "
-                "(--chunk / --budget)"
+                "(--max-num-batched-tokens / --chunk)"
             )
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs={self.max_num_seqs} must be >= 1 (--max-num-seqs)")
@@ -56,13 +85,21 @@ class TokenBudgetPolicy:
                 f"max_num_partial_prefills={self.max_num_partial_prefills} must be >= 0 (0 = off)"
             )
 
+    @property
+    def queue(self) -> QueueDiscipline:  # type: ignore[override]
+        return PRIORITY if self.priority_scheduling else FCFS
+
+    @classmethod
+    def device_defaults(cls, device_name: str | None) -> dict[str, tuple[Any, str]]:
+        out = super().device_defaults(device_name)
+        out["max_num_batched_tokens"] = (8192 if big_gpu(device_name) else 2048,
+                                         device_reason(device_name))
+        return out
+
     def params(self) -> dict:
-        p = {k: v for k, v in asdict(self).items() if k != "name"}
+        p = super().params()
         p["class_chunk_caps"] = dict(self.class_chunk_caps)
         return p
-
-    def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
-        return None  # any prompt can be chunked through the budget
 
     def _cap(self, req, want: int) -> int:
         thr = self.long_prefill_token_threshold
@@ -72,10 +109,6 @@ class TokenBudgetPolicy:
             if req.spec.request_class == cls and want > cap:
                 want = cap
         return want
-
-    @staticmethod
-    def _victim_key(req) -> tuple:
-        return (req.spec.priority, req.spec.arrival_s, req.request_id)
 
     def plan(self, state: SchedulerState) -> Plan:
         budget = self.max_num_batched_tokens
@@ -97,8 +130,7 @@ class TokenBudgetPolicy:
             want = min(want, budget)
             n_preempted = len(preempted)
             ok, removed = preempt_until_fits(
-                req, want, running, ledger, scheduled, preempted,
-                self._victim_key if self.priority_scheduling else None)
+                req, want, running, ledger, scheduled, preempted, self.queue)
             budget += sum(n for _, n in removed)
             if not ok:
                 break

@@ -15,43 +15,48 @@ Decode growth preempts the most recently admitted request (recompute).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
-from chunksim.policies.base import KVLedger, Plan, SchedulerState, preempt_until_fits
+from chunksim.core.knobs import knob
+from chunksim.core.ledger import KVLedger, preempt_until_fits
+from chunksim.core.plan import Plan, SchedulerState
+from chunksim.policies.common import PolicyBase
 
 
 @dataclass(frozen=True)
-class FixedChunkPolicy:
-    """Chunked prefill with a per-request chunk size."""
+class FixedChunkPolicy(PolicyBase):
+    """Fixed per-request chunk (Sarathi 2023): prompts advance a chunk per step."""
 
-    chunk: int = 1024
-    """Most prefill tokens one request computes per step (the seed runtime used 1024)."""
-    variant: str = "mixed"
-    """`mixed` (Sarathi 2023), `two-pass`, or `alternate` (Sarathi-Serve simple_chunking)."""
-    prefill_budget: int = 8192
-    """Most prefill tokens per step, over all chunks (the seed runtime used 8192). The
-    `alternate` variant uses `chunk` as its per-step prefill budget, as Sarathi-Serve does."""
-    max_num_seqs: int = 256
-    """Seat cap: most requests running at once."""
-    name: str = "chunk"
+    chunk: int = knob(1024, "--chunk", min=1)
+    """Prefill tokens per request per step (default 1024)."""
+    variant: str = knob("mixed", "--variant")
+    """mixed (Sarathi 2023: decodes ride along), two-pass (a prefill pass then a decode
+    pass per step) or alternate (Sarathi-Serve simple_chunking: prefill-only and
+    decode-only steps take turns)."""
+    prefill_budget: int = knob(8192, "--prefill-budget", min=1)
+    """Prefill tokens per step over all chunks (default 8192; alternate uses --chunk, as
+    Sarathi-Serve does)."""
+    max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
+    """Seat cap: most requests running at once (vLLM: 1024 on H100/H200-class profiles,
+    else 256)."""
+
+    name: ClassVar[str] = "chunk"
+    variants: ClassVar[tuple[str, ...]] = ("mixed", "two-pass", "alternate")
+    chunk_knob: ClassVar[str | None] = "chunk"
+    bulk_decode: ClassVar[bool] = True  # decode-all with nothing waiting is a fixed point
 
     def __post_init__(self) -> None:
-        if self.variant not in ("mixed", "two-pass", "alternate"):
+        if self.variant not in self.variants:
             raise ValueError(
-                f"chunk policy variant {self.variant!r} is unknown; use mixed, two-pass or "
-                "alternate"
+                f"--variant {self.variant!r} does not apply to --policy chunk; choose one of "
+                f"{', '.join(self.variants)}"
             )
         if self.chunk < 1 or self.prefill_budget < 1 or self.max_num_seqs < 1:
             raise ValueError(
                 f"chunk={self.chunk}, prefill_budget={self.prefill_budget}, "
                 f"max_num_seqs={self.max_num_seqs} must all be >= 1"
             )
-
-    def params(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "name"}
-
-    def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
-        return None
 
     def plan(self, state: SchedulerState) -> Plan:
         if self.variant != "alternate":

@@ -13,37 +13,43 @@ or the KV blocks. Decode growth preempts the most recently admitted request (rec
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from typing import ClassVar
 
-from chunksim.policies.base import KVLedger, Plan, SchedulerState, preempt_until_fits
+from chunksim.core.knobs import knob
+from chunksim.core.ledger import KVLedger, preempt_until_fits
+from chunksim.core.plan import Plan, SchedulerState
+from chunksim.policies.common import PolicyBase
 
 
 @dataclass(frozen=True)
-class WholePrefillPolicy:
-    """Unchunked prefill: every prompt (or recompute) runs in one step."""
+class WholePrefillPolicy(PolicyBase):
+    """Unchunked prefill (vLLM V0 / Orca): every prompt (or recompute) runs in one step."""
 
-    variant: str = "prefill-first"
-    """`prefill-first` (vLLM V0 default) or `mixed` (Orca / V1 without chunking)."""
-    max_num_batched_tokens: int = 16384
-    """Token cap per step; V0's default is max(max_model_len, 2048). A longer prompt can
-    never run and is rejected."""
-    max_num_seqs: int = 256
-    """Seat cap: most requests running at once."""
-    name: str = "whole"
+    variant: str = knob("prefill-first", "--variant")
+    """prefill-first (vLLM V0's default; prefill-only steps stall decodes) or mixed (Orca /
+    vLLM V1 without chunking)."""
+    max_num_batched_tokens: int = knob(16384, "--max-num-batched-tokens", min=1)
+    """Token cap per step (V0: max(max_model_len, 2048)); longer prompts are rejected."""
+    max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
+    """Seat cap: most requests running at once (vLLM: 1024 on H100/H200-class profiles,
+    else 256)."""
+
+    name: ClassVar[str] = "whole"
+    variants: ClassVar[tuple[str, ...]] = ("prefill-first", "mixed")
+    bulk_decode: ClassVar[bool] = True  # decode-all with nothing waiting is a fixed point
 
     def __post_init__(self) -> None:
-        if self.variant not in ("prefill-first", "mixed"):
+        if self.variant not in self.variants:
             raise ValueError(
-                f"whole policy variant {self.variant!r} is unknown; use prefill-first or mixed"
+                f"--variant {self.variant!r} does not apply to --policy whole; choose one of "
+                f"{', '.join(self.variants)}"
             )
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError(
                 f"max_num_batched_tokens={self.max_num_batched_tokens} and "
                 f"max_num_seqs={self.max_num_seqs} must be >= 1"
             )
-
-    def params(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "name"}
 
     def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
         # A recompute after preemption re-prefills prompt + generated tokens, up to P + O - 1.

@@ -23,8 +23,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from chunksim.profiler.kv import KVPool
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step
 from chunksim.profiler.timing import measure
 
 CASES = ((8, 512, 0.5), (32, 1024, 0.002), (32, 1024, 0.25), (32, 1024, 0.5),

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from chunksim.profiler.kv import KVPool
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step
 
 WARN_RATIO = 1.5
 """A first call this many times its repeat makes `sim profile` warn: the table, timed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from chunksim.profiler.config import ModelConfig
+from chunksim.decoder.config import ModelConfig
 
 
 @dataclass(frozen=True, order=True)

@@ -16,19 +16,19 @@ from pathlib import Path
 
 import torch
 
-from chunksim.live.gpu_clock import ClockSampler, clock_summary, nvml_reader
-from chunksim.profiler.attention import SDPA_BACKENDS
-from chunksim.profiler.config import ModelConfig
-from chunksim.profiler.device import (
+from chunksim.decoder.attention import SDPA_BACKENDS
+from chunksim.decoder.config import ModelConfig
+from chunksim.decoder.device import (
     device_memory_bytes,
     device_name,
     free_cached,
     synchronizer,
 )
+from chunksim.decoder.gpu_clock import ClockSampler, clock_summary, nvml_reader
+from chunksim.decoder.model import build_model
+from chunksim.decoder.step import ATTENTION_BACKEND
 from chunksim.profiler.grid import GridPoint, GridSpec, prune
-from chunksim.profiler.model import build_model
 from chunksim.profiler.passes import cold_look, combine, fast_points, pass_order
-from chunksim.profiler.step import ATTENTION_BACKEND
 from chunksim.profiler.store import Checkpoint, row_of, write_profile
 from chunksim.profiler.synthetic import PointStepper
 from chunksim.profiler.timing import Timing, measure

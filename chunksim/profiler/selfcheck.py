@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from chunksim.profiler.config import ModelConfig
-from chunksim.profiler.kv import KVPool
-from chunksim.profiler.model import build_model
-from chunksim.profiler.reference import reference_logits
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step
+from chunksim.decoder.config import ModelConfig
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.model import build_model
+from chunksim.decoder.reference import reference_logits
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step
 
 CHECK_MODEL = ModelConfig(name="selfcheck", n_layers=2, hidden_size=128, n_heads=4,
                           n_kv_heads=2, head_dim=32, intermediate_size=256, vocab_size=512,

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import torch
 
-from chunksim.profiler.device import free_cached
+from chunksim.decoder.device import free_cached
+from chunksim.decoder.kv import KVPool, kv_pool_bytes
+from chunksim.decoder.model import LlamaModel
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step
 from chunksim.profiler.grid import GridPoint
-from chunksim.profiler.kv import KVPool, kv_pool_bytes
-from chunksim.profiler.model import LlamaModel
-from chunksim.profiler.step import SeqSlice, StepBatch, prepare_step
 
 Shape = tuple[int, int]  # (slots, capacity_tokens)
 

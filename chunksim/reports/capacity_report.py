@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from chunksim.latency.profile import Profile
 from chunksim.reports import style
-from chunksim.sim.profile import Profile
 from chunksim.sweep.capacity import CapacityEntry
 
 

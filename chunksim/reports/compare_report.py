@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chunksim import atomic
+from chunksim.latency.profile import Profile
 from chunksim.reports import style
 from chunksim.reports.definitions import DEFINITIONS
 from chunksim.reports.document import Document
 from chunksim.reports.provenance import provenance_rows
 from chunksim.reports.tables import headline_rows
 from chunksim.sim.engine import SimResult
-from chunksim.sim.profile import Profile
 from chunksim.sweep.configs import Config
 
 FIGURE_STEMS = ("latency_cdf", "tradeoff", "step_timeline", "throughput", "latency_table")

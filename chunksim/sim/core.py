@@ -9,36 +9,15 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 
-from chunksim.policies.base import Plan, Policy, SchedulerState
-from chunksim.sim.kv_cache import KVConfig, blocks_for, make_kv_cache
-from chunksim.sim.latency import BatchShape
+from chunksim.core.kv_cache import KVConfig, blocks_for, make_kv_cache
+from chunksim.core.plan import Plan, Policy, SchedulerState
+from chunksim.core.request import Request
+from chunksim.core.shape import StepShape
+from chunksim.core.spec import Workload
 from chunksim.sim.records import GapLog, StepLog
-from chunksim.sim.request import Request
-from chunksim.workloads.spec import Workload
-
-
-@dataclass(frozen=True, slots=True)
-class StepShape:
-    """One step's composition, as the latency model and the step records see it."""
-
-    prefill_tokens: int
-    prefill_requests: int
-    prior_tokens: float
-    decodes: int
-    decode_kv_tokens: float
-    two_pass: bool
-
-    def batch_shapes(self) -> tuple[BatchShape, ...]:
-        """The forward pass(es) this step runs: two when a two-pass step has both parts."""
-        if self.two_pass and self.prefill_tokens and self.decodes:
-            return (BatchShape(self.prefill_tokens, self.prior_tokens, 0, 0.0),
-                    BatchShape(0, 0.0, self.decodes, self.decode_kv_tokens))
-        return (BatchShape(self.prefill_tokens, self.prior_tokens, self.decodes,
-                           self.decode_kv_tokens),)
 
 
 class EngineCore:
@@ -52,9 +31,11 @@ class EngineCore:
         n = len(workload.requests)
         self.kv = make_kv_cache(kv)
         self.running: list[Request] = []
-        # FCFS: a deque; vLLM's priority policy: a list kept sorted on (priority, arrival)
-        self.priority = bool(getattr(policy, "priority_scheduling", False))
-        self.waiting: deque[Request] | list[Request] = [] if self.priority else deque()
+        # the policy's queue discipline orders the waiting queue: FIFO (a deque, preempted
+        # requests prepended) or a list kept sorted on the discipline's key
+        self.queue = policy.queue
+        self.waiting: deque[Request] | list[Request] = (
+            deque() if self.queue.key is None else [])
         classes = sorted({s.request_class for s in workload.requests})
         self.class_names = classes
         self.class_of = {c: i for i, c in enumerate(classes)}
@@ -115,15 +96,12 @@ class EngineCore:
         """Nothing in flight and nothing left to arrive."""
         return self.idle and self.next_arrival >= len(self.workload.requests)
 
-    @staticmethod
-    def _queue_key(req: Request) -> tuple:
-        return (req.spec.priority, req.spec.arrival_s, req.spec.request_id)
-
     def _enqueue(self, req: Request, front: bool = False) -> None:
         """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
-        or, under priority scheduling, their place in the (priority, arrival) order."""
-        if self.priority:
-            insort(self.waiting, req, key=self._queue_key)
+        or, under an ordered discipline (priority, SJF), their place in its order."""
+        key = self.queue.key
+        if key is not None:
+            insort(self.waiting, req, key=key)
         elif front:
             self.waiting.appendleft(req)
         else:
@@ -157,12 +135,18 @@ class EngineCore:
     def begin_step(self, plan: Plan, start_s: float) -> StepShape:
         """Preempt, admit (taking prefix hits), allocate KV; return the step's shape."""
         self.preempt(plan)
+        waiting = self.waiting
         for req in plan.admitted:
-            head = self.waiting.pop(0) if self.priority else self.waiting.popleft()
-            if head is not req:
-                raise RuntimeError(
-                    f"policy {self.policy.name} admitted request {req.request_id} out of "
-                    f"queue order (head is {head.request_id})")
+            # a policy may admit any waiting request; in queue order this is the head
+            if waiting and waiting[0] is req:
+                waiting.popleft() if isinstance(waiting, deque) else waiting.pop(0)
+            else:
+                try:
+                    waiting.remove(req)
+                except ValueError:
+                    raise RuntimeError(
+                        f"policy {self.policy.name} admitted request {req.request_id}, "
+                        "which is not waiting: a policy bug") from None
             self.running.append(req)
             self.kv.admit(req)  # every admission takes its prefix hits before any allocation
             self.cached[req.request_id] += req.num_cached_tokens
@@ -221,6 +205,48 @@ class EngineCore:
         if finished:
             self.retire(end_s)
         return emitted
+
+    def end_decode_run(self, k: int, times, dur, kv_mean, grown, out, first_segment: bool,
+                       retire: bool) -> float:
+        """Apply k decode-all plans at once (the simulator's bulk path): every running
+        request computes and samples k tokens. Step j starts at `times[j]` and ends at
+        `times[j + 1]`, lasting `dur[j]`, with mean context `kv_mean[j]`; `grown[j]` extra
+        blocks are held by then and `out[j]` says it was priced outside the table. On the
+        first segment of a stretch each request's first gap runs from its own last token.
+        Retires finished requests when `retire`. Returns the end time."""
+        running = self.running
+        n = len(running)
+        ends = times[1 : k + 1]
+        gaps = np.diff(times[: k + 1]) if not first_segment else np.diff(ends)
+        run_max = float(gaps.max()) if len(gaps) else 0.0
+        end = float(ends[-1])
+        bs = self.kv.block_size
+        for req in running:
+            req.num_computed_tokens += k
+            req.num_output_tokens += k
+            req.num_blocks = -(-req.num_computed_tokens // bs)
+            m = run_max
+            if first_segment:  # the first step's gap depends on each one's last token
+                g0 = float(ends[0]) - req.last_token_s
+                self.gaps.add(g0, req.class_idx)
+                if g0 > m:
+                    m = g0
+            if m > req.max_itl_s:
+                req.max_itl_s = m
+            req.last_token_s = end
+        for req in running:
+            self.computed[req.request_id] += k
+        # (no kv.commit: blocks filled by decodes are never shareable, see PrefixKVCache)
+        if len(gaps):
+            self.gaps.add_run(gaps, running)
+        used_before = self.kv.used_blocks
+        self.kv.take(int(grown[k - 1]))
+        self.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k], used_before + grown[:k],
+                                  out[:k])
+        self.last_prefill = False
+        if retire:
+            self.retire(end)
+        return end
 
     def retire(self, end_s: float) -> None:
         """Free and record every running request that has all its tokens."""
@@ -288,5 +314,6 @@ class EngineCore:
             "prefix_cache_hit_rate": (self.kv.hit_tokens / self.kv.query_tokens
                                       if self.kv.prefix_caching and self.kv.query_tokens
                                       else None),
-            "priority_scheduling": self.priority,
+            "priority_scheduling": self.queue.name == "priority",
+            "waiting_order": self.queue.name,
         }

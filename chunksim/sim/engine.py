@@ -16,32 +16,36 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from chunksim.policies.base import Plan, Policy
+from chunksim.core.knobs import knob
+from chunksim.core.kv_cache import KVConfig
+from chunksim.core.plan import Plan, Policy
+from chunksim.core.spec import Workload
+from chunksim.latency.model import LatencyModel
 from chunksim.sim.core import EngineCore
-from chunksim.sim.kv_cache import KVConfig
-from chunksim.sim.latency import LatencyModel
-from chunksim.workloads.spec import Workload
 
 _NOISE_BLOCK = 4096
 _MAX_BULK_STEPS = 65536
+
+
+_E = "Engine and KV cache"
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """Engine knobs that are not the policy's."""
 
-    jitter: bool = False
-    """Sample each step's time from the measured spread (seeded) instead of the median."""
+    jitter: bool = knob(False, "--jitter/--no-jitter", panel=_E)
+    """Sample each step's time from the profile's measured spread (seeded by --seed)."""
     seed: int = 0
-    """Seed of the step-time jitter."""
-    fast_forward: bool = True
-    """Run steady decode-only stretches in bulk (same results, much faster)."""
-    max_model_len: int | None = None
-    """Longest prompt + output a request may have; longer ones are rejected (None = no cap)."""
-    wake_up: bool = True
-    """Price the first steps after the engine idled (forward pass and per-step overhead)
-    by the profile's measured wake-up ratios (`LatencyModel.wake_ratio`; no effect
-    without a `wake_up` table)."""
+    """Seed of the step-time jitter (the workload's --seed)."""
+    fast_forward: bool = knob(True, "--fast-forward/--no-fast-forward", panel=_E, hidden=True)
+    """Bulk-simulate steady decode stretches (same results)."""
+    max_model_len: int | None = knob(None, "--max-model-len", panel=_E, min=2)
+    """Reject requests with prompt + output above this (default: no cap)."""
+    wake_up: bool = knob(True, "--wake-up/--no-wake-up", panel=_E)
+    """Price the first steps after the engine idled by the profile's measured wake-up cost
+    (cold cores and caches, lower GPU clocks; profiles without a wake-up table are priced
+    warm)."""
 
     def __post_init__(self) -> None:
         if self.max_model_len is not None and self.max_model_len < 2:
@@ -100,6 +104,8 @@ class Engine:
         c = self.core = EngineCore(self.workload, self.policy, self.kv_config,
                                    self.config.max_model_len)
         self.noise = _Noise(self.config.seed) if self.config.jitter else None
+        # only a policy that declares decode-all a fixed point is run in bulk
+        self.bulk = self.config.fast_forward and bool(getattr(self.policy, "bulk_decode", False))
         self.wake: simpy.Event | None = None
         self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
         self.idle_s = 0.0  # length of the engine's last idle wait
@@ -145,8 +151,7 @@ class Engine:
             if plan is None:
                 continue  # a preemption-only plan: nothing ran, plan again
             # the wake-up steps run one by one (the bulk path prices steps warm)
-            if (self.config.fast_forward and self.since_wake >= self.wake_steps
-                    and self._steady(plan)):
+            if (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)):
                 yield from self._bulk_decode(env)
             else:
                 yield from self._step(env, plan)
@@ -190,7 +195,8 @@ class Engine:
     def _bulk_decode(self, env: simpy.Environment):
         """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
         hit; requests finishing on the way leave and the rest decode on (each such segment
-        is what stepping one by one would plan, since nothing waits)."""
+        is what stepping one by one would plan, since nothing waits). Prices and times the
+        steps here; `EngineCore.end_decode_run` applies them."""
         c = self.core
         now = t = env.now
         bs = c.kv.block_size
@@ -218,42 +224,14 @@ class Engine:
                 k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
                 if k_arr < k:
                     k = max(1, k_arr)
-            ends = times[1 : k + 1]
-            gaps = np.diff(times[: k + 1]) if not first_segment else np.diff(ends)
-            run_max = float(gaps.max()) if len(gaps) else 0.0
-            end = float(ends[-1])
-            for req in running:
-                req.num_computed_tokens += k
-                req.num_output_tokens += k
-                req.num_blocks = -(-req.num_computed_tokens // bs)
-                m = run_max
-                if first_segment:  # the first step's gap depends on each one's last token
-                    g0 = float(ends[0]) - req.last_token_s
-                    c.gaps.add(g0, req.class_idx)
-                    if g0 > m:
-                        m = g0
-                if m > req.max_itl_s:
-                    req.max_itl_s = m
-                req.last_token_s = end
-            for req in running:
-                c.computed[req.request_id] += k
-            # (no kv.commit: blocks filled by decodes are never shareable, see PrefixKVCache)
-            if len(gaps):
-                c.gaps.add_run(gaps, running)
-            used_before = c.kv.used_blocks
-            c.kv.take(int(grown[k - 1]))
-            c.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k], used_before + grown[:k],
-                                   out[:k])
-            t = end
+            t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
+                                 retire=k == k_left)
             budget -= k
-            if k == k_left:
-                c.retire(end)
             if (k < k_left or budget <= 0 or not c.running
                     or (arrival is not None and arrival <= t)):
                 break
             first_segment = False
         yield env.timeout(t - now)
-        c.last_prefill = False
 
 
 def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:

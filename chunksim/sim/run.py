@@ -3,48 +3,96 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from chunksim import atomic
-from chunksim.policies import PolicyKnobs, make_policy
+from chunksim.core.knobs import knob
+from chunksim.core.kv_cache import KVConfig
+from chunksim.core.spec import Workload
+from chunksim.latency.model import LatencyModel
+from chunksim.latency.profile import Profile
+from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
-from chunksim.sim.kv_cache import KVConfig
-from chunksim.sim.latency import LatencyModel
-from chunksim.sim.metrics import summarize, summarize_classes
-from chunksim.sim.profile import Profile
-from chunksim.workloads.spec import Workload
+from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+
+_E = "Engine and KV cache"
+
+
+def _ms_to_s(ms: float) -> float:
+    return ms / 1000.0
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """A policy on a profile, with the engine and KV settings."""
 
-    policy: str = "budget"
-    """Policy family: whole, chunk or budget."""
-    knobs: PolicyKnobs = field(default_factory=PolicyKnobs)
-    """Policy knobs (None fields take the modelled system's defaults)."""
-    kv_blocks: int | None = None
-    """KV capacity in blocks; None derives it from the profile (see `default_kv_blocks`)."""
-    block_size: int = 16
+    policy: str = knob("budget", "--policy", panel="Policy")
+    """Scheduling policy (a knob of another policy is refused)."""
+    chunk: int | None = knob(None, "--chunk", panel="Policy", min=1)
+    """The policy's chunk size: chunk: prefill tokens per request per step (default 1024);
+    budget, sjf: tokens per step, decodes included (= --max-num-batched-tokens; default
+    8192 on H100/H200-class profiles, else 2048)."""
+    knobs: tuple[tuple[str, Any], ...] = ()
+    """Policy knobs the user set, (field name, value) sorted by name (a mapping is
+    accepted and normalized); the rest take the modelled system's defaults
+    (`policies.make_policy`)."""
+    kv_blocks: int | None = knob(None, "--kv-blocks", panel=_E, min=1)
+    """KV capacity in blocks (default: from the profile, device memory x utilization -
+    weights)."""
+    block_size: int = knob(16, "--block-size", panel=_E, min=1)
     """Tokens per KV block."""
-    gpu_memory_utilization: float = 0.9
-    """Fraction of device memory for weights + KV when deriving `kv_blocks` (vLLM's knob)."""
+    gpu_memory_utilization: float = knob(0.9, "--gpu-memory-utilization", panel=_E)
+    """Memory fraction for weights + KV when deriving --kv-blocks."""
     engine: EngineConfig = field(default_factory=EngineConfig)
-    """Jitter, seed, fast-forward, max_model_len."""
-    step_overhead_s: float | None = None
-    """Per-step CPU overhead; None takes the profile's measured `step_overhead_s`."""
-    slos_s: dict = field(default_factory=dict)
-    """Goodput SLOs in seconds, keyed ttft / tpot / e2el / itl."""
-    class_slos_s: dict = field(default_factory=dict)
-    """Per request-class SLOs overriding `slos_s`: {class: {metric: seconds}}."""
-    prefix_caching: bool = True
-    """vLLM V1-style automatic prefix caching (vLLM V1's default: on)."""
+    """Jitter, seed, fast-forward, max_model_len, wake-up."""
+    step_overhead_s: float | None = knob(None, "--step-overhead-ms", panel=_E, min=0.0,
+                                         parse=_ms_to_s)
+    """Flat per-step CPU overhead added to every step, ms (default: the profile's fit, base
+    + per request in the step, measured on the live loop)."""
+    slos_s: dict = knob(None, "--goodput", panel=_E, default_factory=dict,
+                        cli_type=list[str], parse=parse_slos)
+    """SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the flag)."""
+    class_slos_s: dict = knob(None, "--class-slo", panel=_E, default_factory=dict,
+                              cli_type=list[str], parse=parse_class_slos)
+    """Per request-class SLO, CLASS:METRIC=MS (overrides --goodput for that class; repeat
+    the flag)."""
+    prefix_caching: bool = knob(True, "--prefix-caching/--no-prefix-caching",
+                                "--enable-prefix-caching/--no-enable-prefix-caching",
+                                panel=_E)
+    """vLLM V1 automatic prefix caching: cached full blocks cost no budget, freed blocks
+    stay cached (LRU) so preempted requests re-prefill cheaply."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.knobs, tuple):  # a mapping given: normalize, hashable
+            object.__setattr__(self, "knobs", tuple(sorted(dict(self.knobs).items())))
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
-                f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+                f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1] "
+                "(--gpu-memory-utilization)")
+
+    def variant(self, policy: str | None = None, chunk: int | None = None,
+                seed: int | None = None, variant: str | None = None) -> RunConfig:
+        """This configuration with another policy family (its variant, chunk size) or seed:
+        what comparisons, capacity searches and sweeps vary. A knob the new family lacks
+        is dropped, except one the user set for it."""
+        cfg = self
+        if policy is not None:
+            knobs = dict(self.knobs)
+            knobs.pop("variant", None)
+            if variant is not None:
+                knobs["variant"] = variant
+            owners = knob_owners()
+            keep = {k: v for k, v in knobs.items() if policy in owners.get(k, ())}
+            cfg = replace(cfg, policy=policy, chunk=chunk, knobs=tuple(sorted(keep.items())))
+        if seed is not None:
+            cfg = replace(cfg, engine=replace(cfg.engine, seed=seed))
+        return cfg
+
+    def make_policy(self, device_name: str | None = None):
+        """The policy this configuration runs on a profile of `device_name`."""
+        return make_policy(self.policy, dict(self.knobs), self.chunk, device_name)
 
 
 def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> int:
@@ -69,7 +117,8 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
 
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimResult, dict]:
     """Run one configuration; returns the records and the summary dict."""
-    policy = make_policy(cfg.policy, cfg.knobs, profile.provenance.get("device_name"))
+    device = profile.provenance.get("device_name")
+    policy = cfg.make_policy(device)
     latency = LatencyModel(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
@@ -78,7 +127,8 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
-                profile_filled_cells=latency.filled_cells)
+                profile_filled_cells=latency.filled_cells,
+                policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
     summary = summarize(result.requests, result.steps, result.itl_s, cfg.slos_s, meta)
     by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
                                  cfg.class_slos_s)

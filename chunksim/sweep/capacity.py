@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from chunksim.progress import ProgressBar
-from chunksim.run_options import RunOptions
+from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
@@ -63,7 +63,7 @@ class CapacityEntry:
         return None
 
 
-def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunOptions,
+def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunConfig,
                     slos: dict[str, float], runner: Runner,
                     params: SearchParams | None = None,
                     progress: ProgressBar | None = None) -> list[CapacityEntry]:

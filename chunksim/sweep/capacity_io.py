@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from chunksim.sim.profile import Profile
+from chunksim.latency.profile import Profile
 from chunksim.sweep.capacity import CapacityEntry, SearchParams
 from chunksim.sweep.slos import violations
 from chunksim.sweep.table import cell, csv_text, flatten

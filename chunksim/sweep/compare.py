@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chunksim.progress import ProgressBar
-from chunksim.run_options import RunOptions
 from chunksim.sim.engine import SimResult
+from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
@@ -54,7 +54,7 @@ class Comparison:
         return pd.DataFrame(rows)
 
 
-def run_comparison(configs: list[Config], workload: WorkloadOptions, run: RunOptions,
+def run_comparison(configs: list[Config], workload: WorkloadOptions, run: RunConfig,
                    runner: Runner, keep_records: bool = True,
                    progress: ProgressBar | None = None) -> Comparison:
     """Replay `workload` under every configuration (same requests for each)."""

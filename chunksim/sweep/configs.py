@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chunksim.policies import VARIANTS, PolicyName
+from chunksim.policies import POLICIES, VARIANTS
 
-FAMILIES: tuple[str, ...] = tuple(p.value for p in PolicyName)
-"""Policy families in display order: whole, chunk, budget."""
+FAMILIES: tuple[str, ...] = tuple(POLICIES)
+"""Policy families in display order (the registry's)."""
 DEFAULT_POLICIES = "whole,chunk,budget"
 DEFAULT_CHUNKS = "256,512,1024,2048"
 
@@ -22,7 +22,7 @@ class PolicySpec:
     """A policy family and, optionally, one of its variants (`whole:mixed`)."""
 
     family: str
-    """whole, chunk or budget."""
+    """A `--policy` name (`chunksim.policies.POLICIES`)."""
     variant: str | None = None
     """A variant name from `chunksim.policies.VARIANTS`; None = the family's default."""
 
@@ -33,7 +33,7 @@ class PolicySpec:
     @property
     def chunked(self) -> bool:
         """Whether the chunk size is a knob of this policy."""
-        return self.family != "whole"
+        return POLICIES[self.family].chunk_knob is not None
 
     @classmethod
     def parse(cls, text: str, flag: str = "--policies") -> PolicySpec:
@@ -44,11 +44,12 @@ class PolicySpec:
                 ", each optionally with :VARIANT (e.g. whole:mixed, chunk:two-pass)")
         if variant and variant not in VARIANTS[family]:
             raise ValueError(
-                f"{flag}: {family} has no variant {variant!r}; choose one of "
-                f"{', '.join(VARIANTS[family])}")
+                f"{flag}: {family} has no variant {variant!r}; "
+                + (f"choose one of {', '.join(VARIANTS[family])}" if VARIANTS[family]
+                   else "it has none"))
         # The default variant is spelled without a suffix so `whole` and
         # `whole:prefill-first` are one configuration, not two.
-        if variant == VARIANTS[family][0]:
+        if VARIANTS[family] and variant == VARIANTS[family][0]:
             variant = ""
         return cls(family, variant or None)
 
@@ -68,12 +69,13 @@ class Config:
     @property
     def sort_key(self) -> tuple:
         p = self.policy
-        return (FAMILIES.index(p.family), VARIANTS[p.family].index(p.variant or
-                VARIANTS[p.family][0]), self.chunk or 0)
+        variants = VARIANTS[p.family]
+        return (FAMILIES.index(p.family),
+                variants.index(p.variant) if p.variant else 0, self.chunk or 0)
 
 
 def parse_policies(text: str, flag: str = "--policies") -> list[PolicySpec]:
-    """`whole,chunk,budget:v1` -> PolicySpecs, deduplicated, in the given order."""
+    """`whole,chunk:two-pass,budget` -> PolicySpecs, deduplicated, in the given order."""
     out: list[PolicySpec] = []
     for part in _items(text, flag):
         spec = PolicySpec.parse(part, flag)

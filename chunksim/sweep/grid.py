@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from chunksim.progress import ProgressBar
-from chunksim.run_options import RunOptions
+from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config, PolicySpec
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
@@ -24,14 +24,16 @@ from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
 KEY_COLUMNS = ("workload_kind", "policy", "chunk", "rate", "seed", "options_hash")
 _AXES_WORKLOAD = {"workload", "rate", "seed", "trace"}
-_AXES_RUN = {"policy", "variant", "chunk", "budget"}
+_AXES_RUN = {"policy", "chunk"}
 
 
-def options_hash(workload: WorkloadOptions, run: RunOptions, profile_sha256: str) -> str:
+def options_hash(workload: WorkloadOptions, run: RunConfig, profile_sha256: str) -> str:
     """12 hex digits identifying every setting that is not a grid axis."""
     w = {k: v for k, v in dataclasses.asdict(workload).items() if k not in _AXES_WORKLOAD}
     w["trace"] = workload.trace  # a trace file is a setting (its kind is the axis)
     r = {k: v for k, v in dataclasses.asdict(run).items() if k not in _AXES_RUN}
+    r["knobs"] = [kv for kv in run.knobs if kv[0] != "variant"]  # the variant is an axis
+    r["engine"].pop("seed")  # so is the seed
     blob = json.dumps({"workload": w, "run": r, "profile": profile_sha256}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
@@ -64,7 +66,7 @@ class GridPoint:
     job: SimJob
 
 
-def grid_points(workload: WorkloadOptions, run: RunOptions, profile_sha256: str,
+def grid_points(workload: WorkloadOptions, run: RunConfig, profile_sha256: str,
                 kinds: list[WorkloadKind], configs: list[Config], rates: list[float | None],
                 seeds: list[int]) -> list[GridPoint]:
     """Every point, in table order."""

@@ -8,18 +8,15 @@ under many configurations generates it once.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from chunksim.policies import PolicyName
-from chunksim.run_options import RunOptions
+from chunksim.core.spec import Workload
+from chunksim.latency.profile import Profile
 from chunksim.sim.engine import SimResult
-from chunksim.sim.profile import Profile
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.configs import Config
 from chunksim.workloads.options import WorkloadOptions, build_workload
-from chunksim.workloads.spec import Workload
 
 
 @dataclass(frozen=True)
@@ -28,8 +25,8 @@ class SimJob:
 
     workload: WorkloadOptions
     """The workload flags, with this job's rate and seed already set."""
-    run: RunOptions
-    """Engine/KV flags shared by the grid (policy and chunk come from `config`)."""
+    run: RunConfig
+    """Engine/KV settings shared by the grid (policy and chunk come from `config`)."""
     config: Config
     """The policy and chunk size this job simulates."""
     keep_records: bool = False
@@ -45,11 +42,9 @@ class JobResult:
 
 
 def run_config(job: SimJob) -> RunConfig:
-    """The library RunConfig for this job (the seed also drives jitter, as in `sim run`)."""
+    """The RunConfig this job simulates (the seed also drives jitter, as in `sim run`)."""
     spec = job.config.policy
-    opts = dataclasses.replace(job.run, policy=PolicyName(spec.family), variant=spec.variant,
-                               chunk=job.config.chunk, budget=None)
-    return opts.to_config(job.workload.seed)
+    return job.run.variant(spec.family, job.config.chunk, job.workload.seed, spec.variant)
 
 
 _worker_profile: Profile | None = None

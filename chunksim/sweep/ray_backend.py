@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from chunksim.sim.profile import Profile
+from chunksim.latency.profile import Profile
 from chunksim.sweep.job import JobResult, SimJob, run_job
 
 

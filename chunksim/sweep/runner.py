@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from types import TracebackType
 
+from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
-from chunksim.sim.profile import Profile
 from chunksim.sweep.job import JobResult, SimJob, init_worker, run_job
 
 OnResult = Callable[[int, JobResult], None]

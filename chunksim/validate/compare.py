@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from chunksim.sim.core import StepShape
-from chunksim.sim.latency import LatencyModel
+from chunksim.core.shape import StepShape
+from chunksim.latency.model import LatencyModel
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el")
 STATS = ("mean", "median", "p90", "p99")

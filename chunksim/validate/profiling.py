@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunksim.sim.profile import Profile, load_profile
+from chunksim.latency.profile import Profile, load_profile
 
 
 def profile_now(out_csv: Path, model: str = "tiny", device: str = "auto",
@@ -21,8 +21,8 @@ def profile_now(out_csv: Path, model: str = "tiny", device: str = "auto",
     """Run `sim profile` into `out_csv` (overwriting a finished profile there) with
     `passes` looks at the fast points, and load it. `axes` may override chunk_lens /
     decode_counts / kv_lens / prior_lens ("0,64,256")."""
-    from chunksim.profiler.command import build_settings
     from chunksim.profiler.run import run_profile
+    from chunksim.profiler.settings import build_settings
 
     settings = build_settings(model=model, device=device, dtype=dtype, threads=threads,
                               grid=grid, out=out_csv, seed=seed, passes=passes,

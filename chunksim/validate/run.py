@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from chunksim.core.spec import Workload
+from chunksim.latency.profile import Profile
 from chunksim.live.settings import LiveSettings
-from chunksim.sim.profile import Profile
 from chunksim.sim.run import RunConfig, default_kv_blocks
 from chunksim.validate.compare import (
     PADDED_ABOVE,
@@ -30,7 +31,6 @@ from chunksim.validate.compare import (
     worst_abs_error,
 )
 from chunksim.validate.repeat import live_repeatability
-from chunksim.workloads.spec import Workload
 
 FORMAT = "chunksim-validation/1"
 
@@ -85,7 +85,7 @@ def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
         notes.append(f"when profiled, the first call of a new {costly[0]} shape took "
                      f"{costly[1]:.1f}x its repeat: live steps, new shapes each, will run "
                      "slower than the warm-timed table")
-    from chunksim.profiler.step import ATTENTION_BACKEND
+    from chunksim.decoder.step import ATTENTION_BACKEND
 
     prof_attn = provenance.get("attention_backend")
     if prof_attn and prof_attn != ATTENTION_BACKEND:
@@ -104,10 +104,9 @@ def _serve_live(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
     """One live run of `workload` (a fresh policy object each time, the model of
     `runtime` where there is one): the LiveResult and its summary."""
     from chunksim.live.loop import LiveEngine
-    from chunksim.policies import make_policy
     from chunksim.sim.metrics import summarize
 
-    policy = make_policy(cfg.policy, cfg.knobs, device_name)
+    policy = cfg.make_policy(device_name)
     live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
                       runtime=runtime).run()
     return live, summarize(live.requests, live.steps, live.itl_s, cfg.slos_s, live.meta)
@@ -125,8 +124,8 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     differ from each other (`live_repeatability`, validate.repeat)."""
     if live_runs < 1:
         raise ValueError(f"--live-runs {live_runs}: use 1 or more")
-    from chunksim.sim.kv_cache import KVConfig
-    from chunksim.sim.latency import LatencyModel
+    from chunksim.core.kv_cache import KVConfig
+    from chunksim.latency.model import LatencyModel
     from chunksim.sim.run import simulate
 
     settings = settings or LiveSettings.from_profile(profile.provenance)
@@ -138,8 +137,8 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     kv = KVConfig(cfg.kv_blocks, cfg.block_size, False, workload.prefix_block_tokens)
     probe = None
     if replay_steps > 0:  # the machine's speed on the table's own points, just before
-        from chunksim.live.replay import probe_rows, remeasure_points
         from chunksim.live.runtime import Runtime, pinned_threads
+        from chunksim.validate.remeasure import probe_rows, remeasure_points
 
         with pinned_threads(settings.threads):
             runtime = runtime or Runtime(settings)
@@ -261,8 +260,8 @@ def decompose(live, profile: Profile, settings: LiveSettings, predicted_s: np.nd
     `live.replay`): table-vs-replay, replay-vs-live, and how far the profile's own points
     moved since profiling (`profile_drift`, before and after the live run; `drift_factor`
     = median of now / table over both). Adds `replay_forward_s` to the live steps."""
-    from chunksim.live.replay import probe_rows, remeasure_points
     from chunksim.live.runtime import pinned_threads
+    from chunksim.validate.remeasure import probe_rows, remeasure_points
 
     steps = live.steps
     rng = np.random.default_rng(seed)

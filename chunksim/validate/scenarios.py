@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from chunksim.policies import PolicyKnobs
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
@@ -61,7 +60,7 @@ def suite(seed: int = 0, loads: tuple[str, ...] = tuple(LOADS),
             continue
         for load in loads:
             opts, blocks = LOADS[load]
-            cfg = RunConfig(policy=family, knobs=PolicyKnobs(chunk=chunk),
+            cfg = RunConfig(policy=family, chunk=chunk,
                             kv_blocks=blocks or AMPLE_KV_BLOCKS, prefix_caching=False)
             out.append(Scenario(f"{label}/{load}", replace(opts, seed=seed), cfg))
     return out

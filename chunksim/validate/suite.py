@@ -15,7 +15,7 @@ from chunksim.validate.scenarios import Scenario
 
 
 def run_suite(scenarios: list[Scenario], profile, out_dir: Path, settings,
-              plot: bool = True, log: Callable[[str], None] = print,
+              plot: Callable | None = None, log: Callable[[str], None] = print,
               quiet_wait_s: float = 0.0, replay_steps: int = 120,
               keep_going: bool = False, runtime=None,
               live_runs: int = 1) -> dict[str, dict]:

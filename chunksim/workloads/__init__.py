@@ -10,6 +10,7 @@ Public API (import from here):
 - `sample_path` — small shipped trace samples.
 """
 
+from chunksim.core.spec import RequestSpec, Workload
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess, sample_arrivals
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.lengths import (
@@ -31,7 +32,6 @@ from chunksim.workloads.scenarios import (
     longest_request_id,
 )
 from chunksim.workloads.shared_prefix import SharedPrefixConfig, shared_prefix
-from chunksim.workloads.spec import RequestSpec, Workload
 from chunksim.workloads.stats import describe_workload
 from chunksim.workloads.synthetic import SyntheticConfig, generate
 from chunksim.workloads.traces.config import TimeUnit, TraceFormat, TraceOptions

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunksim.workloads.spec import RequestSpec, Workload
+from chunksim.core.spec import RequestSpec, Workload
 
 
 def workload_from_arrays(

@@ -1,21 +1,17 @@
-"""CLI flags -> Workload, written once and shared by `sim run/compare/capacity/validate/sweep`.
+"""Workload settings -> Workload, shared by `sim run/compare/capacity/validate/sweep`.
 
-A command either declares the flags itself, one line each with the `*Opt` aliases below,
-and calls `WorkloadOptions.from_cli(locals())`, or decorates itself with
-`@with_workload_options` and receives a ready `workload_opts: WorkloadOptions`.
-`None` means "unset": each workload kind fills in its own default (documented in the help).
+`WorkloadOptions` declares each setting once, as a field whose docstring is its `--help`
+text (the CLI derives the flags from it; see `chunksim.core.knobs`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
 
-import typer
-
+from chunksim.core.knobs import flag_name, knob
+from chunksim.core.spec import Workload
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.lengths import (
     Constant,
@@ -34,7 +30,6 @@ from chunksim.workloads.scenarios import (
     LongPromptConfig,
     long_prompt,
 )
-from chunksim.workloads.spec import Workload
 from chunksim.workloads.synthetic import CHAT_OUTPUT, CHAT_PROMPT, SyntheticConfig, generate
 from chunksim.workloads.traces.config import TimeUnit, TraceFormat, TraceOptions
 
@@ -54,88 +49,99 @@ class WorkloadKind(str, Enum):
     TRACE = "trace"
 
 
+_T = "Trace replay"
+
+
 @dataclass(frozen=True)
 class WorkloadOptions:
-    """Every workload flag, as parsed; `build_workload` turns it into a Workload."""
+    """Every workload setting (each one a `sim` flag); `build_workload` turns it into a
+    Workload. None means "unset": each workload kind fills in its own default."""
 
-    workload: WorkloadKind = WorkloadKind.POISSON
-    """Arrival process / scenario / trace replay."""
-    rate: float | None = None
-    """Synthetic: arrival rate (req/s, default 4). Trace: rescale to this mean rate."""
-    num_requests: int | None = None
-    """Synthetic: exact count (default 200 unless --duration). Trace: keep at most this many."""
-    duration_s: float | None = None
-    """Synthetic: arrivals in [0, duration). Trace: window length in trace seconds."""
-    burstiness: float | None = None
-    """Gamma shape (vLLM's --burstiness): 1 = Poisson, < 1 burstier."""
-    prompt_dist: LengthKind | None = None
-    """Prompt length family (default lognormal)."""
-    prompt_mean: float | None = None
-    """Prompt mean tokens (constant: the value)."""
-    prompt_std: float | None = None
-    """Prompt std tokens (lognormal/normal)."""
-    prompt_min: int | None = None
-    """Prompt clamp low (uniform: low end)."""
-    prompt_max: int | None = None
-    """Prompt clamp high (uniform: high end)."""
-    output_dist: LengthKind | None = None
+    workload: WorkloadKind = knob(WorkloadKind.POISSON, "--workload", "-w")
+    """Arrivals: poisson, gamma (see --burstiness), fixed-rate, burst (all at t=0); long-prompt
+    (one 8192-token prompt at 10 s into an 8 req/s short-chat stream, 30 s); shared-prefix
+    (system prompts with prefix hashes); trace (replay --trace)."""
+    rate: float | None = knob(None, "--rate", "--trace-rate", min=0.0)
+    """Mean arrival rate, req/s (synthetic default 4). With --trace: rescale all gaps by one
+    factor to reach this rate (keeps burstiness)."""
+    num_requests: int | None = knob(None, "--num-requests", "--max-requests", "-n", min=1)
+    """Synthetic: exactly this many requests (default 200 unless --duration). Trace: keep at
+    most this many after the window."""
+    duration_s: float | None = knob(None, "--duration", "--window", "--trace-duration", min=0.0)
+    """Seconds. Synthetic: generate arrivals in [0, duration) instead of a count (long-prompt
+    default 30). Trace: window length after --start, in trace time."""
+    burstiness: float | None = knob(None, "--burstiness", min=0.0)
+    """Gamma shape as in `vllm bench serve`: gap CV = 1/sqrt(b); 1 = Poisson, <1 burstier
+    (default 1; gamma only)."""
+    prompt_dist: LengthKind | None = knob(None, "--prompt-dist")
+    """Prompt length family (default lognormal). constant uses --prompt-mean; uniform
+    --prompt-min..--prompt-max; empirical samples --lengths-csv."""
+    prompt_mean: float | None = knob(None, "--prompt-mean", min=0.0)
+    """Prompt mean, tokens (default 1155, Azure 2023 conv; long-prompt chat: 256)."""
+    prompt_std: float | None = knob(None, "--prompt-std", min=0.0)
+    """Prompt std, tokens (default: scaled with the mean, CV 0.96, i.e. 1109 at mean 1155;
+    long-prompt chat: 192)."""
+    prompt_min: int | None = knob(None, "--prompt-min", min=1)
+    """Prompt clamp low / uniform low, tokens (default 1; long-prompt chat: 32)."""
+    prompt_max: int | None = knob(None, "--prompt-max", min=1)
+    """Prompt clamp high / uniform high, tokens (default 16384; long-prompt chat: 1024)."""
+    output_dist: LengthKind | None = knob(None, "--output-dist")
     """Output length family (default lognormal)."""
-    output_mean: float | None = None
-    """Output mean tokens."""
-    output_std: float | None = None
-    """Output std tokens."""
-    output_min: int | None = None
-    """Output clamp low."""
-    output_max: int | None = None
-    """Output clamp high."""
-    lengths_csv: Path | None = None
-    """CSV of observed lengths for the `empirical` family."""
-    prompt_column: str | None = None
-    """Prompt length column (lengths CSV or generic trace)."""
-    output_column: str | None = None
-    """Output length column (lengths CSV or generic trace)."""
-    seed: int = 0
+    output_mean: float | None = knob(None, "--output-mean", min=0.0)
+    """Output mean, tokens (default 211, Azure 2023 conv; long-prompt chat: 128)."""
+    output_std: float | None = knob(None, "--output-std", min=0.0)
+    """Output std, tokens (default: scaled with the mean, CV 0.77, i.e. 163 at 211; long-prompt
+    chat: 96)."""
+    output_min: int | None = knob(None, "--output-min", min=1)
+    """Output clamp low, tokens (default 1; long-prompt chat: 16)."""
+    output_max: int | None = knob(None, "--output-max", min=1)
+    """Output clamp high, tokens (default 1024; long-prompt chat: 512)."""
+    lengths_csv: Path | None = knob(None, "--lengths-csv")
+    """CSV of observed lengths for --*-dist empirical (sampled with replacement; both empirical
+    = sampled as pairs from the same rows)."""
+    prompt_column: str | None = knob(None, "--prompt-column")
+    """Prompt length column of --lengths-csv or a generic trace (guessed: ContextTokens,
+    num_prefill_tokens, input_length, Request tokens, prompt_tokens)."""
+    output_column: str | None = knob(None, "--output-column")
+    """Output length column (guessed like --prompt-column)."""
+    seed: int = knob(0, "--seed", min=0)
     """Seed of every random draw."""
-    long_prompt_tokens: int = 8192
+    long_prompt_tokens: int = knob(8192, "--long-prompt-tokens", min=1)
     """long-prompt: the long request's prompt tokens."""
-    long_output_tokens: int = 128
+    long_output_tokens: int = knob(128, "--long-output-tokens", min=1)
     """long-prompt: the long request's output tokens."""
-    long_arrival_s: float = 10.0
-    """long-prompt: when the long request arrives, s."""
-    num_prefixes: int = 8
-    """shared-prefix: number of distinct system prompts."""
-    prefix_tokens: int = 1024
-    """shared-prefix: tokens in each system prompt."""
-    prefix_share: float = 1.0
+    long_arrival_s: float = knob(10.0, "--long-arrival", min=0.0)
+    """long-prompt: arrival time of the long request, s."""
+    num_prefixes: int = knob(8, "--num-prefixes", min=1)
+    """shared-prefix: distinct system prompts."""
+    prefix_tokens: int = knob(1024, "--prefix-tokens", min=1)
+    """shared-prefix: tokens per system prompt, added to the sampled prompt."""
+    prefix_share: float = knob(1.0, "--prefix-share", min=0.0, max=1.0)
     """shared-prefix: fraction of requests that start with a system prompt."""
-    trace: Path | None = None
-    """Trace file to replay (implies --workload trace)."""
-    trace_format: TraceFormat = TraceFormat.AUTO
-    """Trace file layout."""
-    time_unit: TimeUnit | None = None
-    """Generic trace: time column unit."""
-    time_column: str | None = None
-    """Generic trace: time column."""
-    class_column: str | None = None
+    trace: Path | None = knob(None, "--trace", panel=_T)
+    """Replay this trace file (implies --workload trace)."""
+    trace_format: TraceFormat = knob(TraceFormat.AUTO, "--trace-format", panel=_T)
+    """azure (TIMESTAMP,ContextTokens,GeneratedTokens), mooncake (JSONL, ms, hash_ids), burstgpt
+    (CSV), generic (name the columns + --time-unit); auto detects from header."""
+    time_unit: TimeUnit | None = knob(None, "--time-unit", panel=_T)
+    """Generic trace: unit of the time column (s, ms, us, ns, datetime)."""
+    time_column: str | None = knob(None, "--time-column", panel=_T)
+    """Generic trace: time column (default timestamp)."""
+    class_column: str | None = knob(None, "--class-column", panel=_T)
     """Generic trace: traffic class column."""
-    priority_column: str | None = None
-    """Generic trace: priority column."""
-    trace_model: str | None = None
-    """BurstGPT: keep one model's rows."""
-    start_s: float = 0.0
-    """Trace: seconds to skip before the window."""
-    speedup: float | None = None
-    """Trace: divide arrival times by this."""
-    jitter_ticks: bool = False
-    """Trace: jitter quantized timestamps inside their tick."""
-    strict_order: bool = False
-    """Trace: refuse unsorted timestamps instead of sorting."""
-
-    @classmethod
-    def from_cli(cls, values: dict[str, Any]) -> WorkloadOptions:
-        """Pick this dataclass's fields out of a command's `locals()` (others ignored)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+    priority_column: str | None = knob(None, "--priority-column", panel=_T)
+    """Generic trace: integer priority column (lower runs first)."""
+    trace_model: str | None = knob(None, "--trace-model", panel=_T)
+    """BurstGPT: keep only this Model's rows (e.g. ChatGPT, GPT-4)."""
+    start_s: float = knob(0.0, "--start", panel=_T, min=0.0)
+    """Trace: skip this many seconds after the first request."""
+    speedup: float | None = knob(None, "--speedup", panel=_T, min=0.0)
+    """Trace: compress time by this factor (2 = twice the rate)."""
+    jitter_ticks: bool = knob(False, "--jitter-ticks/--no-jitter-ticks", panel=_T)
+    """Trace: spread requests uniformly inside each quantized timestamp tick (Mooncake
+    conversation: ~3 s), keeping order; seeded."""
+    strict_order: bool = knob(False, "--strict-order/--sort-order", panel=_T)
+    """Trace: refuse out-of-order timestamps instead of sorting them (noted)."""
 
 
 def _length_dist(opts: WorkloadOptions, role: str, default: LengthDist) -> LengthDist:
@@ -256,7 +262,7 @@ def _refuse_unused(opts: WorkloadOptions, names: tuple[str, ...], where: str) ->
     if opts.trace_format is not TraceFormat.AUTO and names is _TRACE_ONLY:
         given.append("trace_format")
     if given:
-        flags = ", ".join("--" + n.removesuffix("_s").replace("_", "-") for n in given)
+        flags = ", ".join(flag_name(WorkloadOptions, n) for n in given)
         raise ValueError(f"{flags} do(es) not apply to {where}; drop them")
 
 
@@ -316,376 +322,3 @@ def build_workload(opts: WorkloadOptions) -> Workload:
             )
         )
     return generate(config)
-
-
-# ---- Typer option aliases: help text written once, one line per command parameter ----
-_P = "Workload"  # rich help panel grouping these flags in --help
-_T = "Trace replay"
-
-WorkloadOpt = Annotated[
-    WorkloadKind,
-    typer.Option(
-        "--workload",
-        "-w",
-        rich_help_panel=_P,
-        help="Arrivals: poisson, gamma (see --burstiness), fixed-rate, burst (all at t=0); "
-        "long-prompt (one 8192-token prompt at 10 s into a 4 req/s short-chat stream, 30 s); "
-        "shared-prefix (system prompts with prefix hashes); trace (replay --trace).",
-    ),
-]
-RateOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--rate",
-        "--trace-rate",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Mean arrival rate, req/s (synthetic default 4). With --trace: rescale all gaps by "
-        "one factor to reach this rate (keeps burstiness).",
-    ),
-]
-NumRequestsOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--num-requests",
-        "--max-requests",
-        "-n",
-        rich_help_panel=_P,
-        min=1,
-        help="Synthetic: exactly this many requests (default 200 unless --duration). "
-        "Trace: keep at most this many after the window.",
-    ),
-]
-DurationOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--duration",
-        "--window",
-        "--trace-duration",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Seconds. Synthetic: generate arrivals in [0, duration) instead of a count "
-        "(long-prompt default 30). Trace: window length after --start, in trace time.",
-    ),
-]
-BurstinessOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--burstiness",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Gamma shape as in `vllm bench serve`: gap CV = 1/sqrt(b); 1 = Poisson, "
-        "<1 burstier (default 1; gamma only).",
-    ),
-]
-PromptDistOpt = Annotated[
-    LengthKind | None,
-    typer.Option(
-        "--prompt-dist",
-        rich_help_panel=_P,
-        help="Prompt length family (default lognormal). constant uses --prompt-mean; uniform "
-        "--prompt-min..--prompt-max; empirical samples --lengths-csv.",
-    ),
-]
-PromptMeanOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--prompt-mean",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Prompt mean, tokens (default 1155, Azure 2023 conv; long-prompt chat: 256).",
-    ),
-]
-PromptStdOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--prompt-std",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Prompt std, tokens (default: scaled with the mean, CV 0.96, i.e. 1109 at mean 1155; "
-        "long-prompt chat: 192).",
-    ),
-]
-PromptMinOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--prompt-min",
-        rich_help_panel=_P,
-        min=1,
-        help="Prompt clamp low / uniform low, tokens (default 1; long-prompt chat: 32).",
-    ),
-]
-PromptMaxOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--prompt-max",
-        rich_help_panel=_P,
-        min=1,
-        help="Prompt clamp high / uniform high, tokens (default 16384; long-prompt chat: 1024).",
-    ),
-]
-OutputDistOpt = Annotated[
-    LengthKind | None,
-    typer.Option(
-        "--output-dist", rich_help_panel=_P, help="Output length family (default lognormal)."
-    ),
-]
-OutputMeanOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--output-mean",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Output mean, tokens (default 211, Azure 2023 conv; long-prompt chat: 128).",
-    ),
-]
-OutputStdOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--output-std",
-        rich_help_panel=_P,
-        min=0.0,
-        help="Output std, tokens (default: scaled with the mean, CV 0.77, i.e. 163 at 211; "
-        "long-prompt chat: 96).",
-    ),
-]
-OutputMinOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--output-min",
-        rich_help_panel=_P,
-        min=1,
-        help="Output clamp low, tokens (default 1; long-prompt chat: 16).",
-    ),
-]
-OutputMaxOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--output-max",
-        rich_help_panel=_P,
-        min=1,
-        help="Output clamp high, tokens (default 1024; long-prompt chat: 512).",
-    ),
-]
-LengthsCsvOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--lengths-csv",
-        rich_help_panel=_P,
-        help="CSV of observed lengths for --*-dist empirical (sampled with replacement; "
-        "both empirical = sampled as pairs from the same rows).",
-    ),
-]
-PromptColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--prompt-column",
-        rich_help_panel=_P,
-        help="Prompt length column of --lengths-csv or a generic trace (guessed: "
-        "ContextTokens, num_prefill_tokens, input_length, Request tokens, prompt_tokens).",
-    ),
-]
-OutputColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--output-column",
-        rich_help_panel=_P,
-        help="Output length column (guessed like --prompt-column).",
-    ),
-]
-SeedOpt = Annotated[
-    int, typer.Option("--seed", rich_help_panel=_P, min=0, help="Seed of every random draw.")
-]
-LongPromptTokensOpt = Annotated[
-    int,
-    typer.Option(
-        "--long-prompt-tokens",
-        rich_help_panel=_P,
-        min=1,
-        help="long-prompt: the long request's prompt tokens.",
-    ),
-]
-LongOutputTokensOpt = Annotated[
-    int,
-    typer.Option(
-        "--long-output-tokens",
-        rich_help_panel=_P,
-        min=1,
-        help="long-prompt: the long request's output tokens.",
-    ),
-]
-LongArrivalOpt = Annotated[
-    float,
-    typer.Option(
-        "--long-arrival",
-        rich_help_panel=_P,
-        min=0.0,
-        help="long-prompt: arrival time of the long request, s.",
-    ),
-]
-NumPrefixesOpt = Annotated[
-    int,
-    typer.Option(
-        "--num-prefixes",
-        rich_help_panel=_P,
-        min=1,
-        help="shared-prefix: distinct system prompts.",
-    ),
-]
-PrefixTokensOpt = Annotated[
-    int,
-    typer.Option(
-        "--prefix-tokens",
-        rich_help_panel=_P,
-        min=1,
-        help="shared-prefix: tokens per system prompt, added to the sampled prompt.",
-    ),
-]
-PrefixShareOpt = Annotated[
-    float,
-    typer.Option(
-        "--prefix-share",
-        rich_help_panel=_P,
-        min=0.0,
-        max=1.0,
-        help="shared-prefix: fraction of requests that start with a system prompt.",
-    ),
-]
-TraceOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--trace", rich_help_panel=_T, help="Replay this trace file (implies --workload trace)."
-    ),
-]
-TraceFormatOpt = Annotated[
-    TraceFormat,
-    typer.Option(
-        "--trace-format",
-        rich_help_panel=_T,
-        help="azure (TIMESTAMP,ContextTokens,GeneratedTokens), mooncake (JSONL, ms, hash_ids), "
-        "burstgpt (CSV), generic (name the columns + --time-unit); auto detects from header.",
-    ),
-]
-TimeUnitOpt = Annotated[
-    TimeUnit | None,
-    typer.Option(
-        "--time-unit",
-        rich_help_panel=_T,
-        help="Generic trace: unit of the time column (s, ms, us, ns, datetime).",
-    ),
-]
-TimeColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--time-column", rich_help_panel=_T, help="Generic trace: time column (default timestamp)."
-    ),
-]
-ClassColumnOpt = Annotated[
-    str | None,
-    typer.Option("--class-column", rich_help_panel=_T, help="Generic trace: traffic class column."),
-]
-PriorityColumnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--priority-column",
-        rich_help_panel=_T,
-        help="Generic trace: integer priority column (lower runs first).",
-    ),
-]
-TraceModelOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--trace-model",
-        rich_help_panel=_T,
-        help="BurstGPT: keep only this Model's rows (e.g. ChatGPT, GPT-4).",
-    ),
-]
-StartOpt = Annotated[
-    float,
-    typer.Option(
-        "--start",
-        rich_help_panel=_T,
-        min=0.0,
-        help="Trace: skip this many seconds after the first request.",
-    ),
-]
-SpeedupOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--speedup",
-        rich_help_panel=_T,
-        min=0.0,
-        help="Trace: compress time by this factor (2 = twice the rate).",
-    ),
-]
-JitterTicksOpt = Annotated[
-    bool,
-    typer.Option(
-        "--jitter-ticks/--no-jitter-ticks",
-        rich_help_panel=_T,
-        help="Trace: spread requests uniformly inside each quantized timestamp tick "
-        "(Mooncake conversation: ~3 s), keeping order; seeded.",
-    ),
-]
-StrictOrderOpt = Annotated[
-    bool,
-    typer.Option(
-        "--strict-order/--sort-order",
-        rich_help_panel=_T,
-        help="Trace: refuse out-of-order timestamps instead of sorting them (noted).",
-    ),
-]
-
-# (name, alias, default) for every flag, in --help order; defaults mirror WorkloadOptions.
-CLI_PARAMS: tuple[tuple[str, Any, Any], ...] = (
-    ("workload", WorkloadOpt, WorkloadKind.POISSON),
-    ("rate", RateOpt, None),
-    ("num_requests", NumRequestsOpt, None),
-    ("duration_s", DurationOpt, None),
-    ("burstiness", BurstinessOpt, None),
-    ("prompt_dist", PromptDistOpt, None),
-    ("prompt_mean", PromptMeanOpt, None),
-    ("prompt_std", PromptStdOpt, None),
-    ("prompt_min", PromptMinOpt, None),
-    ("prompt_max", PromptMaxOpt, None),
-    ("output_dist", OutputDistOpt, None),
-    ("output_mean", OutputMeanOpt, None),
-    ("output_std", OutputStdOpt, None),
-    ("output_min", OutputMinOpt, None),
-    ("output_max", OutputMaxOpt, None),
-    ("lengths_csv", LengthsCsvOpt, None),
-    ("prompt_column", PromptColumnOpt, None),
-    ("output_column", OutputColumnOpt, None),
-    ("seed", SeedOpt, 0),
-    ("long_prompt_tokens", LongPromptTokensOpt, 8192),
-    ("long_output_tokens", LongOutputTokensOpt, 128),
-    ("long_arrival_s", LongArrivalOpt, 10.0),
-    ("num_prefixes", NumPrefixesOpt, 8),
-    ("prefix_tokens", PrefixTokensOpt, 1024),
-    ("prefix_share", PrefixShareOpt, 1.0),
-    ("trace", TraceOpt, None),
-    ("trace_format", TraceFormatOpt, TraceFormat.AUTO),
-    ("time_unit", TimeUnitOpt, None),
-    ("time_column", TimeColumnOpt, None),
-    ("class_column", ClassColumnOpt, None),
-    ("priority_column", PriorityColumnOpt, None),
-    ("trace_model", TraceModelOpt, None),
-    ("start_s", StartOpt, 0.0),
-    ("speedup", SpeedupOpt, None),
-    ("jitter_ticks", JitterTicksOpt, False),
-    ("strict_order", StrictOrderOpt, False),
-)
-
-
-def with_workload_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator for a Typer command: adds every workload flag to its signature and calls
-    it with `workload_opts=WorkloadOptions(...)` (the command declares that parameter).
-
-        @app.command()
-        @with_workload_options
-        def run(policy: str, workload_opts: WorkloadOptions) -> None:
-            workload = build_workload(workload_opts)
-    """
-    from chunksim.cli_bundle import bundle
-
-    return bundle(CLI_PARAMS, WorkloadOptions, "workload_opts")(fn)

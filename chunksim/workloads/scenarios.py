@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chunksim.core.spec import Workload
 from chunksim.workloads.arrivals import ArrivalProcess
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.lengths import LengthDist, LogNormal
-from chunksim.workloads.spec import Workload
 from chunksim.workloads.synthetic import SyntheticConfig, generate
 
 LONG_PROMPT_DEFAULT_RATE_PER_S = 8.0

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chunksim.core.spec import Workload
 from chunksim.workloads.build import workload_from_arrays
-from chunksim.workloads.spec import Workload
 from chunksim.workloads.synthetic import SyntheticConfig, generate
 
 DEFAULT_BLOCK_TOKENS = 16

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 
-from chunksim.workloads.spec import Workload
+from chunksim.core.spec import Workload
 
 PERCENTILES = (50, 90, 99)
 

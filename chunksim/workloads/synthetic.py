@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from chunksim.core.spec import Workload
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess, sample_arrivals
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.lengths import Empirical, LengthDist, LogNormal
-from chunksim.workloads.spec import Workload
 
 # Azure LLM inference 2023, conversation trace (19,366 requests): prompt mean 1155 / std
 # 1109, output mean 211 / std 163, max 14,050 / 1,000. The defaults for a "chat" workload.

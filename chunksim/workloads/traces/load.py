@@ -6,8 +6,8 @@ from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 
+from chunksim.core.spec import Workload
 from chunksim.workloads.build import workload_from_arrays
-from chunksim.workloads.spec import Workload
 from chunksim.workloads.traces import azure, burstgpt, mooncake
 from chunksim.workloads.traces.columns import csv_header, open_text
 from chunksim.workloads.traces.config import TraceFormat, TraceOptions

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from chunksim.workloads.options import WorkloadOptions, build_workload, with_workload_options
+from chunksim.cli.options import with_workload_options
+from chunksim.workloads.options import WorkloadOptions, build_workload
 from chunksim.workloads.stats import describe_workload
 
 
@@ -33,7 +34,7 @@ def describe(
     workload = build_workload(opts)
     stats = describe_workload(workload)
     if plot is not None:
-        from chunksim.workloads.plot import plot_workload
+        from chunksim.reports.workload_plot import plot_workload
 
         plot_workload(workload, plot)
         stats["plot"] = str(plot)

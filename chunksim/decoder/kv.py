@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from chunksim.profiler.config import ModelConfig
+from chunksim.decoder.config import ModelConfig
 
 
 class KVPool:

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from chunksim.profiler.kv import KVPool
-from chunksim.profiler.step import PreparedStep, cpu_flash
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.step import PreparedStep, cpu_flash
 
 SDPA_BACKENDS: tuple[str, ...] = ("flash", "efficient", "math")
 """SDPA kernels the model may run on CUDA (torch's `SDPBackend` names, lower case), as the

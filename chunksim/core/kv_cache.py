@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from chunksim.sim.request import Request
+from chunksim.core.request import Request
 
 
 def blocks_for(tokens: int, block_size: int) -> int:

@@ -1,7 +1,7 @@
 """Flags shared by `sim compare`, `sim capacity` and `sim sweep`, declared once.
 
 The grid commands take lists (`--policies`, `--chunks`) instead of `sim run`'s single
-`--policy/--variant/--chunk/--budget`, and every other engine flag from RUN_PARAMS.
+`--policy/--variant/--chunk`, and every other option `sim run` has (`cli.options`).
 """
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ from typing import Annotated
 
 import typer
 
-from chunksim.cli_bundle import bundle
-from chunksim.run_options import RUN_PARAMS, RunOptions
 from chunksim.sweep.configs import DEFAULT_CHUNKS, DEFAULT_POLICIES
 
 _G = "Grid"
-_SINGLE = ("policy", "variant", "chunk", "budget")
-GRID_RUN_PARAMS = [p for p in RUN_PARAMS if p[0] not in _SINGLE]
 
 PoliciesOpt = Annotated[str, typer.Option(
     "--policies", rich_help_panel=_G, help=(
-        "Comma list of policies: whole, chunk, budget, each optionally :VARIANT "
+        "Comma list of policies (whole, chunk, budget, sjf), each optionally :VARIANT "
         "(whole:mixed, chunk:two-pass, chunk:alternate)."))]
 ChunksOpt = Annotated[str, typer.Option(
     "--chunks", rich_help_panel=_G, help=(
@@ -38,12 +34,7 @@ RayOpt = Annotated[str | None, typer.Option(
         "start one here, or ray://HOST:PORT."))]
 
 __all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "PoliciesOpt", "RayOpt",
-           "WorkersOpt", "command_line", "with_grid_run_options"]
-
-
-def with_grid_run_options(fn):
-    """Decorator: RUN_PARAMS minus the single-policy flags; passes `run_opts: RunOptions`."""
-    return bundle(GRID_RUN_PARAMS, RunOptions, "run_opts")(fn)
+           "WorkersOpt", "command_line"]
 
 
 def command_line() -> str | None:

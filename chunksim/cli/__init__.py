@@ -22,25 +22,25 @@ app.add_typer(workload_app, name="workload")
 
 # --- command registration (each module keeps heavy imports inside its functions) ---
 # BEGIN REGISTRATIONS
-from chunksim.profiler.command import profile as _profile  # noqa: E402
+from chunksim.cli.profile import profile as _profile  # noqa: E402
 
 app.command("profile")(_profile)
-from chunksim.sim.command import run as _run  # noqa: E402
+from chunksim.cli.run import run as _run  # noqa: E402
 
 app.command("run")(_run)
-from chunksim.workloads.describe_cmd import describe as _workload_describe  # noqa: E402
+from chunksim.cli.workload import describe as _workload_describe  # noqa: E402
 
 workload_app.command("describe")(_workload_describe)
-from chunksim.sweep.compare_command import compare as _compare  # noqa: E402
+from chunksim.cli.compare import compare as _compare  # noqa: E402
 
 app.command("compare")(_compare)
-from chunksim.sweep.capacity_command import capacity as _capacity  # noqa: E402
+from chunksim.cli.capacity import capacity as _capacity  # noqa: E402
 
 app.command("capacity")(_capacity)
-from chunksim.sweep.sweep_command import sweep as _sweep  # noqa: E402
+from chunksim.cli.sweep import sweep as _sweep  # noqa: E402
 
 app.command("sweep")(_sweep)
-from chunksim.validate.command import validate as _validate  # noqa: E402
+from chunksim.cli.validate import validate as _validate  # noqa: E402
 
 app.command("validate")(_validate)
 # END REGISTRATIONS

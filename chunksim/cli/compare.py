@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from chunksim.run_options import RunOptions
-from chunksim.sweep.flags import (
+from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
     ChunksOpt,
@@ -16,15 +15,16 @@ from chunksim.sweep.flags import (
     RayOpt,
     WorkersOpt,
     command_line,
-    with_grid_run_options,
 )
-from chunksim.workloads.options import WorkloadOptions, with_workload_options
+from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
+from chunksim.sim.run import RunConfig
+from chunksim.workloads.options import WorkloadOptions
 
 
 @with_grid_run_options
 @with_workload_options
 def compare(
-    run_opts: RunOptions,
+    run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     out: Annotated[Path, typer.Option("--out", help=(
         "Directory for comparison.csv/.json, the plots, report.md and report.html."))],
@@ -40,6 +40,7 @@ def compare(
         "Also write every plot as SVG (for papers)."))] = True,
     report: Annotated[bool, typer.Option("--report/--no-report", help=(
         "Draw the plots and write report.md/.html (off: tables only)."))] = True,
+    profile: ProfileOpt = None,
 ) -> None:
     """Replay one workload under several policies and chunk sizes: table, plots, report.
 
@@ -47,9 +48,9 @@ def compare(
     256,512,1024,2048 --out reports/long-prompt`.
     """
     from chunksim import atomic
+    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison
-    from chunksim.sim.profile import load_profile
     from chunksim.sweep.compare import run_comparison
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
     from chunksim.sweep.runner import Runner
@@ -59,10 +60,10 @@ def compare(
         from chunksim.reports.compare_report import timeline_configs
 
         timeline_configs(configs, timeline_chunk)
-    profile = load_profile(run_opts.profile)
+    profile = load_profile(profile)
     with Runner(profile, workers, ray) as runner, \
             ProgressBar("compare", total=len(configs)) as bar:
-        comp = run_comparison(configs, workload_opts, run_opts, runner, keep_records=report,
+        comp = run_comparison(configs, workload_opts, run_cfg, runner, keep_records=report,
                               progress=bar)
     atomic.write_text(out / "comparison.csv", comp.csv())
     atomic.write_json(out / "comparison.json", {

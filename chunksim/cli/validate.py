@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from chunksim.run_options import RunOptions, with_run_options
-from chunksim.workloads.options import WorkloadOptions, build_workload, with_workload_options
+from chunksim.cli.options import ProfileOpt, with_run_options, with_workload_options
+from chunksim.sim.run import RunConfig
+from chunksim.workloads.options import WorkloadOptions, build_workload
 
 _V = "Validation"
 
@@ -18,7 +19,7 @@ _V = "Validation"
 @with_run_options
 @with_workload_options
 def validate(
-    run_opts: RunOptions,
+    run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     out: Annotated[Path, typer.Option("--out", rich_help_panel=_V, help=(
         "Directory for validation.json, live/sim requests and steps CSVs, live_tokens.csv "
@@ -54,6 +55,7 @@ def validate(
         "Draw validation.png."))] = True,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel=_V, help=(
         "Print validation.json's metrics as one JSON line, last on stdout."))] = False,
+    profile: ProfileOpt = None,
 ) -> None:
     """Check the simulator against real execution: run the workload live (real forward
     passes of the profiled model, same policy code) and simulated, and report the signed
@@ -64,17 +66,17 @@ def validate(
     `sim validate --grid quick --out runs/val`;
     `sim validate --grid quick --live-runs 3 --out runs/val`.
     """
+    from chunksim.latency.profile import load_profile
     from chunksim.live.settings import LiveSettings
-    from chunksim.sim.profile import load_profile
     from chunksim.validate.output import write_validation
     from chunksim.validate.run import validate as run_validation
 
-    if run_opts.profile is not None:
+    if profile is not None:
         if passes > 1:
             raise typer.BadParameter(
                 f"--passes {passes} applies only when profiling on the fly; drop --profile "
-                f"{run_opts.profile} or --passes", param_hint="--passes")
-        profile = load_profile(run_opts.profile)
+                f"{profile} or --passes", param_hint="--passes")
+        profile = load_profile(profile)
     else:
         from chunksim.validate.profiling import profile_now
 
@@ -88,13 +90,15 @@ def validate(
     times = f", {live_runs} times" if live_runs > 1 else ""
     typer.echo(f"running {len(workload.requests)} requests live "
                f"(~{workload.duration_s:.0f} s of arrivals{times}) ...", err=True)
-    v = run_validation(workload, profile, run_opts.to_config(workload_opts.seed), settings,
+    v = run_validation(workload, profile, run_cfg.variant(seed=workload_opts.seed), settings,
                        replay_steps=replay_steps, live_runs=live_runs)
-    write_validation(out, v, plot=plot)
+    from chunksim.reports.validation_plot import plot_validation
+
+    write_validation(out, v, plot=plot_validation if plot else None)
     if as_json:
         typer.echo(json.dumps(v.report, default=str))
         return
-    from chunksim.validate.table import print_validation
+    from chunksim.reports.validation_table import print_validation
 
     print_validation(v.report)
     typer.echo(f"wrote {out}/validation.json and the records next to it")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chunksim.workloads.spec import RequestSpec
+from chunksim.core.spec import RequestSpec
 
 
 @dataclass(slots=True, eq=False)

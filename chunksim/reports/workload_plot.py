@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunksim.workloads.spec import Workload
+from chunksim.core.spec import Workload
 
 
 def plot_workload(workload: Workload, path: str | Path, bins: int = 60) -> Path:

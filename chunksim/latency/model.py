@@ -24,27 +24,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass
 
 import numpy as np
 
-from chunksim.sim.profile import Profile
+from chunksim.core.shape import BatchShape
+from chunksim.latency.profile import Profile
 
 _Z90 = 1.2815515655446004  # standard normal 90th percentile
-
-
-@dataclass(frozen=True, slots=True)
-class BatchShape:
-    """What the latency model needs to know about one forward pass."""
-
-    prefill_tokens: int = 0
-    """Prefill tokens over all chunks of the step."""
-    prior_tokens: float = 0.0
-    """Effective prior context of the prefill part (see module docstring), tokens."""
-    decode_count: int = 0
-    """Requests decoding one token."""
-    decode_kv_tokens: float = 0.0
-    """Mean context (tokens already in KV) of the decodes."""
 
 
 class _Axis:

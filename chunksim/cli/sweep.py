@@ -7,23 +7,23 @@ from typing import Annotated
 
 import typer
 
-from chunksim.run_options import RunOptions
-from chunksim.sweep.flags import (
+from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
     ChunksOpt,
     PoliciesOpt,
     RayOpt,
     WorkersOpt,
-    with_grid_run_options,
 )
-from chunksim.workloads.options import WorkloadOptions, with_workload_options
+from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
+from chunksim.sim.run import RunConfig
+from chunksim.workloads.options import WorkloadOptions
 
 
 @with_grid_run_options
 @with_workload_options
 def sweep(
-    run_opts: RunOptions,
+    run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     out: Annotated[Path, typer.Option("--out", help=(
         "CSV table to create or extend (rows already there are skipped)."))],
@@ -39,6 +39,7 @@ def sweep(
         "workload flags apply to each."))] = None,
     workers: WorkersOpt = None,
     ray: RayOpt = None,
+    profile: ProfileOpt = None,
 ) -> None:
     """Run a grid (policies x chunks x rates x seeds x workloads) into one resumable table.
 
@@ -47,8 +48,8 @@ def sweep(
     Example: `sim sweep --policies whole,budget --chunks 512,2048 --rates 2,4,8 --seeds
     0,1,2 --workloads poisson,long-prompt --out runs/sweep.csv`.
     """
+    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
-    from chunksim.sim.profile import load_profile
     from chunksim.sweep.configs import make_configs, parse_floats, parse_ints, parse_policies
     from chunksim.sweep.grid import (
         KEY_COLUMNS,
@@ -66,8 +67,8 @@ def sweep(
     seed_list = (parse_ints(seeds, "--seeds", minimum=0) if seeds is not None
                  else [workload_opts.seed])
     kinds = parse_workloads(workloads, workload_opts)
-    profile = load_profile(run_opts.profile)
-    points = grid_points(workload_opts, run_opts, profile.sha256, kinds, configs, rate_list,
+    profile = load_profile(profile)
+    points = grid_points(workload_opts, run_cfg, profile.sha256, kinds, configs, rate_list,
                          seed_list)
     for kind in kinds:  # bad workload flags fail here, once, not in every worker
         build_workload(next(p.job.workload for p in points

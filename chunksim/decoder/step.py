@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from chunksim.profiler.kv import KVPool
+from chunksim.decoder.kv import KVPool
 
 ATTENTION_BACKEND = "sdpa-per-sequence+cpu-prefix-merge"
 """Profile `attention_backend`: SDPA per prefill segment, one batched SDPA per decode group;

@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chunksim.profiler.attention import SDPA_BACKENDS, attend, sdpa_kernels, write_kv
-from chunksim.profiler.config import ModelConfig, load_hf_config, preset_config
-from chunksim.profiler.kv import KVPool
-from chunksim.profiler.step import PreparedStep
+from chunksim.decoder.attention import SDPA_BACKENDS, attend, sdpa_kernels, write_kv
+from chunksim.decoder.config import ModelConfig, load_hf_config, preset_config
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.step import PreparedStep
 
 __all__ = ["ModelConfig", "LlamaModel", "build_model", "load_hf_config", "preset_config"]
 

@@ -8,33 +8,35 @@ from typing import Annotated
 
 import typer
 
-from chunksim.run_options import RunOptions, with_run_options
-from chunksim.workloads.options import WorkloadOptions, build_workload, with_workload_options
+from chunksim.cli.options import ProfileOpt, with_run_options, with_workload_options
+from chunksim.sim.run import RunConfig
+from chunksim.workloads.options import WorkloadOptions, build_workload
 
 
 @with_run_options
 @with_workload_options
 def run(
-    run_opts: RunOptions,
+    run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     out: Annotated[Path | None, typer.Option("--out", help=(
         "Directory for summary.json, requests.csv, steps.csv (written atomically).")
     )] = None,
     as_json: Annotated[bool, typer.Option("--json", help=(
         "Print the summary as one JSON line, last on stdout."))] = False,
+    profile: ProfileOpt = None,
 ) -> None:
     """Simulate a workload under one scheduling policy and print TTFT/ITL/TPOT/E2EL.
 
     Examples: `sim run --policy budget --chunk 512`;
     `sim run --policy whole --workload long-prompt --out runs/whole`.
     """
+    from chunksim.latency.profile import load_profile
     from chunksim.reports.console import print_summary
-    from chunksim.sim.profile import load_profile
     from chunksim.sim.run import simulate, write_outputs
 
-    profile = load_profile(run_opts.profile)
+    profile = load_profile(profile)
     workload = build_workload(workload_opts)
-    result, summary = simulate(workload, profile, run_opts.to_config(workload_opts.seed))
+    result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed))
     if out is not None:
         write_outputs(out, result, summary)
     if not as_json:

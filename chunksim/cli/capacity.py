@@ -9,17 +9,17 @@ from typing import Annotated
 
 import typer
 
-from chunksim.run_options import RunOptions
-from chunksim.sweep.flags import (
+from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
     ChunksOpt,
     PoliciesOpt,
     RayOpt,
     WorkersOpt,
-    with_grid_run_options,
 )
-from chunksim.workloads.options import WorkloadKind, WorkloadOptions, with_workload_options
+from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
+from chunksim.sim.run import RunConfig
+from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
 PROBE_DURATION_S = 60.0
 """Default probe length for synthetic workloads: arrivals over a fixed span (not a fixed
@@ -29,7 +29,7 @@ count), so an overloaded rate builds a queue the scheduling-delay bound can see.
 @with_grid_run_options
 @with_workload_options
 def capacity(
-    run_opts: RunOptions,
+    run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     slo: Annotated[list[str] | None, typer.Option("--slo", help=(
         "Bound on a summary key in ms, KEY=MS (repeat), e.g. --slo p99_itl_ms=100 --slo "
@@ -46,6 +46,7 @@ def capacity(
     tol: Annotated[float, typer.Option("--tol", min=0.0, help=(
         "Stop bisecting when the bracket is within this relative width (0.03 = 3 %)."))] = 0.03,
     svg: Annotated[bool, typer.Option("--svg/--no-svg", help="Also write SVG plots.")] = True,
+    profile: ProfileOpt = None,
 ) -> None:
     """Max sustainable request rate per policy and chunk size under SLOs; recommends one.
 
@@ -58,9 +59,9 @@ def capacity(
     p99_ttft_ms=2000 --out runs/cap`.
     """
     from chunksim import atomic
+    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity
-    from chunksim.sim.profile import load_profile
     from chunksim.sweep.capacity import SearchParams, capacity_search, recommend
     from chunksim.sweep.capacity_io import capacity_document, probes_csv
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
@@ -76,9 +77,9 @@ def capacity(
     synthetic = workload_opts.trace is None and workload_opts.workload is not WorkloadKind.TRACE
     if synthetic and probe.num_requests is None and probe.duration_s is None:
         probe = dataclasses.replace(probe, duration_s=PROBE_DURATION_S)
-    profile = load_profile(run_opts.profile)
+    profile = load_profile(profile)
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
-        entries = capacity_search(configs, probe, run_opts, slos, runner, params, bar)
+        entries = capacity_search(configs, probe, run_cfg, slos, runner, params, bar)
     best = recommend(entries)
     print_capacity(entries, best, slos)
     if out is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from chunksim.profiler.model import LlamaModel
+from chunksim.decoder.model import LlamaModel
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

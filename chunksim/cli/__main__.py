@@ -1,0 +1,5 @@
+"""`python -m chunksim.cli`: the `sim` command."""
+
+from chunksim.cli import main
+
+main()

@@ -1,0 +1,94 @@
+"""A policy's scratch KV accounting while it builds one plan, and recompute preemption."""
+
+from __future__ import annotations
+
+from chunksim.core.kv_cache import KVCache
+from chunksim.core.queues import FCFS, QueueDiscipline
+from chunksim.core.request import Request
+
+
+class KVLedger:
+    """A policy's scratch view of free KV blocks while it builds one plan."""
+
+    __slots__ = ("kv", "free", "extra", "hits", "released")
+
+    def __init__(self, kv: KVCache) -> None:
+        self.kv = kv
+        self.free = kv.free_blocks
+        self.extra: dict[int, int] = {}  # request_id -> blocks reserved in this plan
+        self.hits: dict[int, tuple[int, int]] = {}  # waiting request_id -> prefix hit
+        self.released: dict = {}  # shared block -> holders preempted in this plan
+
+    def try_grow(self, req: Request, new_tokens: int) -> bool:
+        """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
+        don't fit."""
+        need = self.kv.extra_blocks(req, new_tokens)
+        if need > self.free:
+            return False
+        self.free -= need
+        self.extra[req.request_id] = need
+        return True
+
+    def cached(self, req: Request) -> int:
+        """Prefix-cache hit in tokens of waiting `req` (costs no token budget)."""
+        return self._hit(req)[0]
+
+    def _hit(self, req: Request) -> tuple[int, int]:
+        hit = self.hits.get(req.request_id)
+        if hit is None:
+            hit = self.hits[req.request_id] = self.kv.prefix_hit(req)
+        return hit
+
+    def admit_cost(self, req: Request, tokens: int) -> int:
+        """Free blocks that admitting waiting `req` with `tokens` new tokens consumes: new
+        blocks past its cached prefix, plus cached blocks it takes out of the free pool."""
+        cached, from_free = self._hit(req)
+        bs = self.kv.block_size
+        return -(-(cached + tokens) // bs) - cached // bs + from_free
+
+    def try_admit(self, req: Request, tokens: int, reserve_tokens: int = 0) -> bool:
+        """Reserve what admitting waiting `req` with `tokens` new tokens needs; with
+        `reserve_tokens`, also require room for that many (e.g. its whole prompt)."""
+        if reserve_tokens and self.admit_cost(req, reserve_tokens) > self.free:
+            return False
+        cost = self.admit_cost(req, tokens)
+        if cost > self.free:
+            return False
+        self.free -= cost
+        self.extra[req.request_id] = cost
+        return True
+
+    def release(self, req: Request) -> None:
+        """Return a victim's blocks (those it alone holds, and those reserved for it in
+        this plan) to the scratch pool."""
+        self.free += (self.kv.blocks_freed_by(req, self.released)
+                      + self.extra.pop(req.request_id, 0))
+
+
+def preempt_until_fits(
+    req: Request,
+    want: int,
+    running: list[Request],
+    ledger: KVLedger,
+    scheduled: list[tuple[Request, int]],
+    preempted: list[Request],
+    queue: QueueDiscipline = FCFS,
+) -> tuple[bool, list[tuple[Request, int]]]:
+    """vLLM V1 recompute preemption: evict `queue`'s victim (FCFS: the most recently
+    admitted running request) until `want` more tokens of `req` fit. Removes victims from
+    `running`, appends them to `preempted`, removes their entries from `scheduled`. Returns
+    (req still runs, the removed (victim, tokens) entries, so the caller can give their
+    budget back)."""
+    removed: list[tuple[Request, int]] = []
+    while not ledger.try_grow(req, want):
+        victim = running.pop(queue.victim_index(running))
+        ledger.release(victim)
+        preempted.append(victim)
+        for i, entry in enumerate(scheduled):
+            if entry[0] is victim:
+                removed.append(entry)
+                del scheduled[i]
+                break
+        if victim is req:
+            return False, removed
+    return True, removed

@@ -1,0 +1,85 @@
+"""What a policy sees (SchedulerState), what it returns (Plan), and the Policy protocol.
+
+A policy is a pure function of request state: `plan(state) -> Plan`. It may *simulate*
+KV allocation and preemption on a `KVLedger` (its private scratch copy of the free-block
+count) but never mutates requests or the cache; the engine applies the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from chunksim.core.kv_cache import KVCache
+from chunksim.core.queues import QueueDiscipline
+from chunksim.core.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """One step: which requests run and how many new tokens each computes."""
+
+    scheduled: tuple[tuple[Request, int], ...]
+    """(request, new tokens) in batch order; a decode has 1 new token."""
+    admitted: tuple[Request, ...] = ()
+    """Waiting requests moved to running by this step (in admission order)."""
+    preempted: tuple[Request, ...] = ()
+    """Running requests preempted (recompute) before this step, in preemption order. Each
+    goes to the front of the waiting queue as it is preempted (vLLM V1's prepend), so the
+    last one ends up foremost."""
+    two_pass: bool = False
+    """Run the prefill part and the decode part as two forward passes (their times add)."""
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.scheduled)
+
+    def is_decode(self, req: Request, n: int) -> bool:
+        """Whether `(req, n)` of this plan is a decode: one token for a request that has
+        sampled one and was running before this step. A 1-token prompt tail is prompt work
+        (it samples the first token), and so is a preempted request re-admitted with a
+        prefix hit covering all but its last token: vLLM V0 runs a resumed request as a
+        prompt, and the prefill-only steps of `whole prefill-first` and `chunk alternate`
+        take it as one."""
+        return n == 1 and req.num_output_tokens > 0 and req not in self.admitted
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerState:
+    """Read-only view handed to a policy. Sequences are live; policies must not mutate them."""
+
+    running: Sequence[Request]
+    """Admitted requests, in admission order (decodes and unfinished prefills)."""
+    waiting: Sequence[Request]
+    """Queued requests (new or preempted), in queue order."""
+    kv: KVCache
+    """The KV cache (read it; simulate allocation with a KVLedger)."""
+    last_step_prefill: bool
+    """Whether the previous step computed any prefill tokens (for alternating policies)."""
+
+
+class Policy(Protocol):
+    """A scheduling policy. Implementations are frozen dataclasses whose fields are their
+    knobs (each a `core.knobs.knob`, so its CLI flag derives from it)."""
+
+    name: str
+    """The family name (`--policy`)."""
+    queue: QueueDiscipline
+    """Waiting order and preemption victim; the engine keeps its waiting queue so."""
+    bulk_decode: bool
+    """True only if, with nothing waiting and every running request decoding, the next
+    plan decodes all of them again: then the engine may run such stretches in bulk
+    (bit-identical to stepping them). A policy that does not say so is stepped."""
+
+    def plan(self, state: SchedulerState) -> Plan:
+        """Return the next step's plan; an empty plan means nothing can run now."""
+        ...
+
+    def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        """Why a request of this size can never run under this policy (None if it can)."""
+        ...
+
+    def params(self) -> dict:
+        """Knob values, echoed into summary.json."""
+        ...

@@ -1,0 +1,48 @@
+"""`sim profile`'s flags as plain values -> `ProfileSettings` (the library entry point the
+CLI and `sim validate`'s on-the-fly profiling share)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def build_settings(*, model: str = "tiny", hf_config: Path | None = None,
+                   device: str = "auto", dtype: str | None = None, threads: int = 1,
+                   grid: str = "quick", chunk_lens: str | None = None,
+                   decode_counts: str | None = None, kv_lens: str | None = None,
+                   prior_lens: str | None = None, warmup: int | None = None,
+                   repeats: int | None = None, point_budget_s: float | None = None,
+                   out: Path | None = None, resume: bool = False, seed: int = 0,
+                   passes: int = 1, repass_below_s: float | None = None,
+                   cold_looks: bool = True):
+    """Flags -> `ProfileSettings` (imports torch to resolve the device). ValueError names the
+    flag at fault."""
+    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.decoder.device import resolve_device
+    from chunksim.profiler.grid import grid_preset, parse_axis
+    from chunksim.profiler.run import REPASS_BELOW_S, ProfileSettings
+
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
+    dev = resolve_device(device)
+    spec = grid_preset(grid).with_overrides(
+        chunk_len=None if chunk_lens is None else parse_axis(chunk_lens, "--chunk-lens"),
+        decode_count=None if decode_counts is None else parse_axis(decode_counts,
+                                                                   "--decode-counts"),
+        kv_len=None if kv_lens is None else parse_axis(kv_lens, "--kv-lens"),
+        prior_len=None if prior_lens is None else parse_axis(prior_lens, "--prior-lens"),
+    )
+    timing = {"warmup": warmup, "repeats": repeats, "point_budget_s": point_budget_s}
+    timing = {k: v for k, v in timing.items() if v is not None}
+    if timing:
+        from dataclasses import replace
+
+        spec = replace(spec, **timing)
+    if dev == "cpu" and threads < 1:
+        raise ValueError(f"--threads {threads}: use 1 or more")
+    return ProfileSettings(
+        model=cfg, device=dev, dtype=dtype or ("float32" if dev == "cpu" else "bfloat16"),
+        grid=spec, out_csv=out or Path("out/profiles") / f"{cfg.name}-{dev}.csv",
+        threads=threads if dev == "cpu" else None, seed=seed, resume=resume, passes=passes,
+        repass_below_s=REPASS_BELOW_S if repass_below_s is None else repass_below_s,
+        cold_looks=cold_looks,
+    )
