@@ -64,12 +64,14 @@ def capacity(
     from chunksim.reports.console import print_capacity
     from chunksim.sweep.capacity import SearchParams, capacity_search, recommend
     from chunksim.sweep.capacity_io import capacity_document, probes_csv
-    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
+    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.slos import parse_capacity_slos
 
     slos = parse_capacity_slos(slo)
-    configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))
+    specs = parse_policies(policies)
+    refuse_unused_knobs(specs, run_cfg.knobs)
+    configs = make_configs(specs, parse_ints(chunks, "--chunks"))
     start = workload_opts.rate or 1.0
     params = SearchParams(start=start, tol=tol, min_rate=min(start, 1e-3),
                           max_rate=max(max_rate, start))

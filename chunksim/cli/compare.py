@@ -52,10 +52,12 @@ def compare(
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison
     from chunksim.sweep.compare import run_comparison
-    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies
+    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
     from chunksim.sweep.runner import Runner
 
-    configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))
+    specs = parse_policies(policies)
+    refuse_unused_knobs(specs, run_cfg.knobs)
+    configs = make_configs(specs, parse_ints(chunks, "--chunks"))
     if report:  # fail on a bad --timeline-chunk before simulating, not after
         from chunksim.reports.compare_report import timeline_configs
 

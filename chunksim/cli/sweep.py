@@ -50,7 +50,13 @@ def sweep(
     """
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
-    from chunksim.sweep.configs import make_configs, parse_floats, parse_ints, parse_policies
+    from chunksim.sweep.configs import (
+        make_configs,
+        parse_floats,
+        parse_ints,
+        parse_policies,
+        refuse_unused_knobs,
+    )
     from chunksim.sweep.grid import (
         KEY_COLUMNS,
         grid_points,
@@ -62,7 +68,9 @@ def sweep(
     from chunksim.sweep.table import ResultTable
     from chunksim.workloads.options import build_workload
 
-    configs = make_configs(parse_policies(policies), parse_ints(chunks, "--chunks"))
+    specs = parse_policies(policies)
+    refuse_unused_knobs(specs, run_cfg.knobs)
+    configs = make_configs(specs, parse_ints(chunks, "--chunks"))
     rate_list = parse_floats(rates, "--rates") if rates is not None else [workload_opts.rate]
     seed_list = (parse_ints(seeds, "--seeds", minimum=0) if seeds is not None
                  else [workload_opts.seed])

@@ -26,6 +26,11 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     params = " ".join(f"{k}={v}" for k, v in summary.get("policy_params", {}).items()
                       if v not in (None, 0, {}, False) or k == "variant")
     con.print(f"[bold]{summary.get('policy')}[/bold] [dim]{params}[/dim]")
+    defaults = summary.get("policy_defaults") or {}
+    if defaults:
+        chosen = ", ".join(f"{k}={d['value']}" for k, d in defaults.items())
+        whys = sorted({d["why"] for d in defaults.values()})
+        con.print(f"[dim]defaults chosen: {chosen} ({'; '.join(whys)})[/dim]")
     con.print(f"workload [bold]{summary.get('workload')}[/bold] · profile "
               f"{summary.get('profile_label', summary.get('profile', '?'))} "
               f"[dim]({str(summary.get('profile_sha256', ''))[:12]})[/dim]")

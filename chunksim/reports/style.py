@@ -23,9 +23,12 @@ _CMAPS = {
     ("chunk", "two-pass"): "RdPu",
     ("chunk", "alternate"): "Greys",
     ("budget", None): "Blues",
+    ("sjf", None): "Greens",
 }
-_MARKERS = {"whole": "s", "chunk": "^", "budget": "o"}
-_LINESTYLES = {"whole": "-", "chunk": "--", "budget": "-"}
+_MARKERS = {"whole": "s", "chunk": "^", "budget": "o", "sjf": "D"}
+_LINESTYLES = {"whole": "-", "chunk": "--", "budget": "-", "sjf": "-."}
+# a family with no style of its own (a newly registered policy) still draws, in these
+_DEFAULT_CMAP, _DEFAULT_MARKER, _DEFAULT_LINESTYLE = "YlOrBr", "X", ":"
 DPI = 110
 
 
@@ -50,7 +53,8 @@ def color(config: Config) -> tuple[float, float, float, float]:
     from matplotlib import colormaps
 
     p = config.policy
-    cmap = colormaps[_CMAPS.get((p.family, p.variant), "Greens")]
+    cmap = colormaps[_CMAPS.get((p.family, p.variant),
+                                _CMAPS.get((p.family, None), _DEFAULT_CMAP))]
     if config.chunk is None:
         shade = 0.75
     else:  # 64 -> 0.35 ... 4096 -> 0.95, fixed so it never depends on the grid
@@ -59,11 +63,11 @@ def color(config: Config) -> tuple[float, float, float, float]:
 
 
 def marker(config: Config) -> str:
-    return _MARKERS[config.policy.family]
+    return _MARKERS.get(config.policy.family, _DEFAULT_MARKER)
 
 
 def linestyle(config: Config) -> str:
-    return _LINESTYLES[config.policy.family]
+    return _LINESTYLES.get(config.policy.family, _DEFAULT_LINESTYLE)
 
 
 def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:

@@ -105,7 +105,7 @@ class Engine:
                                    self.config.max_model_len)
         self.noise = _Noise(self.config.seed) if self.config.jitter else None
         # only a policy that declares decode-all a fixed point is run in bulk
-        self.bulk = self.config.fast_forward and bool(getattr(self.policy, "bulk_decode", False))
+        self.bulk = self.config.fast_forward and self.policy.bulk_decode
         self.wake: simpy.Event | None = None
         self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
         self.idle_s = 0.0  # length of the engine's last idle wait

@@ -6,7 +6,6 @@
 - `compare`: one workload under every configuration -> a deterministic table.
 - `search`, `slos`, `capacity`, `capacity_io`: the max sustainable rate under SLOs.
 - `grid`, `table`: the resumable, atomically checkpointed sweep table.
-- `*_command`, `flags`: the CLI edges.
-
-Nothing here draws: figures live in `chunksim.reports`.
+Nothing here draws or parses flags: figures live in `chunksim.reports`, the commands in
+`chunksim.cli`.
 """

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chunksim.policies import POLICIES, VARIANTS
+from chunksim.core.knobs import flag_name
+from chunksim.policies import POLICIES, VARIANTS, knob_owners
 
 FAMILIES: tuple[str, ...] = tuple(POLICIES)
 """Policy families in display order (the registry's)."""
@@ -120,6 +121,18 @@ def make_configs(policies: list[PolicySpec], chunks: list[int]) -> list[Config]:
         raise ValueError("--chunks: give at least one chunk size (e.g. 256,512)")
     out = {Config(p, c if p.chunked else None) for p in policies for c in chunks or [None]}
     return sorted(out, key=lambda c: c.sort_key)
+
+
+def refuse_unused_knobs(policies: list[PolicySpec], knobs) -> None:
+    """A policy knob that no policy of the grid has would be silently ignored: refuse it."""
+    families = {p.family for p in policies}
+    owners = knob_owners()
+    for name, _ in knobs:
+        if not families & set(owners.get(name, ())):
+            flag = flag_name(POLICIES[owners[name][0]], name)
+            raise ValueError(
+                f"{flag} applies to none of --policies {','.join(p.label for p in policies)} "
+                f"(it is a knob of {', '.join(owners[name])}); drop it or add such a policy")
 
 
 def _items(text: str, flag: str) -> list[str]:
