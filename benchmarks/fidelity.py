@@ -22,11 +22,12 @@ other processes' CPU use, and the worst error once the table is rescaled by the 
 measured drift. The second table splits the step-level error (see chunksim/live/replay.py).
 The last line is one JSON object.
 
-The physics of the error: a CPU step of `tiny` takes 1-10 ms, and on a shared VM the same
-step runs at 0.8 or 1.3 ms depending on what the host runs beside it (invisible from
-inside), and up to 2x slower right after the loop slept. Profile and live run must see
-the same machine: run nothing else meanwhile (each scenario waits for the VM to be quiet
-and records the drift of the profile's own points around its run).
+The physics of the error: a CPU step of `tiny` takes 1-10 ms, and on a shared cloud
+machine the same step runs at different speeds depending on what the host runs beside it
+(invisible from inside), and up to 2x slower right after the loop slept. Profile and live
+run must see the same machine: run nothing else meanwhile (each scenario waits for the
+machine to be quiet and records the drift of the profile's own points around its run).
+Figures and their meaning: docs/results/cpu.md; how to read them: docs/validation.md.
 """
 
 from __future__ import annotations

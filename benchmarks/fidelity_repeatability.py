@@ -1,7 +1,7 @@
 """How far real execution differs from itself: recorded fidelity-suite runs side by side.
 
     python benchmarks/fidelity_repeatability.py out/fidelity_a out/fidelity_b ...
-    python benchmarks/fidelity_repeatability.py docs/fidelity-runs/cpu-2026-11-29.csv
+    python benchmarks/fidelity_repeatability.py docs/results/cpu-data/cpu-suite.csv
     python benchmarks/fidelity_repeatability.py RUN_DIRS... --save runs.csv
 
 Every suite run (`benchmarks/fidelity.py --out DIR`) serves the same 12 workloads live

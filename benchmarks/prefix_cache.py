@@ -1,4 +1,4 @@
-"""Prefix-cache hit rates on the Mooncake traces (the public traces with block hashes).
+"""Prefix-cache hit rates on Mooncake traces (the public traces with block hashes).
 
 Replays each trace under `budget 2048` on the bundled profile with prefix caching on, and
 prints the token hit rate next to the trace's block reuse (the share of 512-token hash
@@ -6,7 +6,12 @@ blocks seen before, from `sim workload describe`). With a cache that never evict
 rate approaches the reuse; the gap is the partial last block, the always-recomputed last
 token, and blocks evicted under memory pressure. Ends with one JSON line.
 
-    python benchmarks/prefix_cache.py [--kv-blocks N]
+    python benchmarks/prefix_cache.py                     # the bundled Mooncake samples
+    python benchmarks/prefix_cache.py synthetic_trace.jsonl conversation_trace.jsonl
+    python benchmarks/prefix_cache.py TRACE... --kv-blocks N
+
+The full traces are FAST'25 Mooncake's `synthetic_trace.jsonl` and
+`conversation_trace.jsonl` (github.com/kvcache-ai/Mooncake, FAST25-release/traces).
 """
 
 from __future__ import annotations
@@ -20,20 +25,22 @@ from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads import describe_workload, load_trace, sample_path
 
-SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / "mooncake_fast25"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="*", type=Path, metavar="TRACE",
+                    help="Mooncake JSONL traces (default: the bundled samples)")
     ap.add_argument("--kv-blocks", type=int, default=None,
                     help="KV capacity in blocks (default: from the profile)")
     args = ap.parse_args()
+    missing = [str(p) for p in args.traces if not p.is_file()]
+    if missing:
+        ap.error(f"no such trace file: {', '.join(missing)}")
+    if args.traces:
+        traces = {p.name: p for p in args.traces}
+    else:
+        traces = {"sample: mooncake-synthetic": sample_path("mooncake-synthetic"),
+                  "sample: mooncake-conversation": sample_path("mooncake-conversation")}
     profile = load_profile()
-    traces = {"sample: mooncake-synthetic": sample_path("mooncake-synthetic"),
-              "sample: mooncake-conversation": sample_path("mooncake-conversation")}
-    for name in ("synthetic_trace.jsonl", "conversation_trace.jsonl"):
-        if (SHARED / name).is_file():
-            traces[f"shared: {name}"] = SHARED / name
     out = {}
     print(f"{'trace':<36}{'requests':>9}{'block reuse':>12}{'hit rate':>10}{'wall s':>8}")
     for name, path in traces.items():

@@ -17,20 +17,20 @@ the live loop's masked, padded decode path vs the table's points; ~10 s); (5) fo
 forward passes, same policy objects) and simulated, and write
 out/validate_gpu/<policy>__medium/. Prints the error tables and ends with one JSON line.
 
-Measured on an H200 (2026-11-29, torch 2.11, eager mode; docs/fidelity.md): a step costs
-~17 ms from 1 to 256 decodes and up to ~512 prefill tokens (the eager forward launches
-~1000 kernels: CPU-launch-bound; the 16 GB weight read alone is ~4 ms), then grows with
-compute (2048 tokens 60 ms, 8192 tokens 250 ms, ~520 TFLOP/s). The live loop's steps then
-ran 2.3-6.6x slower than the same steps replayed alone whenever their shape was new to the
-process: torch's default SDPA kernel on that GPU (cuDNN) builds a plan per shape, which
-the profiler's warm-ups hid. The model now excludes cuDNN (profiler.attention.
-SDPA_BACKENDS); step (4) shows the effect with and without it. Whole run: ~11 minutes
-(profile 400 s; each scenario 60-90 s): above one device call's 10 minutes, so on a lent
-H200 with torch 2.11 pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv`
-(~4-5 minutes; that table was measured with torch's default kernels, cuDNN plans warm, so
-its difference from the live loop's kernels shows as `table vs replay`), or `--grid chat`
-to profile with the live loop's kernels first (CHAT_GRID: ~160 s of profiling estimated
-from the first session's per-point times, not yet run; ~7-8 minutes in all).
+Why step (4): torch's default SDPA kernel on sm90/sm100 GPUs (cuDNN, with torch >= 2.9
+and a bundled cuDNN >= 9.15) builds an execution plan per new shape; a serving loop's
+steps mostly have new shapes, while the profiler's warm-ups build each point's plan before
+timing it, so a table timed that way under-prices serving. The model excludes cuDNN
+(decoder.attention.SDPA_BACKENDS); step (4) shows the cost with and without it. Results
+on an H200 and what they mean: docs/results/h200.md.
+
+Time: profiling GPU_GRID takes ~400 s on an H200 and each scenario 60-90 s, ~11 minutes
+in all. Pass `--profile chunksim/data/profiles/llama-3.1-8b-h200.csv` on an H200 with
+torch 2.11 to skip profiling (~4-5 minutes; that table was measured with torch's default
+kernels, cuDNN plans warm, so its difference from the live loop's kernels shows as
+`table vs replay`), or `--grid chat` to profile only the workload's steps with the live
+loop's kernels (CHAT_GRID: ~160 s estimated from GPU_GRID's per-point times; ~7-8 minutes
+in all). benchmarks/gpu_suite.sh runs this script under a time limit and packs its output.
 Peak memory: weights 16 GB + the live KV pools (slots per size class, 128 KiB a token).
 """
 
@@ -63,8 +63,9 @@ CHAT_GRID = {
 }
 """GPU_GRID cut to the chat workload's steps (prompts to 2048 tokens, a few of them in one
 `whole` step; contexts to ~2.5k) and thinned where the H200 table is flat or linear: 363
-of its 797 points, ~160 s by the first session's per-point times (GPU_GRID: 396 s). For
-a validation that fits one device call with its own profile: `--grid chat`."""
+of its 797 points, ~160 s estimated from GPU_GRID's per-point times (GPU_GRID: 396 s on an
+H200). For a validation that profiles with its own kernels in under 10 minutes: `--grid
+chat`."""
 DRY_GRID = {"chunk_lens": "0,64,512", "decode_counts": "0,1,8", "kv_lens": "1,512",
             "prior_lens": "256"}
 CAPACITY_SHARE = 0.5
@@ -216,8 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"medium load: {rate} req/s = {CAPACITY_SHARE:.0%} of the simulated capacity "
               f"of budget 512 ({capacity:.2f} req/s with median scheduling delay <= 2 s)")
     opts = replace(opts, rate=rate)
-    # budget 512 first: the policy the first GPU session never reached, and the one that
-    # defines medium load; then the others, so a cut-short session still has it
+    # budget 512 first: the policy that defines medium load; then the others, so a run cut
+    # short by a time limit still has it
     order = sorted(configs, key=lambda label: label != "budget512")
     scenarios = [Scenario(f"{label}/medium", opts, configs[label]) for label in order]
     settings = LiveSettings.from_profile(profile.provenance, seed=args.seed)

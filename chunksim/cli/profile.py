@@ -111,4 +111,4 @@ def first_call_warning(first_call: dict | None) -> str | None:
     return (f"warning: on this machine the first call of a new {kind} step shape took "
             f"{ratio:.1f}x its repeat; the table is timed warm, so it under-prices a "
             "serving loop, which meets new shapes every step. Look for a library that "
-            "builds a plan or compiles per shape (docs/fidelity.md, 'Results on GPU').")
+            "builds a plan or compiles per shape (docs/results/h200.md).")

@@ -28,8 +28,7 @@ profile's `sdpa_backends` records. Not cuDNN: torch >= 2.9 prefers it on sm90/sm
 its bundled cuDNN is >= 9.15 (torch 2.11 on an H200), and cuDNN SDPA builds an execution
 plan for every new shape. A profiler point's warm-up pays that once and its timed repeats
 never see it; a serving loop meets a new KV length every step and pays it every step
-(the first GPU validation: the same decode steps 2.3-2.6x the table's time when a shape
-was new, 0.86-0.95x when an earlier run in the process had built it; docs/fidelity.md).
+(what it cost on an H200: docs/results/h200.md).
 Serving engines' attention kernels (FlashAttention, FlashInfer) build nothing per shape."""
 
 

@@ -23,7 +23,7 @@ from chunksim.decoder.kv import KVPool
 ATTENTION_BACKEND = "sdpa-per-sequence+cpu-prefix-merge"
 """Profile `attention_backend`: SDPA per prefill segment, one batched SDPA per decode group;
 on CPU a chunk after cached context attends the cache and itself in two flash calls merged
-by log-sum-exp (profiles before 2026-11-30 read "sdpa-per-sequence": one masked call)."""
+by log-sum-exp (older profiles read "sdpa-per-sequence": one masked call)."""
 
 
 def cpu_flash():

@@ -16,7 +16,7 @@ LIVE_STEP_COLUMNS = {
 
 def decode_attention(prepared) -> tuple[float, int]:
     """(padding, groups) of a step's decode attention, from its prepared passes
-    (`profiler.step.PreparedStep`). Each decode group is one SDPA call padded to its
+    (`decoder.step.PreparedStep`). Each decode group is one SDPA call padded to its
     longest context, so it reads members x longest key positions; padding = read / needed
     (1.0: no decodes, or equal lengths). The table's decode points are one group of equal
     lengths, and a paged engine reads each context once in one call, so padding and extra

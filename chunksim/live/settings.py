@@ -31,8 +31,8 @@ class LiveSettings:
     """Share of device memory that weights + the live KV pools may take."""
     idle_wait: str = "sleep"
     """How an idle loop waits for the next arrival: `sleep` (as a server does; the core
-    may cool down: on this project's 2-vCPU VM the first steps after ~20 ms asleep run
-    up to 2x slower) or `spin` (busy-wait: keeps the core awake, burns a CPU)."""
+    may cool down, so the first steps after a sleep can run up to ~2x slower; the profile's
+    wake-up cost prices that) or `spin` (busy-wait: keeps the core awake, burns a CPU)."""
 
     def __post_init__(self) -> None:
         dtype_name(self.dtype)  # raises on an unknown dtype

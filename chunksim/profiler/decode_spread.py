@@ -2,7 +2,7 @@
 
 The profiler times a decode point with every sequence at the same context `kv_len`: one
 unmasked SDPA call per pool. A serving loop's decodes have different contexts, so its
-decode group is padded to the longest and masked (`profiler.step.DecodeGroup`): the call
+decode group is padded to the longest and masked (`decoder.step.DecodeGroup`): the call
 reads members x longest key positions, and on CUDA a masked call cannot use the flash
 kernel (no `attn_mask` there) and goes to the memory-efficient one. The simulator prices
 a decode step by its mean context, so this difference is unpriced.
@@ -11,9 +11,8 @@ a decode step by its mean context, so this difference is unpriced.
 and a step whose contexts spread evenly over mean x [1 - spread, 1 + spread] (same mean,
 same token count, adjacent slots of one pool, as the live loop batches them), both warm,
 in alternating rounds (the machine's drift cancels), and returns the ratio. A spread of a
-few tokens isolates the mask (the kernel path) from the padding. `tiny`, one CPU thread,
-this VM (two runs): 1.02-1.09x with the mask alone, 1.29-1.53x at 32-128 decodes spread
-±50 %; the GPU's figures come from `benchmarks/validate_gpu.py`.
+few tokens isolates the mask (the kernel path) from the padding. `benchmarks/validate_gpu.py`
+runs it before the GPU suite; figures: docs/results/.
 """
 
 from __future__ import annotations

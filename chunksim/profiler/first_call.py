@@ -8,10 +8,10 @@ first call) and then each again (a repeat), and returns, per kind, the median fi
 time over the median repeat time: ~1 where novelty is free. `sim profile` records it
 (`first_call` in the profile JSON) and warns above `WARN_RATIO`.
 
-On the first GPU validation (torch 2.11, H200) single decodes ran 2.3-2.6x the table's
-time in a process's first scenario and 0.86-0.95x in its second, which replayed the same
-shapes: cuDNN SDPA's per-shape plans (profiler.attention.SDPA_BACKENDS). This probe shows
-it directly, with torch's default kernels and with the project's.
+The known case: torch's default SDPA kernel on recent GPUs (cuDNN) builds a plan per new
+shape, which is why the model excludes it (decoder.attention.SDPA_BACKENDS; what it cost
+on an H200: docs/results/h200.md). This probe shows such a cost directly, with torch's
+default kernels and with chunksim's.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def _timed(model, sync, prepared, ids, pools) -> float:
 def compare_kernels(model, device: str, dtype: torch.dtype, sync: Callable[[], None],
                     count: int = 12) -> dict:
     """`first_call_ratios` with torch's default SDPA kernels and with the project's
-    (`profiler.attention.SDPA_BACKENDS`), on disjoint shapes; the model is left as found."""
+    (`decoder.attention.SDPA_BACKENDS`), on disjoint shapes; the model is left as found."""
     kept = model.sdpa_backends
     out = {}
     try:

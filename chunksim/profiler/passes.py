@@ -1,18 +1,18 @@
 """Extra passes over the fast points (`sim profile --passes N`): drift-robust tables.
 
 A fast point is timed within a fraction of a second, so one burst of activity elsewhere
-on the machine can move its median by tens of % (on the 2-vCPU dev VM: bimodal 0.8 / 1.25
-ms for one decode, for seconds at a time). Several short looks spread over minutes are
+on the machine can move its median by tens of % (on a shared cloud core one decode step
+can be bimodal for seconds at a time). Several short looks spread over minutes are
 robust to that; one long look is not. Passes 2..N look at every point whose pass-1
 median is under `repass_below_s` once more, each pass in its own seeded random order, and
 the table keeps the median of the looks (p10/p90 likewise; means averaged; repeats summed).
 
 With cold looks (the default) a point with a prefill is run once, timed as it comes: right
 after a different point, as a serving loop runs a new prompt's chunk once after other
-work (re-run at once it is ~10-15 % faster on this CPU: warm caches). Decode-only points
-get the profiler's warm-up and repeats in every pass, as serving runs decode steps back to
-back (timed cold they read 16-85 %, median 62 %, over the same steps re-timed alone).
-Evidence: docs/fidelity.md, "What was tried".
+work (re-run at once it is faster: its caches are warm). Decode-only points get the
+profiler's warm-up and repeats in every pass, as serving runs decode steps back to back
+(timed cold, after an unrelated point, they read well above the same steps re-timed
+alone). Measured effects: docs/results/cpu.md.
 """
 
 from __future__ import annotations

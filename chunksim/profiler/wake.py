@@ -1,19 +1,18 @@
 """What waking an idle engine costs: the first steps after the serving loop slept run
 slower than the same steps back to back, and the simulator prices that in.
 
-Seen on this project's CPU VM: a 256-token prefill takes 3.7 ms back to back, 6.2 ms
-after 20 ms asleep and 7.2 ms after 100 ms, and the decode after it ~2x its warm time
-(cores and caches go cold; on a GPU the clocks drop). At light load nearly every arrival
-wakes an idle engine, so TTFT and the ITL tail carry it.
+After a sleep of tens of ms a CPU step can take up to ~2x its back-to-back time (cores
+and caches go cold; on a GPU the clocks drop; figures: docs/results/cpu.md). At light
+load nearly every arrival wakes an idle engine, so TTFT and the ITL tail carry it.
 
 The measurement: a short sequence as serving runs it after an arrival (a prefill chunk,
 then four decodes) runs back to back for 0.1 s, the loop sleeps each idle time as the
 live loop sleeps (`live.loop.wait_until`: sleep, then spin through the last
 millisecond), and the sequence runs once more. The profile stores, per idle time, each
 step's time after the sleep over its time in the round just before it (medians over
-repeats; pairing each look with its own warm round cancels the VM's slow drift):
-`wake_up` in the profile JSON. On the CPU VM this gives 1.0 at 2 ms, ~1.25 at 10 ms and
-~1.5-1.65 (prefill, first decode) tapering to ~1.06 (fourth decode) at 200 ms.
+repeats; pairing each look with its own warm round cancels the machine's slow drift):
+`wake_up` in the profile JSON. The ratios grow with the idle time and fall along the
+sequence, towards 1 by the fourth decode.
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def measure_wake_up(step_fns: list[Callable[[], object]], sync: Callable[[], Non
             wait_until(time.perf_counter() + idle, time.perf_counter)
             after = run_sequence()
             # against the warm run just before the sleep, not a baseline taken minutes
-            # apart: the VM's own speed drifts by tens of % over seconds
+            # apart: a shared machine's own speed can drift by tens of % over seconds
             looks.append(np.asarray(after) / np.asarray(before))
             warm.append(before)
         ratios.append([float(r) for r in np.median(looks, axis=0)])

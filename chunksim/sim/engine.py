@@ -169,8 +169,7 @@ class Engine:
         dur += self.latency.overhead(len(plan.scheduled))
         if self.since_wake < self.wake_steps:
             # the whole step wakes up, host work included: the live loop's per-step
-            # overhead after an idle wait ran ~1.65x, ~1.3x, ~1.1x its busy median on
-            # steps 1-3 (CPU suite, light load), about the forward pass's own ratios
+            # overhead after an idle wait slows by about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
         yield env.timeout(dur)

@@ -1,12 +1,15 @@
 """`sim validate`: how far the simulator's predictions are from real execution.
 
-Modules, one job each (none imports torch at module level):
+Modules, one job each:
     compare     predicted vs measured metrics, signed relative errors, step-level errors
     run         live run -> simulate the same workload -> report
     profiling   profile on the fly when no --profile is given
+    remeasure   re-time a sample of the profile's points now (machine drift; torch)
+    repeat      how far live runs of one workload differ (the noise floor)
+    machine     how busy other processes kept the CPUs meanwhile
     scenarios   the validation suite: each policy x light/medium/heavy load + long-prompt
+    suite       run a list of scenarios on one profile and model, tabulate the errors
     output      write validation.json, the per-request/step CSVs and the plot atomically
-    plot        CDFs of TTFT and ITL, per-step duration predicted vs measured (matplotlib)
-    table       the console table
-    command     the Typer command
+The plot and the console table are drawn by `chunksim.reports`; the command is
+`chunksim.cli.validate`. User guide: docs/validation.md.
 """

@@ -182,9 +182,8 @@ def after_prefill(steps, refs: int = AFTER_PREFILL_REFS) -> dict:
     applies the same pairing to decode-only steps that follow a decode-only step with
     their decode count; it reads ~1 when the pairing is fair. The table times each point
     repeated, so it prices every step as if it followed its own kind; `ratio` over
-    `control` is what it misses after a prefill. (On the CPU VM: 1.03-1.08x in 19 of 24
-    recorded runs, +0.04 to +0.12 ms of forward time on a ~1 ms decode, control 1.00x;
-    not modelled: docs/fidelity.md.)"""
+    `control` is what it misses after a prefill. Not modelled: such steps are a few % of
+    all steps (measured figures: docs/results/)."""
     need = {"forward_s", "overhead_s", "prefill_tokens", "decodes", "busy"}
     if not need <= set(steps.columns) or len(steps) < refs + 2:
         return {"pairs": 0}

@@ -1,9 +1,8 @@
 """How busy the rest of the machine was while we measured: CPU seconds spent by other
 processes, from /proc/stat minus this process's own CPU time (Linux; None elsewhere).
 
-On a small shared machine a CPU step of `tiny` slows by ~50 % while another process runs
-beside it (seen here: the same 1-decode step at 0.80 ms alone, 1.2-1.3 ms with a
-neighbour), so a profile and a live run are only comparable if both saw the same
+On a small shared machine a CPU step of `tiny` can slow by ~50 % while another process
+runs beside it, so a profile and a live run are only comparable if both saw the same
 neighbours. Each validation records `other_cpu_busy`: the mean number of CPUs other
 processes kept busy during it (0 = quiet).
 """

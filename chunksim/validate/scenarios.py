@@ -86,9 +86,9 @@ def medium_rate(profile, opts: WorkloadOptions, cfg: RunConfig, share: float = 0
     capacity) in req/s.
 
     Not "the engine is X % busy": where a step costs the same for 1 and 256 decodes (a
-    GPU below its compute roof, or a launch-bound eager loop: 17 ms either way for the
-    8B model on an H200), one running request keeps the engine busy, so a busy-fraction
-    target picks a nearly idle rate (0.39 req/s there, seen on 2026-11-29)."""
+    GPU below its compute roof, or a launch-bound eager loop such as the 8B model's on an
+    H200), one running request keeps the engine busy, so a busy-fraction target picks a
+    nearly idle rate (docs/results/h200.md)."""
     from chunksim.sim.run import simulate
     from chunksim.sweep.search import find_max_rate
     from chunksim.sweep.slos import DEFAULT_SCHED_DELAY_MS, SCHED_DELAY_KEY

@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
-# One device call for the GPU validation, as a lent GPU machine runs it (see
-# /work/.library/device and docs/fidelity.md "Results on GPU"):
+# The GPU validation suite as one command with a time limit, for a CUDA machine that may
+# lack simpy and network access (docs/validation.md, "The suites"):
 #
-#   device run, carry [".whl"], timeout_s 600:
-#     bash benchmarks/gpu_session.sh --grid chat
+#     bash benchmarks/gpu_suite.sh --grid chat      # arguments go to validate_gpu.py
 #
-# Installs what the GPU image lacks (simpy, from wheels carried in .whl/, no network),
-# runs benchmarks/validate_gpu.py with its arguments under a time limit that leaves room to
-# pack, and leaves in $OUT (at most 8 files come back): nvidia-smi's report, the log, and
+# Installs simpy when missing, from wheels in .whl/ (make them on a machine with network:
+# python3 -m pip download simpy==4.1.2 --no-deps -d .whl), runs
+# benchmarks/validate_gpu.py with its arguments under LIMIT_S seconds (default 560), and
+# leaves a few files in $OUT (default out/gpu_suite): nvidia-smi's report, the log, and
 # one archive of everything validate_gpu wrote (profile, validation.json per scenario,
 # live steps, plots). Exit status: validate_gpu's (124 = the time limit cut it short;
 # the scenarios finished by then are in the archive).
 set -uo pipefail
 LIMIT_S=${LIMIT_S:-560}
-OUT=${OUT:-out/gpu_session}
+OUT=${OUT:-out/gpu_suite}
 mkdir -p "$OUT"
 if ! python -c "import simpy" 2>/dev/null; then
     if ! ls .whl/*.whl >/dev/null 2>&1; then
-        echo "simpy is missing and no wheel was carried: make one here with" \
-             "'python3 -m pip download simpy==4.1.2 --no-deps -d .whl' and pass" \
-             "carry [\".whl\"]" >&2
+        echo "simpy is missing and .whl/ holds no wheel: make one with" \
+             "'python3 -m pip download simpy==4.1.2 --no-deps -d .whl' on a machine" \
+             "with network and copy .whl/ here" >&2
         exit 2
     fi
     python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
