@@ -88,3 +88,106 @@ def load_script(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+# ------------------------------------------------------------ hand-built scheduler states
+# vLLM's scheduler tests build a scheduler and requests by hand and call schedule(); these
+# do the same for chunksim: a KV cache, requests at a given progress with their blocks
+# allocated as EngineCore allocates them, and a SchedulerState to hand to `policy.plan`.
+
+
+def kv_cache(num_blocks: int, block_size: int = 16, prefix_block_tokens: int | None = None):
+    """A plain KVCache, or (with `prefix_block_tokens`, the tokens one prefix hash covers) a
+    PrefixKVCache."""
+    from chunksim.core.kv_cache import KVConfig, make_kv_cache
+
+    caching = prefix_block_tokens is not None
+    return make_kv_cache(KVConfig(num_blocks, block_size, caching, prefix_block_tokens or 0))
+
+
+def request_spec(rid: int, prompt: int, output: int = 64, arrival_s: float | None = None,
+                 hashes: tuple[int, ...] = (), priority: int = 0,
+                 request_class: str = "default") -> RequestSpec:
+    """A RequestSpec; arrival defaults to `rid` seconds, so ids are in arrival order."""
+    return RequestSpec(rid, float(rid) if arrival_s is None else arrival_s, prompt, output,
+                       hashes, request_class, priority)
+
+
+def running_request(kv, spec: RequestSpec, computed: int | None = None, outputs: int = 0):
+    """A request admitted into `kv` (taking its prefix hits) and advanced to `computed`
+    tokens with `outputs` sampled, its blocks grown and its full blocks committed, as
+    EngineCore's begin_step/end_step leave it. Default `computed`: all but the newest
+    token (a decode) when `outputs` >= 1, else 0."""
+    from chunksim.core.request import Request
+
+    if computed is None:
+        computed = spec.prompt_tokens + outputs - 1 if outputs else 0
+    if outputs and computed != spec.prompt_tokens + outputs - 1:
+        raise ValueError(f"a request with {outputs} outputs has computed prompt + outputs - 1 "
+                         f"= {spec.prompt_tokens + outputs - 1} tokens, not {computed}")
+    if not outputs and computed >= spec.prompt_tokens:
+        raise ValueError(f"computed={computed} covers the whole {spec.prompt_tokens}-token "
+                         "prompt, so its first token is out: give outputs >= 1")
+    req = Request(spec)
+    kv.admit(req)
+    if computed < req.num_computed_tokens:
+        raise ValueError(f"the prefix hit ({req.num_computed_tokens}) exceeds computed={computed}")
+    kv.grow(req, computed - req.num_computed_tokens)
+    req.num_computed_tokens = computed
+    req.num_output_tokens = outputs
+    kv.commit(req)
+    return req
+
+
+def decoding_request(kv, spec: RequestSpec, outputs: int = 1):
+    """A running request with `outputs` tokens sampled: its next step is a 1-token decode."""
+    return running_request(kv, spec, outputs=outputs)
+
+
+def finished_request(kv, spec: RequestSpec) -> None:
+    """Run `spec` to its end and free it, as EngineCore.retire does: its full blocks stay
+    in the prefix cache (LRU), nothing stays allocated."""
+    req = running_request(kv, spec, outputs=spec.output_tokens)
+    kv.free(req)
+
+
+def waiting_request(spec: RequestSpec, outputs: int = 0, preemptions: int = 0):
+    """A queued request: new, or (with `outputs`/`preemptions`) preempted by recompute."""
+    from chunksim.core.request import Request
+
+    return Request(spec, num_output_tokens=outputs, num_preemptions=preemptions)
+
+
+def scheduler_state(kv, running=(), waiting=(), last_step_prefill: bool = False):
+    """The SchedulerState a policy sees (lists, in admission and queue order)."""
+    from chunksim.core.plan import SchedulerState
+
+    return SchedulerState(list(running), list(waiting), kv, last_step_prefill)
+
+
+def apply_plan(kv, running: list, waiting: list, plan) -> None:
+    """Apply `plan` to `kv` and the two lists as EngineCore.begin_step does (preempt, admit
+    taking prefix hits, then allocate), then advance counters as end_step does (commit,
+    sample, free finished requests). Preempted requests go to the front of `waiting` (FCFS;
+    an ordered discipline would re-sort it). Raises RuntimeError if the plan overflows the
+    cache."""
+    for victim in plan.preempted:
+        running.remove(victim)
+        kv.free(victim, reusable=True)
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        waiting.insert(0, victim)
+    for req in plan.admitted:
+        waiting.remove(req)
+        running.append(req)
+        kv.admit(req)
+    for req, n in plan.scheduled:
+        kv.grow(req, n)
+    for req, n in plan.scheduled:
+        req.num_computed_tokens += n
+        kv.commit(req)
+        if req.num_computed_tokens == req.num_tokens:
+            req.num_output_tokens += 1
+    for req in [r for r in running if r.is_finished]:
+        running.remove(req)
+        kv.free(req)

@@ -244,7 +244,13 @@ class PrefixKVCache(KVCache):
         # freed tail first, so a request's tail blocks are evicted first (as vLLM does)
         if own and reusable:  # a preempted request will look for its own blocks again
             for j in range(len(keys) + own - 1, len(keys) - 1, -1):
-                self.lru[self.key(req, j)] = 1
+                k = self.key(req, j)
+                if k in self.lru:  # a copy left from an earlier round: keep one, recent
+                    self.lru.move_to_end(k)
+                    self.uncached_free += 1
+                    own -= 1
+                else:
+                    self.lru[k] = 1
         elif own:
             self.groups += 1
             self.lru[("group", self.groups)] = own

@@ -210,7 +210,13 @@ class Engine:
             k_left = min(r.spec.output_tokens - r.num_output_tokens for r in running)
             k = min(k_left, budget)
             grown = _block_growth(ctx, held, bs, k)  # grown[j-1]: extra blocks in step j
-            k_kv = max(1, int(np.searchsorted(grown, c.kv.free_blocks, side="right")))
+            k_kv = int(np.searchsorted(grown, c.kv.free_blocks, side="right"))
+            if k_kv == 0:
+                if not first_segment:
+                    # after a finish the next step does not fit: the policy must plan it
+                    # (preempt); the first segment's first step the policy has vetted
+                    break
+                k_kv = 1
             k = min(k, k_kv)
             kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
