@@ -25,6 +25,7 @@ from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads import describe_workload, load_trace, sample_path
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("traces", nargs="*", type=Path, metavar="TRACE",
