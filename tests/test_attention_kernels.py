@@ -113,9 +113,10 @@ def test_first_call_probe_sees_a_cost_paid_once_per_new_shape(monkeypatch):
     monkeypatch.setattr(rt.model, "forward_step", forward)
     out = first_call_ratios(rt.model, rt.device, rt.dtype, rt.sync, count=4)
     assert len(built) == 3 * 4  # each shape built once: the repeats found theirs
-    for kind in KINDS:
-        assert out[kind]["first_s"] - out[kind]["repeat_s"] > 0.015
-        assert out[kind]["ratio"] > 2
+    for kind in KINDS:  # the 20 ms shows as a difference; the ratio depends on step speed
+        first, repeat = out[kind]["first_s"], out[kind]["repeat_s"]
+        assert first - repeat > 0.015
+        assert out[kind]["ratio"] == pytest.approx(first / repeat) and out[kind]["ratio"] > 1
 
 
 def test_environment_notes_name_a_mismatch_only_on_cuda():

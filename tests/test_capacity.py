@@ -86,6 +86,7 @@ def test_budget_sustains_more_than_whole_under_a_strict_itl_slo(linear_profile):
     assert recommend(entries) is budget
 
 
+@pytest.mark.slow  # the CLI's capacity search and its report figures
 def test_cli_writes_capacity_json_and_plots(linear_profile, tmp_path):
     out = tmp_path / "cap"
     res = cli.invoke(app, ["capacity", "--profile", linear_profile.path, "--duration", "10",

@@ -62,6 +62,7 @@ def test_worker_processes_give_the_table_of_an_inline_run(linear_profile):
     assert _compare(linear_profile, workers=2).csv() == _compare(linear_profile).csv()
 
 
+@pytest.mark.slow  # the CLI's whole report: every figure as PNG and SVG, HTML, Markdown
 def test_cli_writes_every_report_file(linear_profile, tmp_path):
     out = tmp_path / "report"
     res = cli.invoke(app, ["compare", "--profile", linear_profile.path, *SMALL_ARGS,

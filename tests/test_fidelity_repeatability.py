@@ -47,6 +47,7 @@ def test_spread_error_and_range_by_hand(tmp_path, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert "3 live runs" in out[0] and json.loads(out[-1]) == res
     assert mod.main([str(extract)]) == res  # the extract alone reproduces it
+    assert capsys.readouterr().out.strip().splitlines() == out  # and prints the same report
 
 
 def test_runs_of_different_workloads_are_refused(tmp_path):

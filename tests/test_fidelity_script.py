@@ -12,6 +12,8 @@ from chunksim.validate.compare import TARGET_KEYS
 
 pytest.importorskip("torch")
 
+pytestmark = pytest.mark.slow  # the benchmark script end to end
+
 
 def test_resimulating_recorded_runs_reproduces_their_errors(tmp_path, capsys):
     mod = load_script("fidelity")

@@ -210,6 +210,7 @@ def _read(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # the profiler end to end
 def test_profile_table_follows_the_format(tmp_path):
     res = run_profile(_settings(tmp_path), show_progress=False)
     raw = res.csv_path.read_bytes()
@@ -255,6 +256,7 @@ def test_profile_table_follows_the_format(tmp_path):
         assert path.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
+@pytest.mark.slow  # the profiler end to end
 def test_profile_loads_in_the_simulator(tmp_path):
     from chunksim.latency.profile import load_profile
 
@@ -267,6 +269,7 @@ class Interrupt(Exception):
     pass
 
 
+@pytest.mark.slow  # the profiler end to end
 def test_resume_measures_only_missing_points(tmp_path):
     settings = _settings(tmp_path)
     seen: list[GridPoint] = []
@@ -296,6 +299,7 @@ def test_resume_measures_only_missing_points(tmp_path):
     assert not partial.exists()
 
 
+@pytest.mark.slow  # the profiler end to end
 def test_passes_look_again_at_fast_points_and_resume(tmp_path):
     settings = _settings(tmp_path, passes=3, repass_below_s=60.0)  # every point is fast
     everything = prune(SMALL_GRID.points(), MINI, "float32", 1 << 40).kept
@@ -446,6 +450,7 @@ def test_bad_inputs_name_the_flag(tmp_path):
         dataclasses.replace(MINI, n_heads=6, n_kv_heads=4)
 
 
+@pytest.mark.slow  # the profiler end to end
 def test_cli_profile_runs_and_reports_bad_flags(tmp_path):
     from typer.testing import CliRunner
 

@@ -10,6 +10,7 @@ from factories import load_script
 pytest.importorskip("torch")
 
 
+@pytest.mark.slow  # the benchmark script end to end: profiles the tiny model
 def test_dry_run_writes_profile_and_json_line(tmp_path, capsys):
     mod = load_script("profile_gpu")
     out = tmp_path / "dry.csv"

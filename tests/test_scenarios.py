@@ -1,6 +1,7 @@
 """The seed question on the shipped profile: what one long prompt does under each policy,
 and what a stream of long prompts does to P99 ITL."""
 
+import math
 import os
 
 import pytest
@@ -28,18 +29,16 @@ def run_all(profile, workload):
             for name, (pol, chunk) in CONFIGS.items()}
 
 
-def test_one_long_prompt_stalls_decodes_under_whole_prefill(shipped, capsys):
+def test_one_long_prompt_stalls_decodes_under_whole_prefill(shipped):
     w = long_prompt(LongPromptConfig())
     long_id = longest_request_id(w)
     runs = run_all(shipped, w)
     eff = {n: long_prompt_effect(res.requests, long_id) for n, (res, _) in runs.items()}
-    with capsys.disabled():
-        print(f"\nlong-prompt on {shipped.label}:")
-        print(f"{'config':<12}{'p99 ITL ms':>11}{'max stall ms':>13}{'victim max ITL':>15}"
-              f"{'long TTFT ms':>13}")
-        for n, (_, s) in runs.items():
-            print(f"{n:<12}{s['p99_itl_ms']:>11.1f}{s['max_decode_stall_ms']:>13.1f}"
-                  f"{eff[n]['victim_max_itl_ms_mean']:>15.1f}{eff[n]['long_ttft_ms']:>13.1f}")
+    for n, (_, s) in runs.items():  # every figure of the comparison is a real latency
+        assert s["completed"] == len(w.requests), n
+        for value in (s["p99_itl_ms"], s["max_decode_stall_ms"],
+                      eff[n]["victim_max_itl_ms_mean"], eff[n]["long_ttft_ms"]):
+            assert math.isfinite(value) and value > 0, n
     whole = eff["whole"]
     assert whole["victims"] >= 1  # the long prompt lands on running decodes
     for n in ("chunk 512", "budget 512"):
@@ -50,7 +49,7 @@ def test_one_long_prompt_stalls_decodes_under_whole_prefill(shipped, capsys):
         assert eff[n]["long_ttft_ms"] > whole["long_ttft_ms"]
 
 
-def test_a_stream_of_long_prompts_moves_p99_itl(shipped, capsys):
+def test_a_stream_of_long_prompts_moves_p99_itl(shipped):
     # arXiv-summarization-like prompts (mean ~2.6K tokens) at 5 req/s: every prefill stalls
     # the decodes, often enough (> 1 % of gaps) for P99 ITL to see it
     w = generate(SyntheticConfig(
@@ -58,10 +57,8 @@ def test_a_stream_of_long_prompts_moves_p99_itl(shipped, capsys):
         prompt=LogNormal(2600, 900, 256, 4096), output=LogNormal(200, 100, 16, 512),
         num_requests=300, seed=1))
     runs = run_all(shipped, w)
-    with capsys.disabled():
-        print("\nlong-prompt stream: " + ", ".join(
-            f"{n}: p99 ITL {s['p99_itl_ms']:.1f} ms, p99 TTFT {s['p99_ttft_ms']:.0f} ms"
-            for n, (_, s) in runs.items()))
+    p99_ttft = {n: s["p99_ttft_ms"] for n, (_, s) in runs.items()}
+    assert all(math.isfinite(v) and v > 0 for v in p99_ttft.values()), p99_ttft
     p99 = {n: s["p99_itl_ms"] for n, (_, s) in runs.items()}
     assert p99["budget 512"] < 0.4 * p99["whole"]
     assert p99["chunk 512"] < p99["whole"]

@@ -54,6 +54,7 @@ def small_profile(tmp_path_factory):
 REQS = [(0.0, 60, 6), (0.01, 130, 4), (0.02, 20, 9), (0.05, 300, 3), (0.06, 45, 5)]
 
 
+@pytest.mark.slow  # live validation end to end
 def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_path):
     cfg = RunConfig(policy="budget", chunk=64, kv_blocks=64)
     v = validate(workload(REQS), small_profile, cfg, replay_steps=30)
@@ -107,6 +108,7 @@ def test_validation_json_holds_every_key_and_the_files_exist(small_profile, tmp_
     assert plot_validation(v, tmp_path / "clock.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # live validation end to end, three live runs
 def test_cli_validate_writes_validation_json(small_profile, tmp_path):
     out = tmp_path / "val"
     res = CliRunner().invoke(app, [
@@ -151,6 +153,7 @@ def test_cli_passes_only_when_profiling_on_the_fly(small_profile, tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+@pytest.mark.slow  # a live validation run through the CLI
 def test_cli_passes_reach_the_on_the_fly_profile(small_profile, tmp_path, monkeypatch):
     import chunksim.validate.profiling as profiling
 
@@ -257,6 +260,7 @@ def test_step_error_splits_full_and_lower_gpu_clock():
     assert "by_clock" not in step_error(steps.drop(columns="sm_clock_mhz"), np.ones(4))
 
 
+@pytest.mark.slow  # the profiler end to end, twice
 def test_profile_on_the_fly(tmp_path):
     from chunksim.validate.profiling import profile_now
 

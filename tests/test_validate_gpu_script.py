@@ -10,6 +10,7 @@ from factories import load_script
 pytest.importorskip("torch")
 
 
+@pytest.mark.slow  # the benchmark script end to end: profile, calibrate, live runs
 def test_dry_run_profiles_calibrates_validates_three_policies(tmp_path, capsys):
     mod = load_script("validate_gpu")
     summary = mod.main(["--dry-run", "--out", str(tmp_path), "--duration", "1",
