@@ -138,8 +138,10 @@ class EngineCore:
         waiting = self.waiting
         for req in plan.admitted:
             # a policy may admit any waiting request; in queue order this is the head
-            if waiting and waiting[0] is req:
-                waiting.popleft() if isinstance(waiting, deque) else waiting.pop(0)
+            if waiting and waiting[0] is req and isinstance(waiting, deque):
+                waiting.popleft()
+            elif waiting and waiting[0] is req:
+                waiting.pop(0)
             else:
                 try:
                     waiting.remove(req)
