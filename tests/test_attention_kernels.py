@@ -3,7 +3,6 @@ costs more than its repeat (the cuDNN per-shape plan that the first GPU validati
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -94,29 +93,30 @@ def test_first_call_probe_reports_every_kind_and_restores_the_model():
 
 
 def test_first_call_probe_sees_a_cost_paid_once_per_new_shape(monkeypatch):
-    """A stand-in for a per-shape plan build: 20 ms of CPU work the first time a step
-    shape is run, nothing on a repeat. The probe must time each shape's first call apart
-    from its repeat to see it."""
+    """A stand-in for a per-shape plan build: 20 ms the first time a step shape runs,
+    nothing on a repeat, on a clock that only the stand-in advances (so the machine's load
+    cannot blur it). The probe must time each shape's first call apart from its repeat."""
+    from chunksim.profiler import first_call
+
     rt = _runtime()
     real = rt.model.forward_step
     built = set()
+    clock = [0.0]
 
     def forward(ids, prepared, pools):
         key = tuple((s.cached_tokens, s.new_tokens) for s in prepared.batch.seqs)
-        if key not in built:
-            built.add(key)
-            end = time.perf_counter() + 0.02
-            while time.perf_counter() < end:
-                pass
+        clock[0] += 0.001 + (0.020 if key not in built else 0.0)
+        built.add(key)
         return real(ids, prepared, pools)
 
     monkeypatch.setattr(rt.model, "forward_step", forward)
+    monkeypatch.setattr(first_call, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     out = first_call_ratios(rt.model, rt.device, rt.dtype, rt.sync, count=4)
     assert len(built) == 3 * 4  # each shape built once: the repeats found theirs
-    for kind in KINDS:  # the 20 ms shows as a difference; the ratio depends on step speed
-        first, repeat = out[kind]["first_s"], out[kind]["repeat_s"]
-        assert first - repeat > 0.015
-        assert out[kind]["ratio"] == pytest.approx(first / repeat) and out[kind]["ratio"] > 1
+    for kind in KINDS:
+        assert out[kind]["first_s"] == pytest.approx(0.021)
+        assert out[kind]["repeat_s"] == pytest.approx(0.001)
+        assert out[kind]["ratio"] == pytest.approx(21.0)
 
 
 def test_environment_notes_name_a_mismatch_only_on_cuda():
