@@ -102,10 +102,11 @@ def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> l
     if v.decided_by == "score":
         if v.basis == "capacity":
             why = (f"the highest capacity under the SLOs, {_capacity(rec, n)}"
-                   + (", above every other configuration on every seed" if v.clear and n > 1
-                      else ""))
+                   + (", above every other configuration on every seed"
+                      if v.clear and n > 1 and ru is not None else ""))
         else:
-            why = ("the only configuration that meets every SLO on every seed"
+            why = ("the only configuration compared" if len(v.candidates) == 1 else
+                   "the only configuration that meets every SLO on every seed"
                    if rec.seeds_met == n else "the only configuration that meets the SLOs")
         lines.append(f"**Recommended: {rec.label}** — {why}. {_profile_line(rec, v, n)}.")
     else:
