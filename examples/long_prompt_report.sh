@@ -5,9 +5,12 @@
 #
 # Installs chunksim into .venv if needed (no torch: the bundled tiny-cpu latency table is
 # used), then replays the `long-prompt` scenario (one 8192-token prompt arriving 10 s into
-# a 4 req/s stream of short chats) under whole prefill, fixed chunks and the token budget
-# at four chunk sizes, and writes comparison.csv/.json, PNG + SVG plots, report.md and a
-# self-contained report.html into OUT_DIR (default reports/long-prompt).
+# an 8 req/s stream of short chats) under whole prefill, fixed chunks and the token budget
+# at four chunk sizes, each under 3 seeds, and writes comparison.csv/.json, PNG + SVG
+# plots, report.md and a self-contained report.html into OUT_DIR (default
+# reports/long-prompt). The page opens with the verdict: the configuration to run, the
+# runner-up and the trade-off, against the default SLOs (add --slo KEY=MS for yours, which
+# also runs the capacity search). `--seed 3` runs seeds 3, 4, 5 instead.
 #
 # docs/example-report/ was made with:
 #   examples/long_prompt_report.sh docs/example-report --no-svg

@@ -70,26 +70,53 @@ def test_cli_writes_every_report_file(linear_profile, tmp_path):
                            "--workers", "1", "--goodput", "itl=50", "--out", str(out)],
                      env={"COLUMNS": "160"})
     assert res.exit_code == 0, res.output
-    stems = ("latency_cdf", "tradeoff", "step_timeline", "throughput", "latency_table")
+    # 4 req/s is far below saturation: the throughput bars are dropped, with a sentence
+    stems = ("latency_cdf", "tradeoff", "step_timeline", "latency_table")
     expected = (["comparison.csv", "comparison.json", "report.md", "report.html"]
                 + [f"{s}.{ext}" for s in stems for ext in ("png", "svg")])
     for name in expected:
         path = out / name
         assert path.is_file() and path.stat().st_size > 0, name
+    assert not (out / "throughput.png").exists()
     for s in stems:  # a real PNG, not an empty canvas
         assert (out / f"{s}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (out / f"{s}.png").stat().st_size > 10_000, s
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") == len(stems)
     assert "src='http" not in html and 'src="http' not in html  # self-contained
+    assert "name='viewport'" in html and "id='verdict'" in html
+    assert html.index("id='verdict'") < html.index("<h2>Results")  # the answer comes first
+    for s in stems:  # each figure links to its full-size file
+        assert f"href='{s}.svg'" in html
     md = (out / "report.md").read_text()
     for s in stems:
         assert f"({s}.png)" in md
     assert "Metric definitions" in md and linear_profile.sha256 in md
+    assert "No throughput chart" in md and "**Recommended:" in md and "**Runner-up:" in md
+    assert "3 seeds (0, 1, 2)" in md and "defaults; set yours with --slo" in md
+    assert "class long (1 request per run)" in md  # the long prompt has its own rows
     doc = json.loads((out / "comparison.json").read_text())
     assert len(doc["rows"]) == 5 and doc["profile"]["sha256"] == linear_profile.sha256
-    assert doc["rows"][0]["request_goodput"] is not None
-    assert "budget 512" in res.output
+    assert doc["rows"][0]["request_goodput"] is not None and doc["seeds"] == [0, 1, 2]
+    assert doc["verdict"]["recommended"]["config"] in [r["config"] for r in doc["rows"]]
+    rows = (out / "comparison.csv").read_text().splitlines()
+    assert len(rows) == 1 + 5 * 3  # a row per configuration and seed
+    assert "budget 512" in res.output and "Recommended:" in res.output
+
+
+def test_reproduce_line_resolves_every_default(linear_profile, tmp_path):
+    out = tmp_path / "r"
+    res = cli.invoke(app, ["compare", "--profile", linear_profile.path, *SMALL_ARGS,
+                           "--policies", "budget", "--chunks", "512", "--workers", "1",
+                           "--seeds", "4", "--no-svg", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    md = (out / "report.md").read_text()
+    line = md.split("## Reproduce")[1]
+    # flags never typed appear with their defaults, so a changed default cannot drift it
+    for flag in ("--seed 0", "--seeds 4", "--block-size 16", "--max-rate 1024.0", "--no-svg",
+                 "--workload long-prompt", "--long-prompt-tokens 4096"):
+        assert flag in line, flag
+    assert "One seed" in md or "one seed" in md
 
 
 def test_cli_tables_only_and_bad_flags(linear_profile, tmp_path):

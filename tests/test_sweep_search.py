@@ -25,8 +25,8 @@ def test_monotone_capacity_found_within_tolerance(capacity, start, tol):
 
 def test_probe_count_is_logarithmic():
     s = find_max_rate(lambda r: r <= 37.0, start=1.0, tol=0.03)
-    # 6 doublings to 64, then ~log2(log(2)/log(1.03)) ~ 5 bisections
-    assert len(s.probes) <= 12
+    # 6 doublings to 64, then ~log2(log(2)/log(1.03)) ~ 5 bisections, then 2 checks above
+    assert len(s.probes) <= 14
     assert [r for r, _ in s.probes[:7]] == [1, 2, 4, 8, 16, 32, 64]
 
 
@@ -56,7 +56,26 @@ def test_searches_share_a_rate_lattice():
 
 
 @pytest.mark.parametrize("kw", [{"tol": 0.0}, {"tol": 1.5}, {"start": 0.0},
-                                {"start": 10.0, "max_rate": 5.0}])
+                                {"start": 10.0, "max_rate": 5.0}, {"verify": (1.0,)}])
 def test_bad_parameters_raise(kw):
     with pytest.raises(ValueError):
         RateSearch(**kw)
+
+
+def test_a_pass_above_the_bracket_resumes_the_search():
+    """Feasibility with a dip (a noisy tail failing 3.67 and 4.0 while 4.5-7.3 pass): a
+    plain bisection stops at ~3.59; the checks above the bracket find the real edge."""
+    def feasible(r):
+        return r <= 3.6 or 4.5 <= r <= 7.3
+
+    plain = find_max_rate(feasible, start=1.0, tol=0.03, verify=())
+    assert plain.capacity < 3.7
+    s = find_max_rate(feasible, start=1.0, tol=0.03)
+    assert 7.3 / 1.03 <= s.capacity <= 7.3
+    assert s.non_monotone and all(3.6 < r < 4.5 for r in s.non_monotone)
+    assert s.hi / s.lo <= 1.03 and not s.capped
+
+
+def test_checks_above_stop_at_max_rate():
+    s = find_max_rate(lambda r: r <= 90.0, start=1.0, tol=0.05, max_rate=100.0)
+    assert max(r for r, _ in s.probes) <= 100.0 and 90 / 1.05 <= s.capacity <= 90

@@ -13,8 +13,10 @@ from chunksim.cli.grid_flags import (
     ChunksOpt,
     PoliciesOpt,
     RayOpt,
+    SeedsOpt,
+    SloOpt,
     WorkersOpt,
-    command_line,
+    resolved_command,
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
 from chunksim.sim.run import RunConfig
@@ -24,12 +26,21 @@ from chunksim.workloads.options import WorkloadOptions
 @with_grid_run_options
 @with_workload_options
 def compare(
+    ctx: typer.Context,
     run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     out: Annotated[Path, typer.Option("--out", help=(
         "Directory for comparison.csv/.json, the plots, report.md and report.html."))],
     policies: PoliciesOpt = DEFAULT_POLICIES,
     chunks: ChunksOpt = DEFAULT_CHUNKS,
+    seeds: SeedsOpt = None,
+    slo: SloOpt = None,
+    capacity: Annotated[bool | None, typer.Option(
+        "--capacity/--no-capacity", help=(
+            "Also search each configuration's capacity under the SLOs (the verdict then "
+            "ranks by capacity). Default: on when --slo is given."))] = None,
+    max_rate: Annotated[float, typer.Option("--max-rate", min=0.0, help=(
+        "With the capacity search: stop doubling the rate here, req/s."))] = 1024.0,
     workers: WorkersOpt = None,
     ray: RayOpt = None,
     timeline_chunk: Annotated[int | None, typer.Option(
@@ -42,7 +53,12 @@ def compare(
         "Draw the plots and write report.md/.html (off: tables only)."))] = True,
     profile: ProfileOpt = None,
 ) -> None:
-    """Replay one workload under several policies and chunk sizes: table, plots, report.
+    """Replay one workload under several policies and chunk sizes: verdict, table, plots,
+    report.
+
+    Every configuration runs under 3 seeds by default (--seeds); tables show the median
+    [min–max] and the verdict (recommendation, runner-up, trade-offs) uses what holds across
+    seeds, against --slo or the default SLOs. With --slo the capacity search runs too.
 
     Example: `sim compare -w long-prompt --policies whole,chunk,budget --chunks
     256,512,1024,2048 --out reports/long-prompt`.
@@ -50,11 +66,21 @@ def compare(
     from chunksim import atomic
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
-    from chunksim.reports.console import print_comparison
+    from chunksim.reports.console import print_comparison, print_verdict
+    from chunksim.sweep.capacity import capacity_search, search_params, window_note
+    from chunksim.sweep.capacity_io import verdict_document
     from chunksim.sweep.compare import run_comparison
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
     from chunksim.sweep.runner import Runner
+    from chunksim.sweep.seeds import seed_list
+    from chunksim.sweep.slos import parse_capacity_slos
+    from chunksim.sweep.verdict import decide
+    from chunksim.workloads.options import WorkloadKind
 
+    seed_values = seed_list(seeds, workload_opts.seed)
+    slos = parse_capacity_slos(slo)
+    search = bool(slo) if capacity is None else capacity
+    trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
     configs = make_configs(specs, parse_ints(chunks, "--chunks"))
@@ -63,24 +89,45 @@ def compare(
 
         timeline_configs(configs, timeline_chunk)
     profile = load_profile(profile)
+    entries, window = None, None
     with Runner(profile, workers, ray) as runner, \
-            ProgressBar("compare", total=len(configs)) as bar:
+            ProgressBar("compare", total=len(configs) * len(seed_values)) as bar:
         comp = run_comparison(configs, workload_opts, run_cfg, runner, keep_records=report,
-                              progress=bar)
-    atomic.write_text(out / "comparison.csv", comp.csv())
-    atomic.write_json(out / "comparison.json", {
+                              progress=bar, seeds=seed_values)
+        if search:
+            params = search_params(workload_opts, max_rate)
+            entries = capacity_search(comp.configs, workload_opts, run_cfg, slos, runner,
+                                      params, bar, seeds=seed_values)
+            best = max(entries, key=lambda e: e.max_rate)
+            window = window_note(params, workload_opts,
+                                 best.at_max["completed"] if best.at_max else None)
+    caps = ([(e.max_rate, e.capacity_range) for e in entries] if entries is not None
+            else None)
+    verdict = decide(comp.configs, comp.runs, slos, bool(slo), comp.seeds, caps)
+    doc = {
         "workload": comp.summaries[0].get("workload"),
+        "seeds": comp.seeds,
         "profile": {"label": profile.label, "sha256": profile.sha256,
                     "provenance": profile.provenance},
+        "verdict": verdict_document(verdict),
         "rows": comp.json_rows(),
-    })
-    print_comparison(comp.configs, comp.summaries)
+    }
+    if entries is not None:
+        from chunksim.sweep.capacity_io import entry_document
+
+        doc["capacity"] = {"window": window,
+                           "configurations": [entry_document(e, slos, comp.seeds) for e in entries]}
+    atomic.write_text(out / "comparison.csv", comp.csv())
+    atomic.write_json(out / "comparison.json", doc)
+    print_comparison(comp.configs, comp.summaries, stats=comp.stats)
+    print_verdict(verdict, capacity_searched=entries is not None, trace=trace)
     written = ["comparison.csv", "comparison.json"]
     if report:
         from chunksim.reports.compare_report import write_compare_report
 
-        paths = write_compare_report(out, comp.configs, comp.summaries, comp.records, profile,
-                                     command=command_line(), timeline_chunk=timeline_chunk,
-                                     formats=("png", "svg") if svg else ("png",))
+        paths = write_compare_report(out, comp, profile, verdict, entries,
+                                     command=resolved_command(ctx), timeline_chunk=timeline_chunk,
+                                     formats=("png", "svg") if svg else ("png",),
+                                     window=window, trace=trace)
         written += [p.name for p in paths]
     typer.echo(f"wrote {out}/: {', '.join(written)}")

@@ -28,13 +28,24 @@ ChunksOpt = Annotated[str, typer.Option(
 WorkersOpt = Annotated[int | None, typer.Option(
     "--workers", min=1, rich_help_panel=_G, help=(
         "Local worker processes (default: os.cpu_count()); 1 runs inline."))]
+SeedsOpt = Annotated[str | None, typer.Option(
+    "--seeds", rich_help_panel=_G, help=(
+        "Comma list of workload seeds; every configuration (every probe rate) runs once per "
+        "seed and tables show the median [min–max]. Default: compare and capacity run 3 "
+        "seeds from --seed (--seed, --seed+1, --seed+2); sweep runs --seed."))]
+SloOpt = Annotated[list[str] | None, typer.Option(
+    "--slo", rich_help_panel=_G, help=(
+        "Bound on a summary key in ms, KEY=MS (repeat), e.g. --slo p99_itl_ms=100 --slo "
+        "p99_ttft_ms=2000. median_sched_delay_ms=2000 (Sarathi-Serve) is added unless given "
+        "(=off drops it). None given: p99_itl_ms=100, p99_ttft_ms=2000 and "
+        "median_sched_delay_ms=2000."))]
 RayOpt = Annotated[str | None, typer.Option(
     "--ray", metavar="ADDRESS", rich_help_panel=_G, help=(
         "Run on Ray (pip install 'chunksim\\[ray]'): 'auto' = a running cluster, 'local' = "
         "start one here, or ray://HOST:PORT."))]
 
 __all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "PoliciesOpt", "RayOpt",
-           "WorkersOpt", "command_line"]
+           "SeedsOpt", "SloOpt", "WorkersOpt", "command_line", "resolved_command"]
 
 
 def command_line() -> str | None:
@@ -43,3 +54,25 @@ def command_line() -> str | None:
     if Path(sys.argv[0]).name != "sim":
         return None
     return "sim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def resolved_command(ctx: typer.Context) -> str:
+    """The running command with every option spelled out, defaults included, so the line
+    reproduces the run even if a default changes."""
+    parts = ["sim", ctx.info_name or "?"]
+    for p in ctx.command.params:
+        if getattr(p, "param_type_name", "") != "option" or p.name not in ctx.params:
+            continue
+        v = ctx.params[p.name]
+        if v is None or (isinstance(v, (list, tuple)) and not v):
+            continue
+        name = next((o for o in p.opts if o.startswith("--")), p.opts[0])
+        if p.is_flag:
+            if p.secondary_opts:
+                parts.append(name if v else p.secondary_opts[0])
+            elif v:
+                parts.append(name)
+            continue
+        for x in (v if p.multiple else [v]):
+            parts += [name, shlex.quote(str(getattr(x, "value", x)))]
+    return " ".join(parts)

@@ -1,18 +1,32 @@
-"""`sim capacity`'s figures: the latency–throughput knee and the capacity bars."""
+"""`sim capacity`'s page: the verdict, the capacities over seeds, the latency-vs-rate knee
+with the SLO lines, the capacity bars, and every probe. `sim compare --slo` reuses the
+table and figures."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
+from chunksim import atomic
 from chunksim.latency.profile import Profile
 from chunksim.reports import style
+from chunksim.reports.capacity_plot import metric_name
+from chunksim.reports.definitions import DEFINITIONS
+from chunksim.reports.document import Document
+from chunksim.reports.provenance import DEMO_BANNER, is_demo_profile, provenance_rows, run_facts
+from chunksim.reports.tables import fmt
+from chunksim.reports.verdict_text import num, ranged, verdict_lines
 from chunksim.sweep.capacity import CapacityEntry
+from chunksim.sweep.verdict import Verdict
+
+CAPACITY_STEMS = ("capacity_knee", "capacity_bars")
 
 
 def write_capacity_plots(out_dir: str | Path, entries: list[CapacityEntry],
                          best: CapacityEntry | None, slos: dict[str, float], profile: Profile,
                          formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
+    """The knee (SLO metrics vs rate, SLO lines) and the capacity bars."""
     from chunksim.reports.capacity_plot import capacity_bars_figure, knee_figure
 
     workload = next((p.summary.get("workload") for e in entries for p in e.probes), "?")
@@ -24,3 +38,98 @@ def write_capacity_plots(out_dir: str | Path, entries: list[CapacityEntry],
     paths += style.save(capacity_bars_figure(entries, best, title), Path(out_dir),
                         "capacity_bars", formats)
     return paths
+
+
+def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
+                  n_seeds: int) -> tuple[list[str], list[list[str]]]:
+    """One row per configuration: capacity on the median seed, its range over seeds, the
+    SLO'd metrics at that rate, and how many rates were probed."""
+    keys = list(slos)
+    headers = (["configuration", "capacity req/s", "per seed req/s"]
+               + [f"{metric_name(k)} ms at cap." for k in keys] + ["probes", "note"])
+    rows = []
+    for e in entries:
+        lo, hi = e.capacity_range
+        cap = ("≥" if e.capped else "") + num(e.max_rate)
+        p = e.probe_at_max
+        cells = []
+        for k in keys:
+            if p is None:
+                cells.append("–")
+                continue
+            vals = [s.get(k) for s in p.runs if isinstance(s.get(k), (int, float))]
+            cells.append(ranged(p.summary.get(k, float("nan")), min(vals), max(vals), "",
+                                n_seeds) if vals else fmt(p.summary.get(k), "{:.1f}"))
+        note = ("rates below it missed: " + ", ".join(num(r) for r in e.non_monotone)
+                if e.non_monotone else "")
+        per_seed = ", ".join(num(c) for c in e.seed_capacities())
+        rows.append([e.config.label, cap, per_seed if n_seeds > 1 else num(lo if lo else hi)]
+                    + cells + [str(len(e.probes)), note])
+    return headers, rows
+
+
+def probe_rows(entries: Sequence[CapacityEntry], slos: dict[str, float]) -> list:
+    """Every probe, grouped by configuration: rate, verdict, seeds met, the SLO'd metrics."""
+    rows: list = []
+    for e in entries:
+        rows.append(f"{e.config.label}")
+        for p in e.probes:
+            seeds = f"{sum(p.seeds_met)}/{len(p.seeds_met)}" if p.seeds_met else "–"
+            rows.append([num(p.rate), "met" if p.met else "missed", seeds]
+                        + [fmt(p.summary.get(k), "{:.1f}") for k in slos])
+    return rows
+
+
+def capacity_section(doc: Document, entries: Sequence[CapacityEntry], slos: dict[str, float],
+                     n_seeds: int, window: str | None, probes: bool = True) -> None:
+    """The capacity table, its explanation, both figures and (optionally) every probe."""
+    doc.heading("Capacity under the SLOs")
+    headers, rows = capacity_rows(entries, slos, n_seeds)
+    doc.table(headers, rows)
+    doc.para("Capacity = the highest probed rate at which every SLO holds for the median "
+             "seed (per bound, the median over seeds of its metric). Per seed = the highest "
+             "probed rate that seed alone met. The search doubles, bisects, then probes 1.15× "
+             "and 1.4× above its bracket: a pass there resumes the search."
+             + (f" Probe window: {window}." if window else ""))
+    doc.figure("capacity_knee.png", "Latency vs request rate per configuration (median seed), "
+               "with the SLO bounds dashed: filled = met every SLO, hollow = missed one, "
+               "★ = capacity.")
+    doc.figure("capacity_bars.png", "Capacity per configuration (★ = recommended).")
+    if probes:
+        doc.heading("Every probe")
+        doc.table(["rate req/s", "median seed", "seeds met"]
+                  + [f"{metric_name(k)} ms" for k in slos], probe_rows(entries, slos))
+
+
+def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
+                          verdict: Verdict, profile: Profile, window: str | None,
+                          workload_name: str, command: str | None = None,
+                          formats: tuple[str, ...] = ("png", "svg"),
+                          trace: bool = False) -> list[Path]:
+    """The figures and report.{md,html} of `sim capacity`; returns the paths written."""
+    out = Path(out_dir)
+    by_label = {e.config.label: e for e in entries}
+    best = by_label.get(verdict.recommended.label) if verdict.recommended else None
+    paths = write_capacity_plots(out, entries, best, verdict.slos, profile, formats)
+    doc = Document(f"chunksim capacity — {style.title(workload_name, profile.label)}")
+    if is_demo_profile(profile.path, profile.provenance):
+        doc.banner(DEMO_BANNER)
+    doc.verdict("Verdict: which configuration to run",
+                verdict_lines(verdict, capacity_searched=True, trace=trace))
+    doc.meta(run_facts())
+    doc.para("How many requests per second can each prefill policy and chunk size sustain "
+             "under the SLOs? Each configuration's rate is searched separately; every probe "
+             "replays the workload at that rate under every seed.")
+    capacity_section(doc, entries, verdict.slos, len(verdict.seeds), window)
+    doc.heading("Profile provenance")
+    doc.table(["field", "value"], provenance_rows(profile.label, profile.path, profile.sha256,
+                                                  profile.provenance), numeric=False)
+    doc.heading("Metric definitions")
+    doc.definitions(list(DEFINITIONS))
+    if command:
+        doc.heading("Reproduce")
+        doc.code(command)
+    md, page = out / "report.md", out / "report.html"
+    atomic.write_text(md, doc.to_markdown())
+    atomic.write_text(page, doc.to_html(out))
+    return paths + [md, page]

@@ -75,12 +75,17 @@ _COMPACT = (("median_ttft_ms", "TTFT p50", "{:.0f}"), ("p99_ttft_ms", "TTFT p99"
             ("output_throughput", "tok/s", "{:.0f}"), ("request_goodput", "good/s", "{:.2f}"))
 
 
-def comparison_table(labels: list[str], summaries: list[dict], title: str | None = None) -> Table:
-    """One row per configuration: headline latencies (ms) and throughput, 80 columns wide."""
+def comparison_table(labels: list[str], summaries: list[dict], title: str | None = None,
+                     stats: list | None = None) -> Table:
+    """One row per configuration: headline latencies (ms) and throughput, 80 columns wide
+    (with several seeds, the medians; the report has the ranges)."""
     from chunksim.reports.tables import fmt
 
+    multi = stats is not None and stats[0].n > 1
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
-              caption="latencies in ms; stall = longest ITL gap; good/s needs --goodput",
+              caption="latencies in ms; stall = longest ITL gap; good/s needs --goodput"
+              + (f"; medians over {stats[0].n} seeds (ranges: report, comparison.json)"
+                 if multi else ""),
               caption_justify="left")
     t.add_column("configuration", no_wrap=True)
     for _, header, _ in _COMPACT:
@@ -90,12 +95,23 @@ def comparison_table(labels: list[str], summaries: list[dict], title: str | None
     return t
 
 
-def print_comparison(configs: list, summaries: list[dict], console: Console | None = None) -> None:
+def print_comparison(configs: list, summaries: list[dict], console: Console | None = None,
+                     stats: list | None = None) -> None:
     con = console or Console()
     s0 = summaries[0]
     con.print(comparison_table(
         [c.label for c in configs], summaries,
-        f"workload {s0.get('workload')} · profile {s0.get('profile_label', '?')}"))
+        f"workload {s0.get('workload')} · profile {s0.get('profile_label', '?')}", stats))
+
+
+def print_verdict(verdict, capacity_searched: bool, trace: bool = False,
+                  console: Console | None = None) -> None:
+    """The page's verdict box as plain lines."""
+    from chunksim.reports.verdict_text import verdict_lines
+
+    con = console or Console()
+    for line in verdict_lines(verdict, capacity_searched, trace):
+        con.print(line.replace("**", "").replace("`", ""), markup=False, highlight=False)
 
 
 def print_capacity(entries: list, recommended, slos: dict[str, float],

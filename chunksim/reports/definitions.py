@@ -18,6 +18,20 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
      "the run (first arrival → last finish)."),
     ("goodput", "requests/s that meet every --goodput SLO (ttft, tpot, e2el, or itl = the "
      "request's worst gap)."),
-    ("capacity", "the highest request rate at which every --slo bound holds, found by "
-     "doubling then geometric bisection on the rate with a fixed workload seed."),
+    ("capacity", "the highest probed request rate at which every --slo bound holds for the "
+     "median seed (per bound, the median over seeds of its metric), found by doubling then "
+     "geometric bisection on the rate, then probing above the bracket; each probe spans at "
+     "least 1,000 requests unless --duration / --num-requests say otherwise."),
+    ("median [min–max]", "over the seeds (--seeds, default 3): the median run's value and "
+     "the range of all of them. A metric marked † varies more from seed to seed than between "
+     "configurations."),
+    ("verdict", "feasible = meets every SLO on the median seed; ranked by capacity when it was "
+     "searched, else every-seed before median-seed feasibility; configurations the SLOs "
+     "cannot separate are decided by the smallest regret on worst stall and the longest "
+     "requests' TTFT (the largest factor by which a configuration is worse than the best "
+     "on either); overlapping regret (or capacity) ranges over seeds = no clear winner."),
+    ("SLO headroom", "the largest fraction of any SLO bound a configuration uses (1 = at a "
+     "bound)."),
+    ("worst stall", "the longest single gap between two tokens of any request in the run "
+     "(max ITL): every request decoding at that moment waited that long."),
 )

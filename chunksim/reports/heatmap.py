@@ -1,6 +1,8 @@
 """The latency table as heatmaps: median step time over chunk_len x decode_count, one
 panel per kv_len (a few, spread over the measured grid). Cells the profiler pruned (KV
-beyond device memory) are blank: the simulator extrapolates there."""
+beyond device memory) are blank: the simulator extrapolates there. Given the runs' steps,
+the cells they used are ringed (○, nearest cell in log space) and the edge cells that
+steps beyond the grid were extrapolated from are crossed (×)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,28 @@ def pick_kv(table, n: int = 3) -> list[int]:
     return [kvs[i] for i in idx]
 
 
-def heatmap_figure(table, title: str, n_kv: int = 3):
-    """`table`: the profile's rows (columns of docs/profile-format.md)."""
+def _nearest(grid: list[int], values) -> np.ndarray:
+    """Index of the nearest grid value in log space (0 maps to a 0 entry if present)."""
+    g = np.log1p(np.asarray(grid, dtype=float))
+    v = np.log1p(np.asarray(values, dtype=float))
+    return np.abs(v[:, None] - g[None, :]).argmin(axis=1)
+
+
+def used_cells(steps, chunks: list[int], decodes: list[int]) -> tuple[set, set]:
+    """(cells used, cells extrapolated from) as (decode index, chunk index) pairs."""
+    if steps is None or len(steps) == 0:
+        return set(), set()
+    ci = _nearest(chunks, steps["prefill_tokens"].to_numpy())
+    di = _nearest(decodes, steps["decodes"].to_numpy())
+    ext = steps["extrapolated"].to_numpy().astype(bool)
+    used = set(zip(di[~ext].tolist(), ci[~ext].tolist(), strict=True))
+    extrap = set(zip(di[ext].tolist(), ci[ext].tolist(), strict=True))
+    return used, extrap
+
+
+def heatmap_figure(table, title: str, n_kv: int = 3, steps=None):
+    """`table`: the profile's rows (columns of docs/profile-format.md); `steps`: the runs'
+    step records (one frame, or a list of frames), to mark the cells they used."""
     from matplotlib.colors import LogNorm
 
     plt = style.pyplot()
@@ -38,15 +60,25 @@ def heatmap_figure(table, title: str, n_kv: int = 3):
         grids.append(g)
     vals = np.concatenate([g[np.isfinite(g)] for g in grids])
     norm = LogNorm(vmin=float(vals.min()), vmax=float(vals.max()))
-    fig, axes = plt.subplots(1, len(kvs), figsize=(4.6 * len(kvs) + 1.2, 4.4), squeeze=False,
+    if isinstance(steps, (list, tuple)):
+        import pandas as pd
+
+        steps = pd.concat(list(steps), ignore_index=True) if steps else None
+    used, extrap = used_cells(steps, chunks, decodes)
+    fig, axes = plt.subplots(1, len(kvs), figsize=(4.6 * len(kvs) + 1.2, 4.8), squeeze=False,
                              layout="constrained")
     annotate = len(chunks) * len(decodes) <= 80
     for n, (ax, kv, g) in enumerate(zip(axes[0], kvs, grids, strict=True)):
         im = ax.imshow(g, origin="lower", cmap="viridis", norm=norm, aspect="auto")
         ax.set_xticks(range(len(chunks)))
-        ax.set_xticklabels(chunks, rotation=45, ha="right")
+        ax.set_xticklabels(chunks, rotation=45, ha="right", fontsize=9)
         ax.set_yticks(range(len(decodes)))
-        ax.set_yticklabels(decodes)
+        ax.set_yticklabels(decodes, fontsize=9)
+        for i, j in used:
+            ax.scatter([j], [i], s=150, facecolor="none", edgecolor="white", linewidth=1.4)
+            ax.scatter([j], [i], s=150, facecolor="none", edgecolor="black", linewidth=0.6)
+        for i, j in extrap:
+            ax.scatter([j], [i], s=110, marker="x", color="red", linewidth=1.6)
         ax.set_xlabel("chunk_len (prefill tokens in the step)")
         if n == 0:
             ax.set_ylabel("decode_count (sequences decoding)")
@@ -56,9 +88,11 @@ def heatmap_figure(table, title: str, n_kv: int = 3):
             mid = np.sqrt(norm.vmin * norm.vmax)
             for (i, j), v in np.ndenumerate(g):
                 if np.isfinite(v):
-                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=6,
+                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
                             color="white" if v < mid else "black")
     fig.colorbar(im, ax=axes[0].tolist(), label="median step time (ms, log scale)",
                  shrink=0.9)
-    fig.suptitle(f"Latency table (step time) · profile {title}")
+    marks = " · ○ = cell the runs used, × = extrapolated beyond the grid" if steps is not None \
+        else ""
+    fig.suptitle(f"Latency table (step time) · profile {title}{marks}")
     return fig

@@ -19,3 +19,51 @@ def provenance_rows(label: str, path: str, sha256: str, provenance: dict) -> lis
             rows.append([k, ", ".join(f"{a}={json.dumps(b)}" for a, b in v.items())
                          if isinstance(v, dict) else str(v)])
     return rows
+
+
+def run_facts() -> str:
+    """`chunksim 0.1.0 · commit abc1234 · 2025-01-01 12:00 UTC`: what made the page, when.
+    The time honours SOURCE_DATE_EPOCH, so a pinned build gives pinned bytes."""
+    import datetime
+    import os
+    import subprocess
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        version = metadata.version("chunksim")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    commit = None
+    try:
+        out = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short=12",
+                              "HEAD"], capture_output=True, text=True, timeout=5, check=False)
+        if out.returncode == 0:
+            commit = out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc) if epoch
+            and epoch.isdigit() else datetime.datetime.now(datetime.timezone.utc))
+    return (f"chunksim {version} · commit {commit or 'unknown (not a git checkout)'} · "
+            f"made {when:%Y-%m-%d %H:%M} UTC")
+
+
+def is_demo_profile(path: str, provenance: dict) -> bool:
+    """A bundled profile measured on a CPU (the toy `tiny` model)."""
+    from pathlib import Path
+
+    bundled = Path(__file__).resolve().parent.parent / "data" / "profiles"
+    try:
+        inside = Path(path).resolve().parent == bundled
+    except OSError:
+        inside = False
+    return inside and str(provenance.get("device", "")).lower() == "cpu"
+
+
+DEMO_BANNER = (
+    "**Demo numbers.** This page was made from the bundled CPU profile of a toy model "
+    "(`tiny`): it shows how the policies behave, not what your GPU will do; do not paste its "
+    "milliseconds into a design. Profile your own model on your GPU, e.g. `sim profile "
+    "--model llama-3.1-8b --device cuda --out profiles/my-gpu.csv`, then rerun with "
+    "`--profile profiles/my-gpu.csv`.")

@@ -1,9 +1,11 @@
 """Figure style shared by every plot: the Agg backend, one colour per configuration,
 atomic saving. matplotlib is imported inside functions so `sim run` never loads it.
 
-Colours: each policy family (and variant) owns one colormap and a marker; the chunk size
-picks a shade on a fixed log2 scale (bigger chunk = darker), so a configuration has the
-same colour in every figure and every report.
+Colours: each policy family (and variant) owns one distinct hue (`family_color`) and a
+line style; the chunk size picks a marker (`marker`) and a shade of the hue on a fixed
+log2 scale (bigger chunk = darker; `color`), so a configuration looks the same in every
+figure and every report, and two chunk sizes of one family differ by marker, not only by
+a shade. PNGs are written at 2x (`PNG_SCALE`) so they stay sharp on high-density screens.
 """
 
 from __future__ import annotations
@@ -25,11 +27,21 @@ _CMAPS = {
     ("budget", None): "Blues",
     ("sjf", None): "Greens",
 }
-_MARKERS = {"whole": "s", "chunk": "^", "budget": "o", "sjf": "D"}
+_FAMILY_COLORS = {
+    ("whole", None): "#c0392b", ("whole", "mixed"): "#e67e22", ("chunk", None): "#8e44ad",
+    ("chunk", "two-pass"): "#d63384", ("chunk", "alternate"): "#555555",
+    ("budget", None): "#1f6fb4", ("sjf", None): "#2e8b3e",
+}
+_CHUNK_MARKERS = {64: "P", 128: "X", 256: "o", 512: "^", 1024: "D", 2048: "v", 4096: "p",
+                  8192: "*", 16384: "h"}
+_UNCHUNKED_MARKER = "s"
 _LINESTYLES = {"whole": "-", "chunk": "--", "budget": "-", "sjf": "-."}
 # a family with no style of its own (a newly registered policy) still draws, in these
-_DEFAULT_CMAP, _DEFAULT_MARKER, _DEFAULT_LINESTYLE = "YlOrBr", "X", ":"
+_DEFAULT_CMAP, _DEFAULT_MARKER, _DEFAULT_LINESTYLE = "YlOrBr", "8", ":"
+_DEFAULT_FAMILY_COLOR = "#b7950b"
 DPI = 110
+PNG_SCALE = 2
+"""PNGs are rendered at PNG_SCALE x DPI and shown at 1/PNG_SCALE of their pixel size."""
 
 
 def pyplot():
@@ -62,8 +74,18 @@ def color(config: Config) -> tuple[float, float, float, float]:
     return cmap(shade)
 
 
+def family_color(config: Config) -> str:
+    """The family's (and variant's) one hue, whatever the chunk size."""
+    p = config.policy
+    return _FAMILY_COLORS.get((p.family, p.variant),
+                              _FAMILY_COLORS.get((p.family, None), _DEFAULT_FAMILY_COLOR))
+
+
 def marker(config: Config) -> str:
-    return _MARKERS.get(config.policy.family, _DEFAULT_MARKER)
+    """The chunk size's marker (a square for unchunked `whole`)."""
+    if config.chunk is None:
+        return _UNCHUNKED_MARKER
+    return _CHUNK_MARKERS.get(config.chunk, _DEFAULT_MARKER)
 
 
 def linestyle(config: Config) -> str:
@@ -78,7 +100,8 @@ def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
         buf = io.BytesIO()
         # No creation date in the metadata: same data, same bytes.
         meta = {"Date": None} if fmt == "svg" else {}
-        fig.savefig(buf, format=fmt, bbox_inches="tight", metadata=meta)
+        dpi = DPI * PNG_SCALE if fmt == "png" else DPI
+        fig.savefig(buf, format=fmt, bbox_inches="tight", metadata=meta, dpi=dpi)
         path = Path(out_dir) / f"{stem}.{fmt}"
         atomic.write_bytes(path, buf.getvalue())
         paths.append(path)

@@ -1,13 +1,20 @@
-"""Capacity: the highest request rate at which each configuration meets the SLOs, and the
-recommended configuration (highest capacity; ties -> lower P99 TTFT at that rate).
+"""Capacity: the highest request rate at which each configuration meets the SLOs.
+
+Each probe rate runs every seed; the rate passes when the SLOs hold for the median seed
+(per bound, the median over seeds of the metric is within it), so one unlucky burst in
+one seed neither sinks nor makes a rate. Probe windows are long enough for the tail
+percentiles they are judged on (`SearchParams.min_requests`), and the bisection checks
+rates above its bracket before accepting an answer (`search.RateSearch.verify`). Every
+probe, with every seed's summary, is kept.
 
 All searches advance in lock-step: each round collects every unfinished search's next
-rate and runs that batch on the shared Runner, so the worker pool stays busy.
+rate and runs that batch (x seeds) on the shared Runner, so the worker pool stays busy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chunksim.progress import ProgressBar
@@ -16,13 +23,14 @@ from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
+from chunksim.sweep.seeds import fold, median_value
 from chunksim.sweep.slos import meets
-from chunksim.workloads.options import WorkloadOptions
+from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
 
 @dataclass(frozen=True)
 class SearchParams:
-    """How each capacity search brackets and bisects the rate."""
+    """How each capacity search brackets and bisects the rate, and how long a probe is."""
 
     start: float = 1.0
     """First rate probed, requests/s."""
@@ -32,15 +40,77 @@ class SearchParams:
     """Below this, a configuration is reported as never meeting the SLOs."""
     max_rate: float = 1e4
     """The doubling stops here."""
+    verify: tuple[float, ...] = (1.15, 1.4)
+    """Multiples of the bracket's upper end probed before an answer is accepted."""
+    auto_window: bool = False
+    """Size each probe's window from its rate: `max(min_duration_s, min_requests / rate)`
+    seconds (synthetic workloads whose length the user did not set)."""
+    min_duration_s: float = 60.0
+    """Shortest auto window, s: an overloaded rate needs time to build a queue."""
+    min_requests: int = 1000
+    """Requests an auto window holds at least: a P99 over 1,000 requests rests on ~10 of
+    them, over 200 on 2."""
+
+
+def search_params(workload: WorkloadOptions, max_rate: float = 1024.0,
+                  tol: float = 0.03) -> SearchParams:
+    """`sim capacity`'s search for these workload flags: start at --rate (default 1 req/s);
+    synthetic workloads whose length was not set get the auto window."""
+    start = workload.rate or 1.0
+    synthetic = workload.trace is None and workload.workload is not WorkloadKind.TRACE
+    auto = synthetic and workload.num_requests is None and workload.duration_s is None
+    return SearchParams(start=start, tol=tol, min_rate=min(start, 1e-3),
+                        max_rate=max(max_rate, start), auto_window=auto)
+
+
+def window_note(params: SearchParams, workload: WorkloadOptions,
+                requests_at_capacity: float | None) -> str:
+    """One sentence on how long each probe was, and whether that supports a P99."""
+    if params.auto_window:
+        return (f"each probe spans max({params.min_duration_s:g} s, {params.min_requests} "
+                f"requests / rate): at least {params.min_requests} requests, so a P99 rests "
+                f"on ~{params.min_requests // 100} of them")
+    n = requests_at_capacity
+    what = ("the trace window" if workload.trace is not None or
+            workload.workload is WorkloadKind.TRACE else "the --duration / --num-requests given")
+    txt = f"each probe replays {what}"
+    if n is not None:
+        txt += f" (~{n:.0f} requests at the capacity)"
+        if n < params.min_requests:
+            txt += (f"; a P99 over fewer than {params.min_requests} requests rests on "
+                    f"~{max(1, int(n) // 100)}, so expect it to move between seeds")
+    return txt
+
+
+def probe_workload(workload: WorkloadOptions, rate: float, seed: int,
+                   params: SearchParams) -> WorkloadOptions:
+    """The workload one probe replays: `rate`, `seed`, and the auto window if asked."""
+    w = dataclasses.replace(workload, rate=rate, seed=seed)
+    if params.auto_window:
+        w = dataclasses.replace(w, duration_s=max(params.min_duration_s,
+                                                  params.min_requests / rate))
+    return w
 
 
 @dataclass
 class Probe:
-    """One simulated rate of one configuration."""
+    """One simulated rate of one configuration, under every seed."""
 
     rate: float
     met: bool
+    """The SLOs held for the median seed."""
     summary: dict
+    """The per-seed summaries folded to their medians."""
+    runs: list[dict] = field(default_factory=list)
+    """Each seed's summary, in seed order."""
+    seeds_met: list[bool] = field(default_factory=list)
+    """Whether each seed alone met the SLOs."""
+
+
+def judge(runs: Sequence[Mapping], slos: Mapping[str, float]) -> bool:
+    """The median-seed rule: every bound holds for the median over seeds of its metric
+    (a seed that completed nothing counts as missing every bound)."""
+    return all(median_value(runs, k) <= bound for k, bound in slos.items())
 
 
 @dataclass
@@ -49,48 +119,76 @@ class CapacityEntry:
 
     config: Config
     max_rate: float
-    """Highest probed rate meeting every SLO (0 if none did)."""
+    """Highest probed rate meeting every SLO on the median seed (0 if none did)."""
     capped: bool
     """The SLOs held even at the search's max rate (capacity >= max_rate)."""
     probes: list[Probe] = field(default_factory=list)
+    non_monotone: list[float] = field(default_factory=list)
+    """Probed rates below `max_rate` that missed the SLOs (a noisy tail, or a real dip)."""
 
     @property
     def at_max(self) -> dict | None:
-        """The summary at `max_rate` (None if no rate met the SLOs)."""
+        """The (median) summary at `max_rate` (None if no rate met the SLOs)."""
+        p = self.probe_at_max
+        return None if p is None else p.summary
+
+    @property
+    def probe_at_max(self) -> Probe | None:
         for p in self.probes:
             if p.met and p.rate == self.max_rate:
-                return p.summary
+                return p
         return None
+
+    def seed_capacities(self) -> list[float]:
+        """Per seed, the highest probed rate that seed alone met the SLOs at (0 if none):
+        the spread of the capacity over seeds, on the rates the search probed."""
+        n = max((len(p.seeds_met) for p in self.probes), default=0)
+        return [max((p.rate for p in self.probes if len(p.seeds_met) > k and p.seeds_met[k]),
+                    default=0.0) for k in range(n)]
+
+    @property
+    def capacity_range(self) -> tuple[float, float]:
+        caps = self.seed_capacities() or [self.max_rate]
+        return min(caps), max(caps)
 
 
 def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunConfig,
                     slos: dict[str, float], runner: Runner,
                     params: SearchParams | None = None,
-                    progress: ProgressBar | None = None) -> list[CapacityEntry]:
-    """Search every configuration's capacity; entries in `configs` order."""
+                    progress: ProgressBar | None = None,
+                    seeds: Sequence[int] | None = None) -> list[CapacityEntry]:
+    """Search every configuration's capacity over `seeds` (default: the workload's seed);
+    entries in `configs` order."""
     params = params or SearchParams()
-    searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate)
-                for _ in configs]
+    seeds = list(seeds) if seeds else [workload.seed]
+    n = len(seeds)
+    searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate,
+                           params.verify) for _ in configs]
     probes: list[list[Probe]] = [[] for _ in configs]
     while True:
         batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
         if not batch:
             break
-        jobs = [SimJob(dataclasses.replace(workload, rate=r), run, configs[i])
-                for i, r in batch]
+        jobs = [SimJob(probe_workload(workload, r, k, params), run, configs[i])
+                for i, r in batch for k in seeds]
         if progress is not None:
             progress.add(len(jobs))
-        for (i, r), res in zip(batch, runner.map(jobs, progress=progress), strict=True):
-            ok = meets(res.summary, slos)
+        results = runner.map(jobs, progress=progress)
+        for j, (i, r) in enumerate(batch):
+            runs = [res.summary for res in results[j * n:(j + 1) * n]]
+            ok = judge(runs, slos)
             searches[i].report(r, ok)
-            probes[i].append(Probe(r, ok, res.summary))
-    return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate))
+            probes[i].append(Probe(r, ok, fold(runs).median, runs,
+                                   [meets(s, slos) for s in runs]))
+    return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
+                          s.non_monotone)
             for c, s, p in zip(configs, searches, probes, strict=True)]
 
 
 def recommend(entries: list[CapacityEntry]) -> CapacityEntry | None:
     """Highest capacity; ties (the searches share one rate lattice) -> lower P99 TTFT,
-    then configuration order. None if no configuration met the SLOs at any rate."""
+    then configuration order. None if no configuration met the SLOs at any rate.
+    (The page's verdict, `sweep.verdict`, also weighs the spread over seeds.)"""
     ok = [e for e in entries if e.max_rate > 0]
     if not ok:
         return None

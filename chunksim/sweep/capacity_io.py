@@ -8,24 +8,70 @@ from chunksim.latency.profile import Profile
 from chunksim.sweep.capacity import CapacityEntry, SearchParams
 from chunksim.sweep.slos import violations
 from chunksim.sweep.table import cell, csv_text, flatten
+from chunksim.sweep.verdict import Verdict
 from chunksim.workloads.options import WorkloadOptions
 
+_PROBE_KEYS = ("completed", "p99_itl_ms", "p99_ttft_ms", "median_sched_delay_ms",
+               "max_decode_stall_ms", "request_throughput")
 
-def _entry(e: CapacityEntry, slos: dict[str, float]) -> dict:
+
+def _probe(p, slos: dict[str, float], seeds: list[int]) -> dict:
+    return {
+        "rate": p.rate, "met": p.met, "seeds_met": p.seeds_met,
+        "median": {k: p.summary.get(k) for k in (*_PROBE_KEYS, *slos) if k in p.summary},
+        "by_seed": [{"seed": k, "met": ok, **{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
+                     "violations": violations(s, slos)}
+                    for k, ok, s in zip(seeds, p.seeds_met, p.runs, strict=True)],
+    }
+
+
+def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int]) -> dict:
+    lo, hi = e.capacity_range
     return {
         "config": e.config.label, "policy": e.config.policy.label, "chunk": e.config.chunk,
         "max_rate": e.max_rate, "capped": e.capped,
-        "first_miss_rate": min((p.rate for p in e.probes if not p.met), default=None),
+        "max_rate_by_seed": dict(zip(map(str, seeds), e.seed_capacities(), strict=True)),
+        "max_rate_range": [lo, hi],
+        "non_monotone_rates": e.non_monotone,
+        "first_miss_rate": min((p.rate for p in e.probes
+                                if not p.met and p.rate > e.max_rate), default=None),
         "first_miss_violations": next((violations(p.summary, slos) for p in e.probes
-                                       if not p.met), []),
+                                       if not p.met and p.rate > e.max_rate), []),
         "summary_at_max_rate": e.at_max,
+        "probes": [_probe(p, slos, seeds) for p in e.probes],
     }
+
+
+def verdict_document(v: Verdict) -> dict:
+    """The verdict as data: recommendation, runner-up, whether the seeds separate them."""
+    def who(c):
+        if c is None:
+            return None
+        out = {"config": c.label, "meets_slos": c.meets, "seeds_met": c.seeds_met,
+               "slo_headroom": c.headroom, "slo_headroom_range": list(c.headroom_range)}
+        if c.capacity is not None:
+            out["capacity"] = c.capacity
+            out["capacity_range"] = list(c.score_range)
+        if c.regret is not None:
+            out["regret"] = c.regret
+            out["regret_range"] = list(c.regret_range)
+        for m in v.metrics:
+            med, lo, hi = c.metric(m)
+            out[m.label] = {"median": med, "min": lo, "max": hi}
+        return out
+
+    return {"slos_ms": v.slos, "slos_given": v.slos_given, "seeds": v.seeds,
+            "basis": v.basis, "decided_by": v.decided_by, "clear": v.clear,
+            "recommended": who(v.recommended), "runner_up": who(v.runner_up),
+            "tied": [c.label for c in v.tied]}
 
 
 def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
                       slos: dict[str, float], params: SearchParams, profile: Profile,
-                      workload: WorkloadOptions) -> dict:
+                      workload: WorkloadOptions, seeds: list[int] | None = None,
+                      verdict: Verdict | None = None, window: str | None = None) -> dict:
     """Everything `sim capacity` found, JSON-ready and deterministic."""
+    seeds = seeds or [workload.seed]
     rec = None
     if best is not None:
         ties = [e.config.label for e in entries if e.max_rate == best.max_rate]
@@ -34,22 +80,33 @@ def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
                "p99_ttft_ms": best.at_max["p99_ttft_ms"],
                "reason": "highest max_rate" + (f"; tied with {', '.join(ties)} -> lowest "
                                                "P99 TTFT" if len(ties) > 1 else "")}
+        if verdict is not None and verdict.recommended is not None:
+            rec["reason"] = ("the verdict: highest capacity on the median seed"
+                             + ("" if verdict.decided_by == "score" else
+                                "; capacities overlap over seeds -> smallest trade-off regret"))
     return {
         "slos_ms": slos,
+        "seeds": seeds,
+        "rule": "a probe rate passes when every SLO holds for the median seed",
+        "window": window,
         "search": dataclasses.asdict(params),
         "workload_options": {k: cell(v) if not isinstance(v, (int, float, bool)) else v
                              for k, v in dataclasses.asdict(workload).items()
                              if v is not None},
         "profile": {"label": profile.label, "sha256": profile.sha256},
         "recommendation": rec,
-        "configurations": [_entry(e, slos) for e in entries],
+        "verdict": verdict_document(verdict) if verdict is not None else None,
+        "configurations": [entry_document(e, slos, seeds) for e in entries],
     }
 
 
 def probes_csv(entries: list[CapacityEntry]) -> str:
-    """Every probe: configuration, rate, whether it met the SLOs, then its summary."""
-    rows = [flatten(p.summary, {"config": e.config.label, "policy": e.config.policy.label,
-                                "chunk": e.config.chunk, "rate": p.rate, "met": p.met})
-            for e in entries for p in e.probes]
-    cols = list(rows[0]) if rows else ["config", "policy", "chunk", "rate", "met"]
+    """Every probe and seed: configuration, rate, whether the median seed met the SLOs
+    (`met`), whether this seed did (`seed_met`), then the seed's summary."""
+    rows = [flatten(s, {"config": e.config.label, "policy": e.config.policy.label,
+                        "chunk": e.config.chunk, "rate": p.rate, "met": p.met,
+                        "seed_met": ok})
+            for e in entries for p in e.probes
+            for s, ok in zip(p.runs or [p.summary], p.seeds_met or [p.met], strict=True)]
+    cols = list(rows[0]) if rows else ["config", "policy", "chunk", "rate", "met", "seed_met"]
     return csv_text(rows, cols)

@@ -56,7 +56,7 @@ def init_worker(profile: Profile) -> None:
     _worker_profile = profile
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def _workload(opts: WorkloadOptions) -> Workload:
     return build_workload(opts)
 

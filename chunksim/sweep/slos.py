@@ -2,7 +2,8 @@
 
 Sarathi-Serve's capacity also bounds the median scheduling delay (arrival -> first
 scheduled) at 2 s; that bound is on by default and can be changed or switched off
-(`--slo median_sched_delay_ms=off`).
+(`--slo median_sched_delay_ms=off`). With no --slo at all, the verdicts and capacity
+searches use `DEFAULT_SLOS`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ from chunksim.sim.metrics import PERCENTILES
 SCHED_DELAY_KEY = "median_sched_delay_ms"
 DEFAULT_SCHED_DELAY_MS = 2000.0
 """Sarathi-Serve's bound on the median scheduling delay, ms."""
+DEFAULT_SLOS: dict[str, float] = {"p99_itl_ms": 100.0, "p99_ttft_ms": 2000.0,
+                                  SCHED_DELAY_KEY: DEFAULT_SCHED_DELAY_MS}
+"""Bounds used when none are given: P99 ITL <= 100 ms (a stall a reader notices),
+P99 TTFT <= 2 s, and Sarathi-Serve's median scheduling delay <= 2 s."""
 _SERIES = ("ttft", "tpot", "itl", "e2el", "sched_delay")
 _STATS = ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))
 
@@ -28,7 +33,10 @@ def slo_keys() -> list[str]:
 def parse_capacity_slos(items: list[str] | None,
                         sched_delay_ms: float | None = DEFAULT_SCHED_DELAY_MS) -> dict[str, float]:
     """`["p99_itl_ms=100", "p99_ttft_ms:2000"]` -> {key: bound_ms}; adds the median
-    scheduling-delay bound unless given (a value of `off` drops it)."""
+    scheduling-delay bound unless given (a value of `off` drops it). No items at all ->
+    `DEFAULT_SLOS`."""
+    if not items:
+        return dict(DEFAULT_SLOS)
     valid = slo_keys()
     slos: dict[str, float] = {}
     off: set[str] = set()

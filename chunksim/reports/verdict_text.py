@@ -1,0 +1,158 @@
+"""The verdict in words: the box at the top of every compare and capacity page, and the
+console's closing lines. Numbers are the median over seeds with [min–max]."""
+
+from __future__ import annotations
+
+from chunksim.reports.capacity_plot import metric_name
+from chunksim.sweep.verdict import Candidate, Verdict
+
+
+def num(x: float) -> str:
+    """A latency or rate, to the precision that matters."""
+    if x != x:  # NaN
+        return "–"
+    if abs(x) >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}"
+
+
+def ranged(med: float, lo: float, hi: float, unit: str = "", n: int = 2) -> str:
+    """`518 ms [496–530]`, or `518 ms` when the seeds agree (or there is one)."""
+    u = f" {unit}" if unit else ""
+    if n < 2 or num(lo) == num(hi):
+        return f"{num(med)}{u}"
+    return f"{num(med)}{u} [{num(lo)}–{num(hi)}]"
+
+
+def slo_text(v: Verdict) -> str:
+    parts = ", ".join(f"{metric_name(k)} ≤ {b:g} ms" for k, b in v.slos.items())
+    return parts + ("" if v.slos_given else " (defaults; set yours with --slo)")
+
+
+def seeds_text(v: Verdict, trace: bool = False) -> str:
+    n = len(v.seeds)
+    if n > 1:
+        return (f"{n} seeds ({', '.join(map(str, v.seeds))}); every number is the median "
+                "over seeds with [min–max]")
+    if trace:
+        return ("one seed: a trace replay is one fixed sequence of requests, so one seed is "
+                "the whole sample (the seed only drives jitter)")
+    return ("one seed: differences smaller than the seed-to-seed spread cannot be told "
+            "apart; a long run makes one seed enough, otherwise use --seeds 0,1,2")
+
+
+def _metric(c: Candidate, m, n: int, unit: str = "ms") -> str:
+    med, lo, hi = c.metric(m)
+    return ranged(med, lo, hi, unit, n)
+
+
+def _capacity(c: Candidate, n: int) -> str:
+    lo, hi = c.score_range
+    return ranged(c.capacity or 0.0, lo, hi, "req/s", n)
+
+
+def _best_on(group: list[Candidate], m) -> Candidate:
+    return min(group, key=lambda c: (c.metric(m)[0], c.config.sort_key))
+
+
+def _profile_line(c: Candidate, v: Verdict, n: int) -> str:
+    parts = [f"{m.label} {_metric(c, m, n)}" for m in v.metrics]
+    if c.capacity is not None:
+        parts.insert(0, f"capacity {_capacity(c, n)}")
+    return ", ".join(parts)
+
+
+def _give_up(c: Candidate, group: list[Candidate], v: Verdict, skip=None) -> str:
+    """What `c` costs against the group's best on each trade-off metric."""
+    out = []
+    for m in v.metrics:
+        if m == skip:
+            continue
+        best = _best_on(group, m)
+        if best is c:
+            out.append(f"best on {m.label}")
+            continue
+        a, b = c.metric(m)[0], best.metric(m)[0]
+        if b > 0 and a == a:
+            out.append(f"{m.label} +{(a / b - 1) * 100:.0f} % vs {best.label}")
+    if c.capacity is not None:
+        top = max(group, key=lambda x: x.capacity or 0.0)
+        if top is not c and top.capacity:
+            out.append(f"capacity {((c.capacity or 0.0) / top.capacity - 1) * 100:+.0f} % vs "
+                       f"{top.label}")
+    return "; ".join(out)
+
+
+def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> list[str]:
+    """The box's lines (Markdown inline: **bold**, `code`)."""
+    n = len(v.seeds)
+    rec, ru = v.recommended, v.runner_up
+    lines: list[str] = []
+    if rec is None:
+        closest = min(v.candidates, key=lambda c: (c.headroom, c.config.sort_key))
+        lines.append(
+            "**No configuration meets the SLOs** on the median seed"
+            + (" at any probed rate." if capacity_searched else " at this load.")
+            + f" Closest: **{closest.label}**, at {closest.headroom:.2f}× its tightest bound.")
+        lines.append("What to do: lower --rate, relax --slo, or run `sim capacity` to find "
+                     "the rate each configuration sustains.")
+        lines.append(f"SLOs: {slo_text(v)}. Seeds: {seeds_text(v, trace)}.")
+        return lines
+    group = v.tied if len(v.tied) > 1 else [c for c in v.ranked]
+    if v.decided_by == "score":
+        if v.basis == "capacity":
+            why = (f"the highest capacity under the SLOs, {_capacity(rec, n)}"
+                   + (", above every other configuration on every seed"
+                      if v.clear and n > 1 and ru is not None else ""))
+        else:
+            why = ("the only configuration compared" if len(v.candidates) == 1 else
+                   "the only configuration that meets every SLO on every seed"
+                   if rec.seeds_met == n else "the only configuration that meets the SLOs")
+        lines.append(f"**Recommended: {rec.label}** — {why}. {_profile_line(rec, v, n)}.")
+    else:
+        k = len(v.tied)
+        if v.basis == "capacity":
+            top = max(v.tied, key=lambda c: c.capacity or 0.0)
+            tie = (f"{k} configurations' capacities overlap over the seeds (highest: "
+                   f"{top.label}, {_capacity(top, n)})")
+        else:
+            every = all(c.seeds_met == n for c in v.tied)
+            tie = (f"{k} configurations meet every SLO" + (" on every seed" if every else "")
+                   + ", so the SLOs do not separate them at this load")
+        names = " and ".join(m.label for m in v.metrics)
+        lines.append(
+            f"**Recommended: {rec.label}** — {tie}; the choice rests on what holds across "
+            f"seeds: {names}. {rec.label} is within ×{rec.regret:.2f} of the best on each: "
+            f"{_profile_line(rec, v, n)}.")
+    if ru is not None:
+        lines.append(f"**Runner-up: {ru.label}** — {_profile_line(ru, v, n)}.")
+        lines.append(f"**What you give up.** {rec.label}: {_give_up(rec, group, v) or '–'}. "
+                     f"{ru.label}: {_give_up(ru, group, v) or '–'}.")
+        extremes = []
+        for m in v.metrics:
+            b = _best_on(group, m)
+            if b not in (rec, ru):
+                extremes.append(f"{b.label} is best on {m.label} ({_metric(b, m, n)}) but "
+                                f"{_give_up(b, group, v, skip=m)}")
+        if extremes:
+            lines.append("Extremes: " + "; ".join(extremes) + ".")
+        if v.clear:
+            if n > 1:
+                lines.append(f"{rec.label} beats {ru.label} on each of the {n} seeds.")
+        else:
+            what = "capacity" if v.decided_by == "score" else "trade-off regret"
+            a = rec.score_range if v.decided_by == "score" else rec.regret_range
+            b = ru.score_range if v.decided_by == "score" else ru.regret_range
+            more = ("a longer probe window (--duration) or more seeds (--seeds)"
+                    if capacity_searched else
+                    "more load (add --slo to run the capacity search, or raise --rate), a "
+                    "longer run (--duration), or more seeds (--seeds)")
+            lines.append(
+                f"**No clear winner between {rec.label} and {ru.label}**: their {what} "
+                f"ranges over the {n} seeds overlap ([{num(a[0])}–{num(a[1])}] vs "
+                f"[{num(b[0])}–{num(b[1])}]). What would separate them: {more}.")
+    infeasible = [c.label for c in v.candidates if not c.meets]
+    if infeasible:
+        lines.append("Missing the SLOs on the median seed: " + ", ".join(infeasible) + ".")
+    lines.append(f"SLOs: {slo_text(v)}. Seeds: {seeds_text(v, trace)}.")
+    return lines
