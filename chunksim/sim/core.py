@@ -201,6 +201,11 @@ class EngineCore:
             if is_new:
                 kv.admit(req)  # its prefix hits, as earlier entries left the cache
                 self.cached[req.request_id] += req.num_cached_tokens
+                if n > req.num_remaining:
+                    raise RuntimeError(
+                        f"policy {self.policy.name} planned {n} tokens for request "
+                        f"{req.request_id}, {req.num_remaining} are left after its prefix "
+                        "hit: the plan saw another cache than the engine (a bug)")
             kv.grow(req, n)
             c = req.num_computed_tokens
             if caching:
