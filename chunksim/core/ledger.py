@@ -38,8 +38,12 @@ class KVLedger:
         self.extra[req.request_id] = need
         ov = self.overlay
         if ov is not None:
-            ov.allocate(need)
-            ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
+            if need > ov.uncached:
+                ov.allocate(need)
+            else:
+                ov.uncached -= need
+            if req.block_keys:  # shareable blocks: those this step fills get registered
+                ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
         return True
 
     def cached(self, req: Request) -> int:

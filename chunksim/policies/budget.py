@@ -155,8 +155,9 @@ class TokenBudgetPolicy(PolicyBase):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            want = self._cap(req, req.num_remaining)
-            if not req.is_decode:
+            rem = req.num_remaining
+            want = self._cap(req, rem) if rem > 1 else 1
+            if rem > 1 or not req.num_output_tokens:  # a prefill (not req.is_decode)
                 if partial >= max_partial:
                     i += 1
                     continue

@@ -191,13 +191,18 @@ class EngineCore:
             self.running.append(req)
         kv = self.kv
         caching = kv.prefix_caching
-        new = {id(r) for r in admitted} if admitted else ()
+        # admissions are the batch's tail in every policy here; any order is accepted
+        sched = plan.scheduled
+        first_new = len(sched) - len(admitted)
+        new = (() if not admitted else None if all(
+            a is r for a, (r, _) in zip(admitted, sched[first_new:], strict=True))
+            else set(admitted))
         log = self.schedule_log
         step = self.steps.n
         prefill = prefill_reqs = decodes = kv_sum = 0
         work = 0.0
-        for pos, (req, n) in enumerate(plan.scheduled):
-            is_new = id(req) in new
+        for pos, (req, n) in enumerate(sched):
+            is_new = pos >= first_new if new is None else req in new
             if is_new:
                 kv.admit(req)  # its prefix hits, as earlier entries left the cache
                 self.cached[req.request_id] += req.num_cached_tokens
