@@ -166,11 +166,11 @@ def scheduler_state(kv, running=(), waiting=(), last_step_prefill: bool = False)
 
 
 def apply_plan(kv, running: list, waiting: list, plan) -> None:
-    """Apply `plan` to `kv` and the two lists as EngineCore.begin_step does (preempt, admit
-    taking prefix hits, then allocate), then advance counters as end_step does (commit,
-    sample, free finished requests). Preempted requests go to the front of `waiting` (FCFS;
-    an ordered discipline would re-sort it). Raises RuntimeError if the plan overflows the
-    cache."""
+    """Apply `plan` to `kv` and the two lists as EngineCore.begin_step does (preempt; then
+    per entry in batch order: admit taking prefix hits, allocate, register the blocks the
+    step fills), then advance counters as end_step does (sample, free finished requests).
+    Preempted requests go to the front of `waiting` (FCFS; an ordered discipline would
+    re-sort it). Raises RuntimeError if the plan overflows the cache."""
     for victim in plan.preempted:
         running.remove(victim)
         kv.free(victim, reusable=True)
@@ -180,12 +180,16 @@ def apply_plan(kv, running: list, waiting: list, plan) -> None:
     for req in plan.admitted:
         waiting.remove(req)
         running.append(req)
-        kv.admit(req)
     for req, n in plan.scheduled:
+        if any(req is a for a in plan.admitted):
+            kv.admit(req)
+        if n > req.num_remaining:
+            raise RuntimeError(f"request {req.request_id}: {n} tokens planned, "
+                               f"{req.num_remaining} left after its prefix hit")
         kv.grow(req, n)
+        kv.commit(req, req.num_computed_tokens + n)
     for req, n in plan.scheduled:
         req.num_computed_tokens += n
-        kv.commit(req)
         if req.num_computed_tokens == req.num_tokens:
             req.num_output_tokens += 1
     for req in [r for r in running if r.is_finished]:

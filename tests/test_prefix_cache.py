@@ -52,15 +52,16 @@ def test_the_plain_cache_never_hits():
     assert kv.free_blocks == 10
 
 
-def test_a_block_is_hittable_only_once_committed():
+def test_a_block_is_hittable_once_registered_at_allocation():
     kv = kv_cache(20, prefix_block_tokens=16)
     a = Request(request_spec(0, 80, hashes=H + (5,)))
     kv.admit(a)
-    kv.grow(a, 64)
-    a.num_computed_tokens = 64  # computed, but end_step has not committed it yet
+    kv.grow(a, 64)  # slots allocated, nothing registered yet
     w = waiting_request(request_spec(1, 100, hashes=H + (9, 10, 11, 12)))
     assert kv.prefix_hit(w) == (0, 0)
-    kv.commit(a)
+    # the engine registers the blocks the step will fill right after allocating them
+    # (vLLM's allocate_slots -> cache_blocks), before they are computed
+    kv.commit(a, a.num_computed_tokens + 64)
     # held by a (in use, not in the free pool): 4 blocks hit, none taken from free
     assert kv.prefix_hit(w) == (64, 0)
 

@@ -14,8 +14,11 @@ from typer.testing import CliRunner
 from chunksim.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "readme_runs.json"
-ADDED_KEYS = {"policy_defaults", "waiting_order"}
-"""Keys summary.json gained since the recording (reported defaults, queue discipline)."""
+ADDED_KEYS = {"policy_defaults", "waiting_order", "async_scheduling"}
+"""Keys summary.json gained since the recording (reported defaults, queue discipline,
+vLLM's async scheduling switch)."""
+ADDED_POLICY_PARAMS = {"enable_chunked_prefill"}
+"""Knobs `policy_params` gained since the recording (vLLM's chunked-prefill switch)."""
 
 RUNS = json.loads(FIXTURE.read_text())
 
@@ -28,6 +31,9 @@ def test_summary_is_unchanged(run, tmp_path, monkeypatch):
     now = json.loads((tmp_path / "summary.json").read_text())
     then = json.loads(run["summary_json"])
     assert set(now) - set(then) == ADDED_KEYS
+    params = now["policy_params"]
+    assert set(params) - set(then["policy_params"]) <= ADDED_POLICY_PARAMS
+    now["policy_params"] = {k: v for k, v in params.items() if k not in ADDED_POLICY_PARAMS}
     assert {k: now[k] for k in then} == then
     # the recorded keys keep their order and bytes: the old document is the new one's prefix
     old_text = json.dumps(then, indent=2)

@@ -23,6 +23,11 @@ def run(
     )] = None,
     as_json: Annotated[bool, typer.Option("--json", help=(
         "Print the summary as one JSON line, last on stdout."))] = False,
+    schedule_log: Annotated[bool, typer.Option("--schedule-log", help=(
+        "Also write schedule.csv to --out: one row per (step, request) with the tokens "
+        "scheduled, the kind (new, resumed, prefill, decode), the place in the batch and "
+        "the prefix-cache hit at admission, and one row per preemption (blocks freed). "
+        "Large for long runs."))] = False,
     profile: ProfileOpt = None,
 ) -> None:
     """Simulate a workload under one scheduling policy and print TTFT/ITL/TPOT/E2EL.
@@ -34,14 +39,19 @@ def run(
     from chunksim.reports.console import print_summary
     from chunksim.sim.run import simulate, write_outputs
 
+    if schedule_log and out is None:
+        raise ValueError("--schedule-log writes schedule.csv into the --out directory; "
+                         "give --out DIR")
     profile = load_profile(profile)
     workload = build_workload(workload_opts)
-    result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed))
+    result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed),
+                               schedule_log)
     if out is not None:
         write_outputs(out, result, summary)
     if not as_json:
         print_summary(summary)
         if out is not None:
-            typer.echo(f"wrote {out}/summary.json, requests.csv, steps.csv")
+            extra = ", schedule.csv" if schedule_log else ""
+            typer.echo(f"wrote {out}/summary.json, requests.csv, steps.csv{extra}")
     else:
         typer.echo(json.dumps(summary, default=str))

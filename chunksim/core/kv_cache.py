@@ -10,6 +10,14 @@ content. A freed full block keeps its identity and stays cached, LRU-evictable, 
 allocation needs it; a waiting request whose leading blocks are cached reuses them at
 admission at no token-budget cost (the hit is capped so the last token is recomputed).
 
+Timing (vLLM V1's `allocate_slots` -> `cache_blocks`, 0.8 to 0.11): a block's identity is
+registered when its slots are *allocated* for the step that will fill it, not after that
+step ran. A request admitted later in the same plan therefore hits blocks an earlier entry
+of the plan is about to compute (the forward pass writes every request's KV before any
+attention reads it). Such blocks are held, so they are never evicted while computed.
+`PlanOverlay` replays the same lookups, allocations and registrations on a policy's
+scratch view without touching the cache, so a plan sees what the engine will do.
+
 Block identity here: KV block j (tokens [j*bs, (j+1)*bs)) of a prompt with prefix hashes
 of `hb` tokens each is keyed by (hash of the hash block holding the KV block's last token,
 j). Hash ids are prefix-chained (equal id = equal prefix up to its end), so equal keys mean
@@ -71,10 +79,15 @@ class KVCache:
         need = -(-(req.num_computed_tokens + new_tokens) // self.block_size)
         return need - req.num_blocks if need > req.num_blocks else 0
 
-    def prefix_hit(self, req: Request) -> tuple[int, int]:
+    def prefix_hit(self, req: Request, overlay: PlanOverlay | None = None) -> tuple[int, int]:
         """(cached tokens, cached-but-free blocks it would take out of the free pool) for
-        admitting waiting `req`. Without a prefix cache: (0, 0)."""
+        admitting waiting `req` (as seen through a plan's `overlay`, if given). Without a
+        prefix cache: (0, 0)."""
         return 0, 0
+
+    def overlay(self) -> PlanOverlay | None:
+        """A scratch view for one plan (None: this cache needs none, nothing is shared)."""
+        return None
 
     def blocks_freed_by(self, req: Request, pending: dict) -> int:
         """Blocks that freeing `req` would return to the free pool, given the holders
@@ -85,8 +98,10 @@ class KVCache:
     def admit(self, req: Request) -> None:
         """Take `req`'s prefix hits (call for each admitted request before any `grow`)."""
 
-    def commit(self, req: Request) -> None:
-        """Register blocks `req` has just filled (after its step)."""
+    def commit(self, req: Request, tokens: int | None = None) -> None:
+        """Register the full blocks of `req`'s first `tokens` tokens (default: those
+        computed). The engine calls it right after allocating a step's slots, with the
+        tokens the request will hold after the step (vLLM's timing)."""
 
     def grow(self, req: Request, new_tokens: int) -> None:
         """Allocate blocks so `req` can hold `new_tokens` more tokens."""
@@ -153,24 +168,43 @@ class PrefixKVCache(KVCache):
         keys = self.shareable_keys(req)
         return keys[j] if j < len(keys) else (-1 - req.spec.request_id, j)
 
-    def prefix_hit(self, req: Request) -> tuple[int, int]:
+    def prefix_hit(self, req: Request, overlay: PlanOverlay | None = None) -> tuple[int, int]:
         bs = self.block_size
         max_blocks = (req.num_tokens - 1) // bs  # the last token is always recomputed
         lru, refs = self.lru, self.refs
         hits = in_lru = 0
         keys = self.shareable_keys(req)
+        if overlay is None or not (overlay.held or overlay.gone):
+            for k in keys[:max_blocks]:
+                if k in lru:
+                    in_lru += 1
+                elif k not in refs:
+                    return hits * bs, in_lru
+                hits += 1
+            if req.num_preemptions:  # only its own earlier round can have cached the rest
+                rid = -1 - req.spec.request_id
+                while hits < max_blocks and (rid, hits) in lru:
+                    in_lru += 1
+                    hits += 1
+            return hits * bs, in_lru
+        held, gone = overlay.held, overlay.gone
         for k in keys[:max_blocks]:
-            if k in lru:
+            if k in held or k in refs:
+                pass
+            elif k in lru and k not in gone:
                 in_lru += 1
-            elif k not in refs:
+            else:
                 return hits * bs, in_lru
             hits += 1
-        if req.num_preemptions:  # only its own earlier round can have cached the rest
+        if req.num_preemptions:
             rid = -1 - req.spec.request_id
-            while hits < max_blocks and (rid, hits) in lru:
+            while hits < max_blocks and (rid, hits) in lru and (rid, hits) not in gone:
                 in_lru += 1
                 hits += 1
         return hits * bs, in_lru
+
+    def overlay(self) -> PlanOverlay:
+        return PlanOverlay(self)
 
     def admit(self, req: Request) -> None:
         cached, _ = self.prefix_hit(req)
@@ -222,12 +256,14 @@ class PrefixKVCache(KVCache):
             del self.lru[k]
             evict -= n
 
-    def commit(self, req: Request) -> None:
+    def commit(self, req: Request, tokens: int | None = None) -> None:
         keys = self.keys.setdefault(req.request_id, [])
         share = self.shareable_keys(req)
         if len(keys) >= len(share):
             return
-        for j in range(len(keys), min(len(share), req.num_computed_tokens // self.block_size)):
+        if tokens is None:
+            tokens = req.num_computed_tokens
+        for j in range(len(keys), min(len(share), tokens // self.block_size)):
             k = share[j]
             if k in self.refs or k in self.lru:
                 # the same content is already cached (computed twice concurrently): this
@@ -268,6 +304,77 @@ class PrefixKVCache(KVCache):
                 self.lru_blocks += 1
         self.free_blocks = self.uncached_free + self.lru_blocks
         req.num_blocks = 0
+
+
+class PlanOverlay:
+    """What one plan has done to a `PrefixKVCache`, replayed without touching it: the
+    shareable blocks it made held (prefix hits taken out of the LRU, blocks registered by
+    earlier entries of the plan) and the cached free blocks its allocations evicted. The
+    same operations in the same order as `EngineCore.begin_step` (admit, grow, commit per
+    entry) give the same hits."""
+
+    __slots__ = ("kv", "held", "gone", "uncached", "_lru", "_left")
+
+    def __init__(self, kv: PrefixKVCache) -> None:
+        self.kv = kv
+        self.held: set = set()  # shareable keys held by this plan's entries
+        self.gone: set = set()  # LRU entries its allocations evicted
+        self.uncached = kv.uncached_free
+        self._lru = None  # iterator over the LRU, oldest first (eviction order)
+        self._left = 0  # blocks left in the LRU entry the iterator is on
+
+    def admit(self, req: Request) -> int:
+        """Take waiting `req`'s prefix hits (as `PrefixKVCache.admit`); returns the cached
+        tokens."""
+        kv = self.kv
+        cached, _ = kv.prefix_hit(req, self)
+        keys = kv.shareable_keys(req)
+        for k in keys[: min(len(keys), cached // kv.block_size)]:
+            self.held.add(k)
+        if req.num_preemptions:
+            rid = -1 - req.spec.request_id
+            for j in range(len(keys), cached // kv.block_size):
+                self.held.add((rid, j))
+        return cached
+
+    def allocate(self, blocks: int) -> None:
+        """Take `blocks` free blocks as `PrefixKVCache.take` does: uncached ones first, then
+        the least recently freed cached ones (skipping those this plan holds)."""
+        fresh = min(blocks, self.uncached)
+        self.uncached -= fresh
+        evict = blocks - fresh
+        if not evict:
+            return
+        if self._lru is None:
+            self._lru = iter(self.kv.lru.items())
+        held, gone = self.held, self.gone
+        while evict:
+            if not self._left:
+                k, n = next(self._lru)
+                if k in held:
+                    continue
+                gone.add(k)
+                self._left = n
+            used = min(self._left, evict)
+            self._left -= used
+            evict -= used
+
+    def commit(self, req: Request, done_blocks: int, tokens: int) -> None:
+        """Register `req`'s shareable full blocks from `done_blocks` up to `tokens` tokens
+        (as `PrefixKVCache.commit`: a block whose content is cached already stays a
+        private duplicate)."""
+        kv = self.kv
+        keys = kv.shareable_keys(req)
+        held, gone, lru, refs = self.held, self.gone, kv.lru, kv.refs
+        for j in range(done_blocks, min(len(keys), tokens // kv.block_size)):
+            k = keys[j]
+            if k in held or k in refs or (k in lru and k not in gone):
+                continue
+            held.add(k)
+
+    def registered(self, req: Request) -> int:
+        """Shareable blocks of running `req` the cache has registered already."""
+        return len(self.kv.keys.get(req.request_id, ()))
 
 
 def make_kv_cache(config: KVConfig) -> KVCache:

@@ -8,9 +8,16 @@ from chunksim.core.request import Request
 
 
 class KVLedger:
-    """A policy's scratch view of free KV blocks while it builds one plan."""
+    """A policy's scratch view of free KV blocks while it builds one plan.
 
-    __slots__ = ("kv", "free", "extra", "hits", "released")
+    Calls must follow the plan's batch order (running entries, then admissions), as the
+    engine applies it: with a prefix cache, what an entry allocates and registers is
+    visible to the lookups of later entries (`kv_cache.PlanOverlay`), so a request admitted
+    after another with the same prefix hits the blocks that one is about to compute. A
+    plan that preempted admits nothing (vLLM V1), so lookups after a release are refused.
+    """
+
+    __slots__ = ("kv", "free", "extra", "hits", "released", "overlay", "preempted")
 
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
@@ -18,6 +25,8 @@ class KVLedger:
         self.extra: dict[int, int] = {}  # request_id -> blocks reserved in this plan
         self.hits: dict[int, tuple[int, int]] = {}  # waiting request_id -> prefix hit
         self.released: dict = {}  # shared block -> holders preempted in this plan
+        self.overlay = kv.overlay()
+        self.preempted = False
 
     def try_grow(self, req: Request, new_tokens: int) -> bool:
         """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
@@ -27,16 +36,28 @@ class KVLedger:
             return False
         self.free -= need
         self.extra[req.request_id] = need
+        ov = self.overlay
+        if ov is not None:
+            if need > ov.uncached:
+                ov.allocate(need)
+            else:
+                ov.uncached -= need
+            if req.block_keys:  # shareable blocks: those this step fills get registered
+                ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
         return True
 
     def cached(self, req: Request) -> int:
-        """Prefix-cache hit in tokens of waiting `req` (costs no token budget)."""
+        """Prefix-cache hit in tokens of waiting `req` (costs no token budget), counting
+        the blocks earlier entries of this plan register."""
         return self._hit(req)[0]
 
     def _hit(self, req: Request) -> tuple[int, int]:
         hit = self.hits.get(req.request_id)
         if hit is None:
-            hit = self.hits[req.request_id] = self.kv.prefix_hit(req)
+            if self.preempted:
+                raise RuntimeError("a prefix lookup after a preemption in the same plan: a "
+                                   "plan that preempted admits nothing (vLLM V1)")
+            hit = self.hits[req.request_id] = self.kv.prefix_hit(req, self.overlay)
         return hit
 
     def admit_cost(self, req: Request, tokens: int) -> int:
@@ -56,13 +77,25 @@ class KVLedger:
             return False
         self.free -= cost
         self.extra[req.request_id] = cost
+        ov = self.overlay
+        if ov is not None:
+            cached, from_free = self._hit(req)
+            ov.admit(req)
+            ov.allocate(cost - from_free)
+            bs = self.kv.block_size
+            ov.commit(req, cached // bs, cached + tokens)
         return True
 
     def release(self, req: Request) -> None:
         """Return a victim's blocks (those it alone holds, and those reserved for it in
         this plan) to the scratch pool."""
-        self.free += (self.kv.blocks_freed_by(req, self.released)
-                      + self.extra.pop(req.request_id, 0))
+        freed = self.kv.blocks_freed_by(req, self.released) + self.extra.pop(req.request_id, 0)
+        self.free += freed
+        if self.overlay is not None:
+            # the engine frees victims before allocating anything; no lookup follows a
+            # preemption, so the blocks only need to count as free again
+            self.overlay.uncached += freed
+        self.preempted = True
 
 
 def preempt_until_fits(

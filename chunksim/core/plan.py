@@ -57,6 +57,10 @@ class SchedulerState:
     """The KV cache (read it; simulate allocation with a KVLedger)."""
     last_step_prefill: bool
     """Whether the previous step computed any prefill tokens (for alternating policies)."""
+    held_seats: int = 0
+    """Requests that finish in the step still in flight (async scheduling): not in
+    `running` and not schedulable, but they still count against the seat cap and hold
+    their KV blocks until that step's output is processed."""
 
 
 class Policy(Protocol):

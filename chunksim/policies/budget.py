@@ -1,10 +1,23 @@
 """Token budget: vLLM V1's scheduler = Sarathi-Serve stall-free batching = FastGen SplitFuse.
 
-Models `vllm/v1/core/sched/scheduler.py` (vLLM 0.8–0.11, chunked prefill on). The budget
-counts decode tokens too; running requests (decodes and unfinished prefills, in admission
-order) are served first, so "decode first" comes from list order and the prefill chunk is
-whatever budget is left. Preemption is recompute, victim = most recently admitted; a step
-that preempted admits nothing new.
+Models `vllm/v1/core/sched/scheduler.py` (vLLM 0.8–0.11). The budget counts decode tokens
+too; running requests (decodes and unfinished prefills, in admission order) are served
+first, so "decode first" comes from list order and the prefill chunk is whatever budget is
+left. Preemption is recompute, victim = most recently admitted; a step that preempted
+admits nothing new.
+
+With chunked prefill off (`--no-enable-chunked-prefill`, vLLM 0.10's check in the waiting
+loop): a waiting prompt whose remaining tokens exceed the budget left is skipped for this
+step (it keeps its place at the head of the queue) and later prompts that fit are admitted
+after it, as vLLM's `skipped_waiting_requests` does. vLLM refuses a budget below
+`max_model_len` without chunking, so no request can outgrow it there; here a request whose
+re-prefill (prompt + output - 1 tokens) exceeds the budget is rejected at arrival.
+
+`--max-num-partial-prefills` is not in released V1 (default 0 = unlimited); when set it
+caps the prefills in a step, counted as vLLM V0's chunked-prefill scheduler (0.7+) counts
+them: every request in its prefill stage, whole or partial, a prompt's 1-token tail and a
+1-token resumed prompt included. (V0 also splits the budget evenly among those prefills;
+that is not modelled: here the cap is the only effect.)
 """
 
 from __future__ import annotations
@@ -59,6 +72,12 @@ class TokenBudgetPolicy(PolicyBase):
     """vLLM's priority scheduling: the waiting queue is a heap on (priority, arrival) and
     the victim is the lowest priority, latest arrival (off: FCFS, victim = most recently
     admitted)."""
+    enable_chunked_prefill: bool = knob(
+        True, "--enable-chunked-prefill/--no-enable-chunked-prefill")
+    """vLLM's chunked prefill (on by default in V1). Off: a prompt is scheduled whole or
+    waits; one that does not fit the budget left is skipped for the step (prompts behind it
+    that fit go first); a request whose prompt + output - 1 exceeds the budget is rejected
+    (vLLM requires max_model_len <= max_num_batched_tokens without chunking)."""
     class_chunk_caps: tuple[tuple[str, int], ...] = knob(
         (), "--class-chunk", cli_type=list[str], parse=_class_caps)
     """Per-class cap on a request's tokens per step, CLASS=TOKENS (repeat the flag): smaller
@@ -79,6 +98,11 @@ class TokenBudgetPolicy(PolicyBase):
         for cls, cap in self.class_chunk_caps:
             if cap < 1:
                 raise ValueError(f"class chunk cap {cls}={cap} must be >= 1 (--class-chunk)")
+        if not self.enable_chunked_prefill and (self.long_prefill_token_threshold
+                                                or self.class_chunk_caps):
+            raise ValueError(
+                "--long-prefill-token-threshold and --class-chunk cut prompts into chunks; "
+                "they do not combine with --no-enable-chunked-prefill (drop one)")
         if self.long_prefill_token_threshold < 0 or self.max_num_partial_prefills < 0:
             raise ValueError(
                 f"long_prefill_token_threshold={self.long_prefill_token_threshold} and "
@@ -101,6 +125,16 @@ class TokenBudgetPolicy(PolicyBase):
         p["class_chunk_caps"] = dict(self.class_chunk_caps)
         return p
 
+    def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        if self.enable_chunked_prefill:
+            return None
+        # a recompute after preemption re-prefills prompt + generated tokens, in one step
+        if prompt_tokens + output_tokens - 1 > self.max_num_batched_tokens:
+            return (f"prompt+output {prompt_tokens}+{output_tokens} tokens exceeds the token "
+                    f"budget {self.max_num_batched_tokens} and chunked prefill is off (raise "
+                    "--max-num-batched-tokens or drop --no-enable-chunked-prefill)")
+        return None
+
     def _cap(self, req, want: int) -> int:
         thr = self.long_prefill_token_threshold
         if thr and want > thr:
@@ -121,8 +155,9 @@ class TokenBudgetPolicy(PolicyBase):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            want = self._cap(req, req.num_remaining)
-            if want > 1:
+            rem = req.num_remaining
+            want = self._cap(req, rem) if rem > 1 else 1
+            if rem > 1 or not req.num_output_tokens:  # a prefill (not req.is_decode)
                 if partial >= max_partial:
                     i += 1
                     continue
@@ -142,17 +177,18 @@ class TokenBudgetPolicy(PolicyBase):
 
         admitted: list = []
         if not preempted:
-            seats = self.max_num_seqs - len(running)
+            chunked = self.enable_chunked_prefill
+            seats = self.max_num_seqs - len(running) - state.held_seats
             for req in state.waiting:
-                if budget <= 0 or seats <= 0:
+                if budget <= 0 or seats <= 0 or partial >= max_partial:
                     break
                 remaining = req.num_remaining - ledger.cached(req)
-                if remaining > 1 and partial >= max_partial:
-                    break
+                if not chunked and remaining > budget:
+                    continue  # vLLM: skipped this step, keeps its place at the head
                 want = min(self._cap(req, remaining), budget)
                 if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
                     break
-                partial += remaining > 1
+                partial += 1
                 scheduled.append((req, want))
                 admitted.append(req)
                 budget -= want

@@ -99,7 +99,7 @@ class FixedChunkPolicy(PolicyBase):
             i += 1
         admitted: list = []
         if prefills and not preempted:
-            seats = self.max_num_seqs - len(running)
+            seats = self.max_num_seqs - len(running) - state.held_seats
             for req in state.waiting:
                 if budget <= 0 or seats <= 0:
                     break

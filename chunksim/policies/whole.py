@@ -61,7 +61,7 @@ class WholePrefillPolicy(PolicyBase):
         return None
 
     def _admit(self, state, ledger, running, budget, scheduled, admitted) -> int:
-        seats = self.max_num_seqs - len(running)
+        seats = self.max_num_seqs - len(running) - state.held_seats
         for req in state.waiting:
             want = req.num_remaining - ledger.cached(req)
             if want > budget or seats <= 0 or not ledger.try_admit(req, want):

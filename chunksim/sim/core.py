@@ -17,14 +17,23 @@ from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
 from chunksim.core.spec import Workload
-from chunksim.sim.records import GapLog, StepLog
+from chunksim.sim.records import (
+    KIND_DECODE,
+    KIND_NEW,
+    KIND_PREEMPTED,
+    KIND_PREFILL,
+    KIND_RESUMED,
+    GapLog,
+    ScheduleLog,
+    StepLog,
+)
 
 
 class EngineCore:
     """Queues, KV cache, request counters and records for one run."""
 
     def __init__(self, workload: Workload, policy: Policy, kv: KVConfig,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, schedule_log: bool = False) -> None:
         self.workload = workload
         self.policy = policy
         self.max_model_len = max_model_len
@@ -54,6 +63,11 @@ class EngineCore:
         self.outputs = np.zeros(n, dtype=np.int64)
         self.rejected: dict[int, str] = {}
         self.empty_preempt_steps = 0
+        self.finishing: list[Request] = []
+        """Async scheduling: requests that finished in the step in flight, holding their
+        seats and blocks until its output is processed (`release_finishing`)."""
+        self.schedule_log: ScheduleLog | None = ScheduleLog() if schedule_log else None
+        """One row per (step, request) and per preemption, when asked for."""
 
     # ------------------------------------------------------------------ arrivals / queues
     def reject_reason(self, spec) -> str | None:
@@ -89,6 +103,7 @@ class EngineCore:
 
     @property
     def idle(self) -> bool:
+        """Nothing running or waiting (requests finishing in the step in flight aside)."""
         return not self.running and not self.waiting
 
     @property
@@ -108,14 +123,22 @@ class EngineCore:
             self.waiting.append(req)
 
     # ------------------------------------------------------------------ one step
-    def plan(self, now: float) -> Plan | None:
+    def plan(self, now: float, visible_s: float | None = None) -> Plan | None:
         """The policy's next plan, or None when it only preempted (applied at once, no
-        forward pass). Raises if the policy would hang."""
-        plan = self.policy.plan(
-            SchedulerState(self.running, self.waiting, self.kv, self.last_prefill))
+        forward pass) or, planning ahead (`visible_s`: async scheduling sees the arrivals up
+        to then), when nothing is schedulable before the step in flight's output is
+        processed (then released). Raises if the policy would hang."""
+        waiting = self.waiting
+        if visible_s is not None:
+            waiting = [r for r in waiting if r.spec.arrival_s <= visible_s]
+        plan = self.policy.plan(SchedulerState(self.running, waiting, self.kv,
+                                               self.last_prefill, len(self.finishing)))
         if plan.scheduled:
             return plan
         if not plan.preempted:
+            if self.finishing or len(waiting) < len(self.waiting):
+                self.release_finishing()
+                return None
             raise RuntimeError(
                 f"policy {self.policy.name} planned nothing with {len(self.running)} running "
                 f"and {len(self.waiting)} waiting at t={now:.6f} s: a policy bug (it would hang)")
@@ -123,20 +146,38 @@ class EngineCore:
         self.empty_preempt_steps += 1
         return None
 
+    def release_finishing(self) -> None:
+        """Free the blocks of requests that finished in the step in flight (async)."""
+        for req in self.finishing:
+            self.kv.free(req)
+        self.finishing.clear()
+
     def preempt(self, plan: Plan) -> None:
+        log = self.schedule_log
         for victim in plan.preempted:
             self.running.remove(victim)
+            if log is not None:
+                free = self.kv.free_blocks
+                held = victim.num_blocks
+                computed = victim.num_computed_tokens
             self.kv.free(victim, reusable=True)
+            if log is not None:
+                # logged against the step it precedes (the next StepLog row)
+                log.add(self.steps.n, victim.request_id, KIND_PREEMPTED, 0, -1, computed, 0,
+                        held, self.kv.free_blocks - free)
             self.recomputed[victim.request_id] += victim.num_computed_tokens
             victim.num_computed_tokens = 0
             victim.num_preemptions += 1
             self._enqueue(victim, front=True)
 
     def begin_step(self, plan: Plan, start_s: float) -> StepShape:
-        """Preempt, admit (taking prefix hits), allocate KV; return the step's shape."""
+        """Preempt, then per entry in batch order: admit (taking prefix hits), allocate the
+        step's slots and register the blocks they will fill (vLLM V1's `allocate_slots`:
+        a later entry of the same step hits them). Returns the step's shape."""
         self.preempt(plan)
         waiting = self.waiting
-        for req in plan.admitted:
+        admitted = plan.admitted
+        for req in admitted:
             # a policy may admit any waiting request; in queue order this is the head
             if waiting and waiting[0] is req and isinstance(waiting, deque):
                 waiting.popleft()
@@ -150,20 +191,45 @@ class EngineCore:
                         f"policy {self.policy.name} admitted request {req.request_id}, "
                         "which is not waiting: a policy bug") from None
             self.running.append(req)
-            self.kv.admit(req)  # every admission takes its prefix hits before any allocation
-            self.cached[req.request_id] += req.num_cached_tokens
+        kv = self.kv
+        caching = kv.prefix_caching
+        # admissions are the batch's tail in every policy here; any order is accepted
+        sched = plan.scheduled
+        first_new = len(sched) - len(admitted)
+        new = (() if not admitted else None if all(
+            a is r for a, (r, _) in zip(admitted, sched[first_new:], strict=True))
+            else set(admitted))
+        log = self.schedule_log
+        step = self.steps.n
         prefill = prefill_reqs = decodes = kv_sum = 0
         work = 0.0
-        for req, n in plan.scheduled:
-            self.kv.grow(req, n)
+        for pos, (req, n) in enumerate(sched):
+            is_new = pos >= first_new if new is None else req in new
+            if is_new:
+                kv.admit(req)  # its prefix hits, as earlier entries left the cache
+                self.cached[req.request_id] += req.num_cached_tokens
+                if n > req.num_remaining:
+                    raise RuntimeError(
+                        f"policy {self.policy.name} planned {n} tokens for request "
+                        f"{req.request_id}, {req.num_remaining} are left after its prefix "
+                        "hit: the plan saw another cache than the engine (a bug)")
+            kv.grow(req, n)
             c = req.num_computed_tokens
-            if plan.is_decode(req, n):
+            if caching:
+                kv.commit(req, c + n)
+            decode = n == 1 and req.num_output_tokens > 0 and not is_new
+            if decode:
                 decodes += 1
                 kv_sum += c
             else:
                 prefill += n
                 prefill_reqs += 1
                 work += n * (c + (n + 1) / 2)
+            if log is not None:
+                kind = ((KIND_RESUMED if req.num_preemptions else KIND_NEW) if is_new
+                        else KIND_DECODE if decode else KIND_PREFILL)
+                log.add(step, req.request_id, kind, n, pos, c,
+                        req.num_cached_tokens if is_new else 0, req.num_blocks)
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = start_s
         prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
@@ -172,18 +238,17 @@ class EngineCore:
         return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass)
 
     def end_step(self, plan: Plan, shape: StepShape, start_s: float, end_s: float,
-                 extrapolated: bool = False, duration_s: float | None = None) -> list[Request]:
+                 extrapolated: bool = False, duration_s: float | None = None,
+                 defer_free: bool = False) -> list[Request]:
         """Advance counters, emit tokens at `end_s`, record the step (its duration is
-        `duration_s`, default end - start); retire finished requests. Returns the requests
-        that sampled a token, in batch order."""
+        `duration_s`, default end - start); retire finished requests (with `defer_free`,
+        keep their blocks until `release_finishing`). Returns the requests that sampled a
+        token, in batch order."""
         emitted: list[Request] = []
         finished = False
-        caching = self.kv.prefix_caching
         for req, n in plan.scheduled:
             req.num_computed_tokens += n
             self.computed[req.request_id] += n
-            if caching:
-                self.kv.commit(req)
             if req.num_computed_tokens == req.num_tokens:
                 emitted.append(req)
                 req.num_output_tokens += 1
@@ -205,7 +270,7 @@ class EngineCore:
                            len(plan.preempted), extrapolated))
         self.last_prefill = shape.prefill_tokens > 0
         if finished:
-            self.retire(end_s)
+            self.retire(end_s, defer_free)
         return emitted
 
     def end_decode_run(self, k: int, times, dur, kv_mean, grown, out, first_segment: bool,
@@ -223,6 +288,13 @@ class EngineCore:
         run_max = float(gaps.max()) if len(gaps) else 0.0
         end = float(ends[-1])
         bs = self.kv.block_size
+        if self.schedule_log is not None:
+            ctx = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
+            held = np.array([r.num_blocks for r in running], dtype=np.int64)
+            computed = ctx[:, None] + np.arange(k, dtype=np.int64)
+            blocks = np.maximum(held[:, None], -(-(computed + 1) // bs))
+            self.schedule_log.add_decodes(self.steps.n, [r.request_id for r in running],
+                                          computed, blocks)
         for req in running:
             req.num_computed_tokens += k
             req.num_output_tokens += k
@@ -250,12 +322,16 @@ class EngineCore:
             self.retire(end)
         return end
 
-    def retire(self, end_s: float) -> None:
-        """Free and record every running request that has all its tokens."""
+    def retire(self, end_s: float, defer_free: bool = False) -> None:
+        """Free and record every running request that has all its tokens (`defer_free`:
+        free later, see `finishing`)."""
         keep = []
         for req in self.running:
             if req.num_output_tokens >= req.spec.output_tokens:
-                self.kv.free(req)
+                if defer_free:
+                    self.finishing.append(req)
+                else:
+                    self.kv.free(req)
                 self._record(req, end_s)
             else:
                 keep.append(req)

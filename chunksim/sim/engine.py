@@ -42,6 +42,14 @@ class EngineConfig:
     """Bulk-simulate steady decode stretches (same results)."""
     max_model_len: int | None = knob(None, "--max-model-len", panel=_E, min=2)
     """Reject requests with prompt + output above this (default: no cap)."""
+    async_scheduling: bool = knob(False, "--async-scheduling/--no-async-scheduling", panel=_E)
+    """vLLM V1's --async-scheduling (0.10+): the scheduler plans step N+1 while step N runs.
+    The host work of a step (the per-step overhead) then hides behind the previous forward
+    pass (a step lasts the longer of the two, not their sum); the plan sees the arrivals up
+    to step N's start and the state after step N's scheduled tokens (a request whose last
+    prompt chunk is in step N decodes in N+1, on a placeholder token); requests finishing in
+    step N are not scheduled again but hold their seats and KV blocks until N's output is
+    processed. Runs step by step (no bulk decode)."""
     wake_up: bool = knob(True, "--wake-up/--no-wake-up", panel=_E)
     """Price the first steps after the engine idled by the profile's measured wake-up cost
     (cold cores and caches, lower GPU clocks; profiles without a wake-up table are priced
@@ -66,6 +74,9 @@ class SimResult:
     """Run facts: policy, params, profile hash, workload, counters."""
     itl_by_class_s: dict = field(default_factory=dict)
     """Pooled token gaps per request class, seconds (only when there are several)."""
+    schedule: object = None
+    """pandas DataFrame, one row per (step, request) and per preemption
+    (records.SCHEDULE_COLUMNS), when the run was asked for its schedule log; else None."""
 
 
 class _Noise:
@@ -92,20 +103,25 @@ class Engine:
     """Replays a workload through a policy on a latency model and a paged KV cache."""
 
     def __init__(self, workload: Workload, policy: Policy, latency: LatencyModel,
-                 kv: KVConfig, config: EngineConfig | None = None) -> None:
+                 kv: KVConfig, config: EngineConfig | None = None,
+                 schedule_log: bool = False) -> None:
         self.workload = workload
         self.policy = policy
         self.latency = latency
         self.kv_config = kv
         self.config = config or EngineConfig()
+        self.schedule_log = schedule_log
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
         c = self.core = EngineCore(self.workload, self.policy, self.kv_config,
-                                   self.config.max_model_len)
+                                   self.config.max_model_len, self.schedule_log)
         self.noise = _Noise(self.config.seed) if self.config.jitter else None
-        # only a policy that declares decode-all a fixed point is run in bulk
-        self.bulk = self.config.fast_forward and self.policy.bulk_decode
+        # only a policy that declares decode-all a fixed point is run in bulk (async
+        # scheduling plans a step ahead of the state the bulk path extrapolates)
+        self.async_ = self.config.async_scheduling
+        self.bulk = self.config.fast_forward and self.policy.bulk_decode and not self.async_
+        self.plan_at: float | None = None  # async: when the next plan is made
         self.wake: simpy.Event | None = None
         self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
         self.idle_s = 0.0  # length of the engine's last idle wait
@@ -118,11 +134,13 @@ class Engine:
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         meta = c.meta()
         meta.update(profile_sha256=self.latency.profile_sha256, jitter=self.config.jitter,
+                    async_scheduling=self.async_,
                     wake_up_steps=self.wake_steps,
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
-                         c.gaps.by_class(c.class_names))
+                         c.gaps.by_class(c.class_names),
+                         c.schedule_log.frame() if c.schedule_log is not None else None)
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self, env: simpy.Environment):
@@ -140,6 +158,8 @@ class Engine:
         while True:
             c.pull_arrivals(env.now)
             if c.idle:
+                c.release_finishing()
+                self.plan_at = None
                 if c.done:
                     return
                 self.wake = env.event()  # an idle engine sleeps until a request arrives
@@ -147,9 +167,12 @@ class Engine:
                 yield self.wake
                 self.idle_s, self.since_wake = env.now - slept_at, 0
                 continue
-            plan = c.plan(env.now)
+            plan = c.plan(env.now, self.plan_at)
             if plan is None:
-                continue  # a preemption-only plan: nothing ran, plan again
+                # a preemption-only plan, or (async) nothing schedulable before the step in
+                # flight's output is processed: plan again, with everything known
+                self.plan_at = None
+                continue
             # the wake-up steps run one by one (the bulk path prices steps warm)
             if (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)):
                 yield from self._bulk_decode(env)
@@ -166,14 +189,21 @@ class Engine:
             t, o = self.latency.step_s(bs, z)
             dur += t
             out = out or o
-        dur += self.latency.overhead(len(plan.scheduled))
+        if self.async_:
+            # the previous step's outputs are processed (requests finishing there free
+            # their blocks) after this step's slots were allocated, as in vLLM
+            c.release_finishing()
+            self.plan_at = start  # the next plan is made while this step runs
+            dur = max(dur, self.latency.overhead(len(plan.scheduled)))
+        else:
+            dur += self.latency.overhead(len(plan.scheduled))
         if self.since_wake < self.wake_steps:
             # the whole step wakes up, host work included: the live loop's per-step
             # overhead after an idle wait slows by about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
         yield env.timeout(dur)
-        c.end_step(plan, shape, start, env.now, out, dur)
+        c.end_step(plan, shape, start, env.now, out, dur, defer_free=self.async_)
 
     # ------------------------------------------------------------------ fast-forward
     def _steady(self, plan: Plan) -> bool:

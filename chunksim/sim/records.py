@@ -1,4 +1,5 @@
-"""Flat records the engine emits: one row per step, one per request, and pooled token gaps.
+"""Flat records the engine emits: one row per step, one per request, pooled token gaps and
+(optional) the schedule: one row per (step, request) and per preemption.
 
 Columns grow in numpy arrays (amortized doubling) so the hot path writes scalars or slices.
 """
@@ -111,3 +112,68 @@ class GapLog:
 
     def by_class(self, names: list[str]) -> dict[str, np.ndarray]:
         return {n: self.values(i) for i, n in enumerate(names)} if self.split else {}
+
+
+KIND_NEW, KIND_RESUMED, KIND_PREFILL, KIND_DECODE, KIND_PREEMPTED = range(5)
+KINDS = ("new", "resumed", "prefill", "decode", "preempted")
+"""Schedule-row kinds: admitted for the first time; re-admitted after a preemption; a
+running request's next prefill chunk; a decode; preempted before the step."""
+
+SCHEDULE_COLUMNS: dict[str, type] = {
+    "step": int,            # row of steps.csv (a preemption: the step it precedes)
+    "request_id": int,
+    "kind": int,            # KINDS index (written as its name)
+    "tokens": int,          # new tokens scheduled (0 for a preemption)
+    "position": int,        # place in the step's batch, from 0 (-1 for a preemption)
+    "computed_tokens": int, # KV tokens held before the step (after prefix hits); for a
+                            # preemption, the computed tokens it loses
+    "cached_tokens": int,   # prefix-cache hit taken at admission (new / resumed rows)
+    "blocks": int,          # KV blocks held during the step (preemption: before it)
+    "blocks_freed": int,    # blocks a preemption returned to the free pool
+}
+
+
+class ScheduleLog:
+    """Column store for the schedule log (`--schedule-log`): every scheduling decision,
+    so a policy's plans can be checked row by row."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+        self.bulk: list[tuple] = []  # decode-all stretches, stored as arrays
+
+    def add(self, step: int, request_id: int, kind: int, tokens: int, position: int,
+            computed: int, cached: int, blocks: int, blocks_freed: int = 0) -> None:
+        self.rows.append((step, request_id, kind, tokens, position, computed, cached,
+                          blocks, blocks_freed))
+
+    def add_decodes(self, first_step: int, request_ids, computed, blocks) -> None:
+        """k decode-all steps from `first_step` on: `computed` and `blocks` are (requests,
+        k) arrays of each request's context and blocks held in each step."""
+        self.bulk.append((first_step, np.asarray(request_ids, dtype=np.int64),
+                          np.asarray(computed, dtype=np.int64),
+                          np.asarray(blocks, dtype=np.int64)))
+
+    def frame(self):
+        import pandas as pd
+
+        names = list(SCHEDULE_COLUMNS)
+        parts = [pd.DataFrame(self.rows, columns=names, dtype=np.int64)
+                 if self.rows else pd.DataFrame({n: np.zeros(0, np.int64) for n in names})]
+        for first, ids, computed, blocks in self.bulk:
+            n, k = computed.shape
+            parts.append(pd.DataFrame({
+                "step": np.repeat(first + np.arange(k, dtype=np.int64), n),
+                "request_id": np.tile(ids, k),
+                "kind": np.full(n * k, KIND_DECODE, dtype=np.int64),
+                "tokens": np.ones(n * k, dtype=np.int64),
+                "position": np.tile(np.arange(n, dtype=np.int64), k),
+                "computed_tokens": computed.T.reshape(-1),
+                "cached_tokens": np.zeros(n * k, dtype=np.int64),
+                "blocks": blocks.T.reshape(-1),
+                "blocks_freed": np.zeros(n * k, dtype=np.int64),
+            }))
+        df = pd.concat(parts, ignore_index=True)
+        # preemptions first within their step, then the batch in order
+        df = df.sort_values(["step", "position"], kind="stable").reset_index(drop=True)
+        df["kind"] = pd.Categorical.from_codes(df["kind"].to_numpy(), categories=list(KINDS))
+        return df

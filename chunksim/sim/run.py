@@ -115,15 +115,24 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
     return blocks
 
 
-def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimResult, dict]:
-    """Run one configuration; returns the records and the summary dict."""
+def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
+             schedule_log: bool = False) -> tuple[SimResult, dict]:
+    """Run one configuration; returns the records and the summary dict. With
+    `schedule_log`, the records include every scheduling decision (`SimResult.schedule`)."""
     device = profile.provenance.get("device_name")
     policy = cfg.make_policy(device)
+    mml = cfg.engine.max_model_len
+    if (not getattr(policy, "enable_chunked_prefill", True) and mml is not None
+            and mml > policy.max_num_batched_tokens):
+        raise ValueError(  # vLLM's SchedulerConfig refuses this too
+            f"--max-model-len {mml} exceeds --max-num-batched-tokens "
+            f"{policy.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt "
+            "that long could never be scheduled; raise the budget or lower --max-model-len")
     latency = LatencyModel(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
-    engine = Engine(workload, policy, latency, kv, cfg.engine)
+    engine = Engine(workload, policy, latency, kv, cfg.engine, schedule_log)
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
@@ -138,8 +147,11 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
 
 
 def write_outputs(out_dir: str | Path, result: SimResult, summary: dict) -> None:
-    """summary.json, requests.csv, steps.csv, each written atomically."""
+    """summary.json, requests.csv, steps.csv (and schedule.csv when the run logged its
+    schedule), each written atomically."""
     out = Path(out_dir)
     atomic.write_csv(out / "requests.csv", result.requests)
     atomic.write_csv(out / "steps.csv", result.steps)
+    if result.schedule is not None:
+        atomic.write_csv(out / "schedule.csv", result.schedule)
     atomic.write_json(out / "summary.json", summary)

@@ -55,6 +55,9 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
     """`cfg` with what both sides must share pinned: KV blocks resolved from the profile,
     prefix caching off, max_model_len capped by the model's RoPE table, no wake-up cost
     when the live loop spins while idle."""
+    if cfg.engine.async_scheduling:
+        raise ValueError("--async-scheduling: the live loop schedules synchronously, so "
+                         "validation cannot compare it; drop --async-scheduling")
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     cap = settings.model.max_position

@@ -118,6 +118,14 @@ class WorkloadOptions:
     """shared-prefix: tokens per system prompt, added to the sampled prompt."""
     prefix_share: float = knob(1.0, "--prefix-share", min=0.0, max=1.0)
     """shared-prefix: fraction of requests that start with a system prompt."""
+    prefix_match_min: int | None = knob(None, "--prefix-match-min", min=0)
+    """shared-prefix: each request matches its system prompt for a uniformly drawn number
+    of tokens between this and --prefix-tokens, then diverges (anywhere: the cache reuses
+    only the whole blocks before that point). Default: every request matches it whole."""
+    hash_block_tokens: int | None = knob(None, "--hash-block-tokens", min=1)
+    """Tokens each prefix hash covers: of a generic trace's --hash-column (required with
+    it), or of shared-prefix's generated hashes (default 16, vLLM's block). Mooncake's
+    hash_ids are 512 tokens each."""
     trace: Path | None = knob(None, "--trace", panel=_T)
     """Replay this trace file (implies --workload trace)."""
     trace_format: TraceFormat = knob(TraceFormat.AUTO, "--trace-format", panel=_T)
@@ -131,6 +139,10 @@ class WorkloadOptions:
     """Generic trace: traffic class column."""
     priority_column: str | None = knob(None, "--priority-column", panel=_T)
     """Generic trace: integer priority column (lower runs first)."""
+    hash_column: str | None = knob(None, "--hash-column", panel=_T)
+    """Generic trace: column of each prompt's block hashes (a JSON list, or integers
+    separated by spaces), each covering --hash-block-tokens tokens; enables prefix-cache
+    hits between requests."""
     trace_model: str | None = knob(None, "--trace-model", panel=_T)
     """BurstGPT: keep only this Model's rows (e.g. ChatGPT, GPT-4)."""
     start_s: float = knob(0.0, "--start", panel=_T, min=0.0)
@@ -215,6 +227,8 @@ def trace_options(opts: WorkloadOptions) -> TraceOptions:
         output_column=opts.output_column,
         class_column=opts.class_column,
         priority_column=opts.priority_column,
+        hash_column=opts.hash_column,
+        hash_block_tokens=opts.hash_block_tokens,
         model=opts.trace_model,
         start_s=opts.start_s,
         duration_s=opts.duration_s,
@@ -242,12 +256,14 @@ _SYNTHETIC_ONLY = (
     "output_min",
     "output_max",
     "lengths_csv",
+    "prefix_match_min",
 )
 _TRACE_ONLY = (
     "time_unit",
     "time_column",
     "class_column",
     "priority_column",
+    "hash_column",
     "trace_model",
     "speedup",
 )
@@ -277,6 +293,9 @@ def build_workload(opts: WorkloadOptions) -> Workload:
 
         return load_trace(opts.trace, trace_options(opts))
     _refuse_unused(opts, _TRACE_ONLY, f"--workload {kind.value} (only to --trace)")
+    if kind is not WorkloadKind.SHARED_PREFIX:
+        _refuse_unused(opts, ("prefix_match_min", "hash_block_tokens"),
+                       f"--workload {kind.value} (only to shared-prefix or a generic trace)")
     if opts.burstiness is not None and kind is not WorkloadKind.GAMMA and opts.burstiness != 1:
         raise ValueError(
             f"--burstiness {opts.burstiness} only applies to --workload gamma (got {kind.value})"
@@ -319,6 +338,9 @@ def build_workload(opts: WorkloadOptions) -> Workload:
                 num_prefixes=opts.num_prefixes,
                 prefix_tokens=opts.prefix_tokens,
                 share_fraction=opts.prefix_share,
+                match_min_tokens=opts.prefix_match_min,
+                **({"block_tokens": opts.hash_block_tokens}
+                   if opts.hash_block_tokens is not None else {}),
             )
         )
     return generate(config)

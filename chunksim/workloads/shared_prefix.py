@@ -5,6 +5,11 @@ requests start with one of them (chosen uniformly), followed by a unique user pa
 length the base config samples. Hashes cover full `block_tokens` blocks only, as vLLM's
 prefix cache does: a system prompt's full blocks hash identically across requests, every
 later block gets a fresh id.
+
+With `match_min_tokens`, a request matches its system prompt only for its first m tokens,
+m uniform in [match_min_tokens, prefix_tokens], and its own tokens follow (the prompt
+length is unchanged): prompts of one family share the blocks wholly inside the shorter
+match, so they diverge anywhere, not only where a hash block ends.
 """
 
 from __future__ import annotations
@@ -35,6 +40,9 @@ class SharedPrefixConfig:
     """Fraction of requests that start with a system prompt, in [0, 1]."""
     block_tokens: int = DEFAULT_BLOCK_TOKENS
     """Tokens per prefix hash block."""
+    match_min_tokens: int | None = None
+    """Each sharing request matches its system prompt for a uniform number of tokens in
+    [this, prefix_tokens] (None: all of it)."""
 
     def __post_init__(self) -> None:
         if self.num_prefixes < 1 or self.prefix_tokens < 1 or self.block_tokens < 1:
@@ -42,6 +50,10 @@ class SharedPrefixConfig:
                 f"num_prefixes={self.num_prefixes}, prefix_tokens={self.prefix_tokens}, "
                 f"block_tokens={self.block_tokens}; each must be >= 1"
             )
+        m = self.match_min_tokens
+        if m is not None and not 0 <= m <= self.prefix_tokens:
+            raise ValueError(f"prefix match min {m} must lie in [0, prefix_tokens="
+                             f"{self.prefix_tokens}] (--prefix-match-min)")
         if not 0.0 <= self.share_fraction <= 1.0:
             raise ValueError(f"share_fraction={self.share_fraction} must lie in [0, 1]")
 
@@ -57,6 +69,9 @@ def shared_prefix(config: SharedPrefixConfig) -> Workload:
     which = rng.integers(0, c.num_prefixes, size=n)
     user = np.array([r.prompt_tokens for r in base.requests])
     prompt = user + np.where(shares, c.prefix_tokens, 0)
+    match = np.full(n, c.prefix_tokens)
+    if c.match_min_tokens is not None:  # drawn last: the other draws stay as they were
+        match = rng.integers(c.match_min_tokens, c.prefix_tokens + 1, size=n)
 
     shared_blocks = c.prefix_tokens // c.block_tokens
     next_id = c.num_prefixes * shared_blocks  # ids below this belong to system prompts
@@ -68,7 +83,7 @@ def shared_prefix(config: SharedPrefixConfig) -> Workload:
             if shares[i]
             else []
         )
-        head = head[:full]
+        head = head[: min(full, int(match[i]) // c.block_tokens)]
         tail = list(range(next_id, next_id + full - len(head)))
         next_id += len(tail)
         hashes.append(tuple(int(h) for h in head) + tuple(tail))
@@ -88,5 +103,7 @@ def shared_prefix(config: SharedPrefixConfig) -> Workload:
             "prefix_tokens": c.prefix_tokens,
             "share_fraction": c.share_fraction,
             "block_tokens": c.block_tokens,
+            **({"match_min_tokens": c.match_min_tokens}
+               if c.match_min_tokens is not None else {}),
         },
     )

@@ -45,6 +45,11 @@ class TraceOptions:
     """Generic: optional traffic class column -> `RequestSpec.request_class`."""
     priority_column: str | None = None
     """Generic: optional integer priority column -> `RequestSpec.priority`."""
+    hash_column: str | None = None
+    """Generic: optional column of prompt block hashes (a list per request) ->
+    `RequestSpec.prefix_hashes`."""
+    hash_block_tokens: int | None = None
+    """Generic: tokens each entry of `hash_column` covers (required with it)."""
     model: str | None = None
     """BurstGPT: keep only rows whose `Model` equals this (e.g. `ChatGPT`, `GPT-4`)."""
     start_s: float = 0.0
@@ -74,6 +79,12 @@ class TraceOptions:
                 raise ValueError(f"{name}={v} must be a finite number > 0 (or unset)")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError(f"max_requests={self.max_requests} must be >= 1 (or unset)")
+        if (self.hash_column is None) != (self.hash_block_tokens is None):
+            raise ValueError(
+                "--hash-column and --hash-block-tokens go together: the hashes of a generic "
+                "trace need the number of tokens each one covers (e.g. 16, vLLM's block)")
+        if self.hash_block_tokens is not None and self.hash_block_tokens < 1:
+            raise ValueError(f"--hash-block-tokens {self.hash_block_tokens} must be >= 1")
         if self.speedup is not None and self.rate_per_s is not None:
             raise ValueError(
                 f"speedup={self.speedup} and rate_per_s={self.rate_per_s} both rescale time; "

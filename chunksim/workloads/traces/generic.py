@@ -1,7 +1,16 @@
-"""Any CSV or JSONL trace with user-named columns and an explicit time unit."""
+"""Any CSV or JSONL trace with user-named columns and an explicit time unit.
+
+An optional hash column gives each prompt's block hashes (`--hash-column`, each covering
+`--hash-block-tokens` tokens): a JSON list of integers (in JSONL, or as a CSV cell), or
+integers separated by spaces in a CSV cell. A hash names a block's own tokens; chunksim
+chains them as vLLM does (a block's identity is its tokens and every block before it),
+so equal blocks after different prefixes never match. Hashes that are chained already
+(Mooncake's) keep their meaning.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +61,8 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
         opts.prompt_column or DEFAULT_PROMPT: "--prompt-column",
         opts.output_column or DEFAULT_OUTPUT: "--output-column",
     }
-    flags = ((opts.class_column, "--class-column"), (opts.priority_column, "--priority-column"))
+    flags = ((opts.class_column, "--class-column"), (opts.priority_column, "--priority-column"),
+             (opts.hash_column, "--hash-column"))
     optional = {c: flag for c, flag in flags if c is not None}
     wanted = {**cols, **optional}
     tcol, pcol, ocol = list(cols)
@@ -74,6 +84,10 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
     priority = None
     if opts.priority_column is not None:
         priority = _int_column(path, get[opts.priority_column], lines, opts.priority_column)
+    hashes = None
+    if opts.hash_column is not None:
+        hashes = chained_hashes(path, get[opts.hash_column], lines, opts.hash_column, prompt,
+                                opts.hash_block_tokens)
     raw = RawTrace(
         str(path),
         "generic",
@@ -81,8 +95,10 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
         prompt,
         output,
         lines,
+        prefix_hashes=hashes,
         request_class=classes,
         priority=priority,
+        prefix_block_tokens=opts.hash_block_tokens or 0,
         rows_read=len(lines),
     )
     notes = [f"{blanks} blank line(s) skipped"] if blanks else []
@@ -103,3 +119,41 @@ def _int_column(path: Path, values, lines: np.ndarray, col: str) -> np.ndarray:
             f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} is not an integer"
         )
     return x.astype(np.int64)
+
+
+def _hash_list(path: Path, value, line: int, col: str) -> list[int]:
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
+        try:
+            value = json.loads(text) if text.startswith("[") else [int(x) for x in text.split()]
+        except ValueError:
+            value = None
+    if not isinstance(value, list) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value):
+        raise ValueError(
+            f"{path}: line {line}: column {col!r} = {str(value)[:60]!r} is not a list of "
+            "integer hashes (a JSON list, or integers separated by spaces)")
+    return value
+
+
+def chained_hashes(path: Path, values, lines: np.ndarray, col: str, prompt: np.ndarray,
+                   block_tokens: int) -> list[tuple[int, ...]]:
+    """Each row's block hashes, chained: equal ids mean equal tokens up to the block's end.
+    A row may hash fewer blocks than its prompt has, never more."""
+    ids: dict[tuple[int, int], int] = {}
+    out = []
+    for v, line, p in zip(values, lines.tolist(), prompt.tolist(), strict=True):
+        hs = _hash_list(path, v, line, col)
+        most = -(-int(p) // block_tokens)
+        if len(hs) > most:
+            raise ValueError(
+                f"{path}: line {line}: {len(hs)} hashes of {block_tokens} tokens cover more "
+                f"than the {p}-token prompt ({most} at most); check --hash-block-tokens")
+        prev, chain = -1, []
+        for h in hs:
+            prev = ids.setdefault((prev, h), len(ids))
+            chain.append(prev)
+        out.append(tuple(chain))
+    return out

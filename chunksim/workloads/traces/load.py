@@ -57,11 +57,18 @@ def detect_format(path: Path) -> TraceFormat:
     )
 
 
+_NEW_OPTIONAL = ("hash_column", "hash_block_tokens")
+"""Trace options echoed into the workload's params only when given."""
+
+
 def read_trace(path: Path, opts: TraceOptions) -> RawTrace:
     """The rows of `path` as read, in file order (no transforms)."""
     if not path.is_file():
         raise ValueError(f"trace file {path} does not exist; check --trace")
     fmt = opts.format if opts.format is not TraceFormat.AUTO else detect_format(path)
+    if opts.hash_column is not None and fmt is not TraceFormat.GENERIC:
+        raise ValueError(f"--hash-column applies to --trace-format generic only ({path} is "
+                         f"read as {fmt.value}); drop --hash-column/--hash-block-tokens")
     match fmt:
         case TraceFormat.AZURE:
             return azure.read_azure(path)
@@ -100,7 +107,8 @@ def load_trace(path: str | Path, opts: TraceOptions | None = None) -> Workload:
         "generator": "trace",
         "path": str(path),
         "rows_read": n_read,
-        **{k: (v.value if isinstance(v, Enum) else v) for k, v in opts.__dict__.items()},
+        **{k: (v.value if isinstance(v, Enum) else v) for k, v in opts.__dict__.items()
+           if v is not None or k not in _NEW_OPTIONAL},
         "format": raw.format,  # the format actually read, also when auto-detected
     }
     return workload_from_arrays(
