@@ -32,6 +32,14 @@ class Profile:
     """sha256 of the CSV bytes: stamped on every result made with this profile."""
 
     @property
+    def max_position(self) -> int | None:
+        """The profiled model's maximum position (its RoPE table length), None when the
+        provenance does not record one."""
+        model = self.provenance.get("model")
+        pos = model.get("max_position") if isinstance(model, dict) else None
+        return pos if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 2 else None
+
+    @property
     def label(self) -> str:
         """Short human label, e.g. 'tiny · cpu float32 · 1 thread'."""
         p = self.provenance

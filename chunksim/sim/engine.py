@@ -22,6 +22,7 @@ from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.latency.model import LatencyModel
 from chunksim.sim.core import EngineCore
+from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
 _MAX_BULK_STEPS = 65536
@@ -41,7 +42,8 @@ class EngineConfig:
     fast_forward: bool = knob(True, "--fast-forward/--no-fast-forward", panel=_E, hidden=True)
     """Bulk-simulate steady decode stretches (same results)."""
     max_model_len: int | None = knob(None, "--max-model-len", panel=_E, min=2)
-    """Reject requests with prompt + output above this (default: no cap)."""
+    """Reject requests with prompt + output above this, as vLLM does (default: the profile
+    model's maximum position; no cap when the profile does not record it)."""
     wake_up: bool = knob(True, "--wake-up/--no-wake-up", panel=_E)
     """Price the first steps after the engine idled by the profile's measured wake-up cost
     (cold cores and caches, lower GPU clocks; profiles without a wake-up table are priced
@@ -66,6 +68,8 @@ class SimResult:
     """Run facts: policy, params, profile hash, workload, counters."""
     itl_by_class_s: dict = field(default_factory=dict)
     """Pooled token gaps per request class, seconds (only when there are several)."""
+    rejected_examples: dict = field(default_factory=dict)
+    """The first rejected request's reason per kind of rejection (`EngineCore.rejection`)."""
 
 
 class _Noise:
@@ -92,12 +96,15 @@ class Engine:
     """Replays a workload through a policy on a latency model and a paged KV cache."""
 
     def __init__(self, workload: Workload, policy: Policy, latency: LatencyModel,
-                 kv: KVConfig, config: EngineConfig | None = None) -> None:
+                 kv: KVConfig, config: EngineConfig | None = None,
+                 spread_guard: SpreadGuard | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.latency = latency
         self.kv_config = kv
         self.config = config or EngineConfig()
+        self.guard = spread_guard
+        """Checks every jittered step against its median (None: unchecked)."""
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
@@ -122,7 +129,7 @@ class Engine:
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
-                         c.gaps.by_class(c.class_names))
+                         c.gaps.by_class(c.class_names), dict(c.rejected_examples))
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self, env: simpy.Environment):
@@ -164,6 +171,8 @@ class Engine:
         dur, out = 0.0, False
         for bs in shape.batch_shapes():
             t, o = self.latency.step_s(bs, z)
+            if z is not None and self.guard is not None:
+                self.guard.check(c.steps.n, t, self.latency.step_s(bs, None)[0], z)
             dur += t
             out = out or o
         dur += self.latency.overhead(len(plan.scheduled))
@@ -221,6 +230,7 @@ class Engine:
             kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
             dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+            fwd = dur
             overhead = self.latency.overhead(n)
             if overhead:
                 dur = dur + overhead  # the same float op as the step-by-step path
@@ -229,6 +239,9 @@ class Engine:
                 k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
                 if k_arr < k:
                     k = max(1, k_arr)
+            if z is not None and self.guard is not None:  # the k steps that run
+                median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None)
+                self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
             t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
                                  retire=k == k_left)
             budget -= k

@@ -14,8 +14,10 @@ from chunksim.core.spec import Workload
 from chunksim.latency.model import LatencyModel
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
+from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_ranges
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
 _E = "Engine and KV cache"
 
@@ -116,14 +118,25 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
 
 
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimResult, dict]:
-    """Run one configuration; returns the records and the summary dict."""
+    """Run one configuration; returns the records and the summary dict.
+
+    Requests longer than --max-model-len (default: the profile model's maximum position)
+    are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
+    allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
+    than 5 % of the steps were priced outside the profile's grid (`coverage`)."""
     device = profile.provenance.get("device_name")
     policy = cfg.make_policy(device)
     latency = LatencyModel(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
-    engine = Engine(workload, policy, latency, kv, cfg.engine)
+    engine_cfg = cfg.engine
+    if engine_cfg.max_model_len is None and profile.max_position is not None:
+        engine_cfg = replace(engine_cfg, max_model_len=profile.max_position)
+    ranges = grid_ranges(profile.table)
+    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
+             if engine_cfg.jitter else None)
+    engine = Engine(workload, policy, latency, kv, engine_cfg, spread_guard=guard)
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
@@ -134,12 +147,30 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
+    summary["warnings"] = extrapolation_warnings(result.steps, ranges)
     return result, summary
 
 
+def nothing_completed(result: SimResult, summary: dict) -> str | None:
+    """When no request completed: why, per kind of rejection with the first example of
+    each (None when some request completed)."""
+    if summary["completed"]:
+        return None
+    parts = [f"{count} by {kind} (e.g. {result.rejected_examples.get(kind, '?')})"
+             for kind, count in summary.get("rejected_reasons", {}).items()]
+    return (f"all {len(result.requests)} requests were rejected, so there is no latency to "
+            f"report: {'; '.join(parts) or 'no reason recorded'}")
+
+
+OUTPUT_FILES = ("summary.json", "requests.csv", "steps.csv")
+"""What `write_outputs` writes: the run's whole output directory."""
+
+
 def write_outputs(out_dir: str | Path, result: SimResult, summary: dict) -> None:
-    """summary.json, requests.csv, steps.csv, each written atomically."""
-    out = Path(out_dir)
-    atomic.write_csv(out / "requests.csv", result.requests)
-    atomic.write_csv(out / "steps.csv", result.steps)
-    atomic.write_json(out / "summary.json", summary)
+    """summary.json, requests.csv, steps.csv, written as one set (`atomic.write_dir`): a
+    reader of `out_dir` sees one run's files, never a mix of two."""
+    atomic.write_dir(out_dir, {
+        "requests.csv": atomic.csv_bytes(result.requests),
+        "steps.csv": atomic.csv_bytes(result.steps),
+        "summary.json": atomic.json_bytes(summary),
+    })
