@@ -30,12 +30,13 @@ def write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def foreign_entries(path: str | Path, names) -> list[str]:
-    """Entries of directory `path` that are not plain files named in `names`: what
-    replacing it with a new set of those files would destroy."""
+    """Entries of directory `path` other than files named in `names`: what replacing it
+    with a new set of those files would destroy."""
     path = Path(path)
-    if not path.is_dir():
+    try:
+        return sorted(e.name for e in path.iterdir() if e.name not in names or e.is_dir())
+    except (FileNotFoundError, NotADirectoryError):  # absent (or being replaced): nothing
         return []
-    return sorted(e.name for e in path.iterdir() if e.name not in names or not e.is_file())
 
 
 def write_dir(path: str | Path, files: Mapping[str, bytes]) -> None:

@@ -5,7 +5,7 @@
 #
 # Installs chunksim into .venv if needed (no torch: the bundled tiny-cpu latency table is
 # used), then replays the `long-prompt` scenario (one 8192-token prompt arriving 10 s into
-# a 4 req/s stream of short chats) under whole prefill, fixed chunks and the token budget
+# an 8 req/s stream of short chats) under whole prefill, fixed chunks and the token budget
 # at four chunk sizes, and writes comparison.csv/.json, PNG + SVG plots, report.md and a
 # self-contained report.html into OUT_DIR (default reports/long-prompt).
 #

@@ -59,6 +59,7 @@ def capacity(
     p99_ttft_ms=2000 --out runs/cap`.
     """
     from chunksim import atomic
+    from chunksim.cli.paths import check_out_dir
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity
@@ -68,6 +69,7 @@ def capacity(
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.slos import parse_capacity_slos
 
+    check_out_dir(out)
     slos = parse_capacity_slos(slo)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)

@@ -48,6 +48,7 @@ def compare(
     256,512,1024,2048 --out reports/long-prompt`.
     """
     from chunksim import atomic
+    from chunksim.cli.paths import check_out_dir
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison
@@ -55,6 +56,7 @@ def compare(
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
     from chunksim.sweep.runner import Runner
 
+    check_out_dir(out)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
     configs = make_configs(specs, parse_ints(chunks, "--chunks"))

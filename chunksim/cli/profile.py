@@ -87,8 +87,10 @@ def profile(
         repass_below_s=None if repass_below_ms is None else repass_below_ms / 1e3,
         cold_looks=not warm_looks,
     )
+    from chunksim.cli.paths import check_out_file
     from chunksim.profiler.run import run_profile
 
+    check_out_file(settings.out_csv)
     result = run_profile(settings, show_progress=not quiet)
     meta = result.meta
     looks = (f", {meta['passes']} passes over {meta['repassed_points']} fast points"
