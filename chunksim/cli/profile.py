@@ -91,7 +91,19 @@ def profile(
     from chunksim.profiler.run import run_profile
 
     check_out_file(settings.out_csv)
-    result = run_profile(settings, show_progress=not quiet)
+    try:
+        result = run_profile(settings, show_progress=not quiet)
+    except KeyboardInterrupt:
+        from chunksim.cli.interrupts import command_as_typed, interrupted
+        from chunksim.profiler.store import Checkpoint
+
+        ckpt = Checkpoint(settings.out_csv)
+        n = (max(len(ckpt.csv_path.read_text().splitlines()) - 1, 0)
+             if ckpt.csv_path.is_file() else 0)
+        if not ckpt.exists():
+            interrupted("nothing was saved", command_as_typed())
+        interrupted(f"{n} measured point(s) are saved in {ckpt.csv_path}",
+                    command_as_typed("--resume"))
     meta = result.meta
     looks = (f", {meta['passes']} passes over {meta['repassed_points']} fast points"
              if meta["passes"] > 1 else "")

@@ -85,7 +85,14 @@ def sweep(
                             if p.key["workload_kind"] == kind.value))
     table = ResultTable(out, KEY_COLUMNS, row_sort_key)
     before = len(table)
-    with Runner(profile, workers, ray) as runner, ProgressBar("sweep") as bar:
-        ran = run_sweep(points, table, runner, bar)
+    try:
+        with Runner(profile, workers, ray) as runner, ProgressBar("sweep") as bar:
+            ran = run_sweep(points, table, runner, bar)
+    except KeyboardInterrupt:
+        from chunksim.cli.interrupts import command_as_typed, interrupted
+
+        interrupted(f"{len(table)} of {len(points)} grid points are saved in {out} "
+                    f"({len(table) - before} from this run); rerunning the command skips them",
+                    command_as_typed())
     typer.echo(f"{len(points)} grid points: {ran} simulated, {len(points) - ran} already in "
                f"{out} ({before} rows before, {len(table)} now)")
