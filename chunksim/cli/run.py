@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from chunksim.cli.options import ProfileOpt, with_run_options, with_workload_options
+from chunksim.progress import DelayedProgress
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions, build_workload
 
@@ -44,7 +46,9 @@ def run(
                          "or empty directory")
     profile = load_profile(profile)
     workload = build_workload(workload_opts)
-    result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed))
+    with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
+        result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed),
+                                   progress=progress)
     if out is not None:
         write_outputs(out, result, summary)
     failed = nothing_completed(result, summary)
@@ -59,3 +63,8 @@ def run(
             typer.echo(f"wrote {out}/summary.json, requests.csv, steps.csv")
     else:
         typer.echo(json.dumps(summary, default=str))
+
+
+def _stderr_is_terminal() -> bool:
+    """A progress bar is for a person watching: only when stderr is a terminal."""
+    return sys.stderr.isatty()

@@ -57,6 +57,8 @@ class EngineCore:
         """Rejected requests per kind of reason (`rejection`)."""
         self.rejected_examples: dict[str, str] = {}
         """The first rejected request's reason, per kind."""
+        self.finished = 0
+        """Requests that completed so far."""
         self.empty_preempt_steps = 0
 
     # ------------------------------------------------------------------ arrivals / queues
@@ -275,6 +277,7 @@ class EngineCore:
         self.running = keep
 
     def _record(self, req: Request, end_s: float) -> None:
+        self.finished += 1
         rid = req.request_id
         self.finish_s[rid] = end_s
         self.first_token_s[rid] = req.first_token_s

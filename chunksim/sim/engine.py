@@ -11,6 +11,7 @@ in one vectorized bulk (`fast_forward`), bit-identical to stepping it one by one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +27,8 @@ from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
 _MAX_BULK_STEPS = 65536
+PROGRESS_EVERY_STEPS = 4096
+"""How often (in engine iterations) a run reports its progress, when asked to."""
 
 
 _E = "Engine and KV cache"
@@ -97,7 +100,8 @@ class Engine:
 
     def __init__(self, workload: Workload, policy: Policy, latency: LatencyModel,
                  kv: KVConfig, config: EngineConfig | None = None,
-                 spread_guard: SpreadGuard | None = None) -> None:
+                 spread_guard: SpreadGuard | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.latency = latency
@@ -105,6 +109,8 @@ class Engine:
         self.config = config or EngineConfig()
         self.guard = spread_guard
         """Checks every jittered step against its median (None: unchecked)."""
+        self.progress = progress
+        """Called as progress(requests done, requests) now and then, and at the end."""
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
@@ -121,6 +127,9 @@ class Engine:
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
+        if self.progress is not None:
+            n = len(self.workload.requests)
+            self.progress(n, n)
         if not c.done:  # the engine returns only when nothing is left
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         meta = c.meta()
@@ -144,7 +153,11 @@ class Engine:
 
     def _engine(self, env: simpy.Environment):
         c = self.core
+        progress, total, report_at = self.progress, len(self.workload.requests), 0
         while True:
+            if progress is not None and c.steps.n >= report_at:
+                report_at = c.steps.n + PROGRESS_EVERY_STEPS
+                progress(c.finished + len(c.rejected), total)
             c.pull_arrivals(env.now)
             if c.idle:
                 if c.done:

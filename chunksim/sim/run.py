@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -117,13 +118,15 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
     return blocks
 
 
-def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimResult, dict]:
+def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
+             progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict]:
     """Run one configuration; returns the records and the summary dict.
 
     Requests longer than --max-model-len (default: the profile model's maximum position)
     are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
     allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
-    than 5 % of the steps were priced outside the profile's grid (`coverage`)."""
+    than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
+    is called as progress(requests done, requests) now and then (`Engine`)."""
     device = profile.provenance.get("device_name")
     policy = cfg.make_policy(device)
     latency = LatencyModel(profile, cfg.step_overhead_s)
@@ -136,7 +139,8 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
     ranges = grid_ranges(profile.table)
     guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
              if engine_cfg.jitter else None)
-    engine = Engine(workload, policy, latency, kv, engine_cfg, spread_guard=guard)
+    engine = Engine(workload, policy, latency, kv, engine_cfg, spread_guard=guard,
+                    progress=progress)
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
