@@ -177,3 +177,54 @@ def test_jitter_outside_the_grid_is_never_confident_nonsense(quick_profile):
         assert jit.returncode == 2
         assert "--jitter" in jit.stderr and "kv_len 1–1,024" in jit.stderr
 
+
+
+# ------------------------------------------------------------------ the grid commands
+@pytest.mark.slow
+def test_compare_leaves_a_configuration_that_completed_nothing_out_of_the_report(tmp_path):
+    out = tmp_path / "cmp"
+    proc = _sim("compare", "-n", "3", "--prompt-dist", "constant", "--prompt-mean", "20000",
+                "--output-dist", "constant", "--output-mean", "5", "--policies",
+                "budget,whole", "--chunks", "256", "--no-svg", "--workers", "1",
+                "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "whole completed no request (all 3 rejected: 3 by policy)" in proc.stderr
+    rows = json.loads((out / "comparison.json").read_text())["rows"]
+    whole = next(r for r in rows if r["policy"] == "whole")
+    assert whole["completed"] == 0 and whole["mean_ttft_ms"] is None
+    assert (out / "report.md").is_file()
+
+
+def test_compare_where_every_configuration_rejects_everything_fails(tmp_path):
+    proc = _sim("compare", "--kv-blocks", "1", "-n", "5", "--policies", "budget,whole",
+                "--chunks", "256", "--no-report", "--workers", "1", "--out",
+                str(tmp_path / "c"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no configuration did" in proc.stderr and "kv_blocks" in proc.stderr
+
+
+def test_a_run_that_completed_nothing_fails_every_slo():
+    from chunksim.sweep.slos import meets, violations
+
+    summary = {"completed": 0, "rejected": 7, "p99_itl_ms": None}
+    assert not meets(summary, {"p99_itl_ms": 100.0})
+    assert violations(summary, {"p99_itl_ms": 100.0}) == ["completed nothing (7 rejected)"]
+
+
+def test_a_class_that_completed_nothing_prints_dashes_not_zeros(tmp_path):
+    from rich.console import Console
+
+    from chunksim.core.spec import RequestSpec, Workload
+    from chunksim.reports.console import print_summary
+
+    prof = make_profile(tmp_path, constant_time(0.01),
+                        provenance={"model": {"name": "m", "max_position": 1000}})
+    reqs = (RequestSpec(0, 0.0, 100, 10, request_class="chat"),
+            RequestSpec(1, 0.1, 5000, 10, request_class="batch"))
+    _, s = simulate(Workload("two", reqs), prof, RunConfig())
+    assert s["by_class"]["batch"]["completed"] == 0
+    assert s["by_class"]["batch"]["p99_ttft_ms"] is None
+    con = Console(record=True, width=120)
+    print_summary(s, con)
+    batch = next(ln for ln in con.export_text().splitlines() if ln.startswith("batch"))
+    assert "0.0" not in batch and "-" in batch

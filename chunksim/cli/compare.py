@@ -78,11 +78,38 @@ def compare(
     })
     print_comparison(comp.configs, comp.summaries)
     written = ["comparison.csv", "comparison.json"]
+    done = _completing(comp)
+    for warning in dict.fromkeys(w for s in comp.summaries for w in s.get("warnings", [])):
+        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     if report:
-        from chunksim.reports.compare_report import write_compare_report
+        from chunksim.reports.compare_report import timeline_configs, write_compare_report
 
-        paths = write_compare_report(out, comp.configs, comp.summaries, comp.records, profile,
-                                     command=command_line(), timeline_chunk=timeline_chunk,
+        configs_done = [comp.configs[i] for i in done]
+        chunk = timeline_chunk
+        if chunk is not None and chunk not in {c.chunk for c in configs_done}:
+            chunk = None  # its configurations completed nothing: the median of the rest
+        timeline_configs(configs_done, chunk)
+        paths = write_compare_report(out, configs_done, [comp.summaries[i] for i in done],
+                                     [comp.records[i] for i in done], profile,
+                                     command=command_line(), timeline_chunk=chunk,
                                      formats=("png", "svg") if svg else ("png",))
         written += [p.name for p in paths]
     typer.echo(f"wrote {out}/: {', '.join(written)}")
+
+
+def _completing(comp) -> list[int]:
+    """Indices of the configurations that completed a request; each other one is named
+    on stderr with why (it is in the tables, but has no latency to plot). ValueError when
+    none completed."""
+    done = [i for i, s in enumerate(comp.summaries) if s["completed"]]
+    for i, s in enumerate(comp.summaries):
+        if not s["completed"]:
+            why = ", ".join(f"{n} by {k}" for k, n in s.get("rejected_reasons", {}).items())
+            msg = (f"{comp.configs[i].label} completed no request (all {s['rejected']} "
+                   f"rejected: {why})")
+            if not done:
+                raise ValueError(f"{msg}, and no configuration did; see "
+                                 "requests' reject_reason in `sim run --out`")
+            typer.secho(f"warning: {msg}; it is left out of the plots and report", err=True,
+                        fg=typer.colors.YELLOW)
+    return done
