@@ -1,10 +1,14 @@
-"""Atomic output: write to a temp file in the same directory, then os.replace."""
+"""Atomic output: write to a temp file in the same directory, then os.replace; a set of
+files goes into a temp directory that then replaces the output directory whole."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -25,6 +29,59 @@ def write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def foreign_entries(path: str | Path, names) -> list[str]:
+    """Entries of directory `path` other than files named in `names`: what replacing it
+    with a new set of those files would destroy."""
+    path = Path(path)
+    try:
+        return sorted(e.name for e in path.iterdir() if e.name not in names or e.is_dir())
+    except (FileNotFoundError, NotADirectoryError):  # absent (or being replaced): nothing
+        return []
+
+
+def write_dir(path: str | Path, files: Mapping[str, bytes], owned=None) -> None:
+    """Write `files` ({name: bytes}) as the directory `path`, whole: into a temporary
+    directory next to it, renamed into place. A reader sees the old set or the new one,
+    never a mix (two writers racing leave one writer's complete set). An existing `path`
+    may hold only files of that set, or named in `owned` (the command's possible outputs;
+    ValueError otherwise: it would be destroyed)."""
+    path = Path(path)
+    foreign = foreign_entries(path, files if owned is None else set(owned) | set(files))
+    if foreign:
+        raise ValueError(f"{path} holds {', '.join(foreign[:5])}"
+                         f"{' ...' if len(foreign) > 5 else ''}, which are not this command's "
+                         "output; give a new or empty directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        for name, data in files.items():
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp / name, 0o666 & ~_umask())
+        os.chmod(tmp, 0o777 & ~_umask())
+        for _ in range(1000):
+            try:
+                os.rename(tmp, path)  # replaces a missing or empty directory at once
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            # move the old set aside (onto an empty directory), then retry
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old",
+                                        dir=path.parent))
+            try:
+                os.rename(path, old)
+            except FileNotFoundError:  # another writer moved it first
+                pass
+            shutil.rmtree(old, ignore_errors=True)
+        raise OSError(f"{path}: could not replace the directory (other writers kept it busy)")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -36,12 +93,21 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_json(path: str | Path, obj) -> None:
-    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_default) + "\n")
+    write_bytes(path, json_bytes(obj))
+
+
+def csv_bytes(frame) -> bytes:
+    """A pandas DataFrame as CSV bytes with repr-exact floats (deterministic)."""
+    return frame.to_csv(index=False, float_format=None, lineterminator="\n").encode()
+
+
+def json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=False, default=_default) + "\n").encode()
 
 
 def write_csv(path: str | Path, frame) -> None:
     """A pandas DataFrame as CSV, atomically, with repr-exact floats (deterministic)."""
-    write_text(path, frame.to_csv(index=False, float_format=None, lineterminator="\n"))
+    write_bytes(path, csv_bytes(frame))
 
 
 def _default(o):

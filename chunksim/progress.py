@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 
@@ -59,3 +61,42 @@ class ProgressBar:
                  tb: TracebackType | None) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+class DelayedProgress:
+    """A progress callback, `progress(done, total)`, that shows a bar only once the work
+    has run `after_s` seconds: short runs stay silent, long ones show how far they are.
+    `close()` (or leaving the `with` block) removes the bar."""
+
+    def __init__(self, label: str, after_s: float = 2.0, enabled: bool = True,
+                 clock: Callable[[], float] = time.monotonic,
+                 bar: Callable[..., ProgressBar] = ProgressBar) -> None:
+        self.label = label
+        self.after_s = after_s
+        self.enabled = enabled
+        self.clock = clock
+        self.make_bar = bar
+        self.start = clock()
+        self.bar: ProgressBar | None = None
+        self.shown = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if self.clock() - self.start < self.after_s or done >= total:
+                return
+            self.bar = self.make_bar(self.label, total=total).__enter__()
+        self.bar.advance(done - self.shown)
+        self.shown = done
+
+    def __enter__(self) -> DelayedProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+            self.bar = None

@@ -36,9 +36,10 @@ def constant_time(step_s: float) -> Callable[[float, float, float, float], float
 
 def make_profile(tmp: Path, fn: Callable = linear_time, name: str = "test",
                  chunks=CHUNKS, decodes=DECODES, kvs=KVS, priors=PRIORS, spread: float = 1.0,
-                 provenance: dict | None = None):
+                 provenance: dict | None = None, spread_fn: Callable | None = None):
     """Write a profile CSV+JSON computed from `fn(chunk, prior, decodes, kv)` and load it.
-    `spread` sets p90/p10 = spread around the median (1.0 = no variance)."""
+    `spread` sets p90/p10 = spread around the median (1.0 = no variance); `spread_fn(chunk,
+    prior, decodes, kv)`, when given, sets it per row instead."""
     rows = []
     for c in chunks:
         for d in decodes:
@@ -53,8 +54,9 @@ def make_profile(tmp: Path, fn: Callable = linear_time, name: str = "test",
     df = pd.DataFrame(rows, columns=["chunk_len", "prior_len", "decode_count", "kv_len"])
     med = [fn(c, p, d, k) for c, p, d, k in rows]
     df["median_s"] = med
-    df["p10_s"] = [m / spread**0.5 for m in med]
-    df["p90_s"] = [m * spread**0.5 for m in med]
+    spreads = [spread_fn(*r) if spread_fn else spread for r in rows]
+    df["p10_s"] = [m / s**0.5 for m, s in zip(med, spreads, strict=True)]
+    df["p90_s"] = [m * s**0.5 for m, s in zip(med, spreads, strict=True)]
     df["mean_s"] = med
     df["repeats"] = 5
     df = df.sort_values(["prior_len", "chunk_len", "decode_count", "kv_len"])

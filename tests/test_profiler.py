@@ -477,3 +477,40 @@ def test_command_module_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_phase_runs_under_a_progress_bar(tmp_path, monkeypatch):
+    import chunksim.profiler.run as prun
+
+    open_bars: list[str] = []
+    phases: list[tuple[str, tuple[str, ...]]] = []
+
+    class Recording:
+        def __init__(self, label, total=0, enabled=True, completed=0):
+            self.label = label
+
+        def __enter__(self):
+            open_bars.append(self.label)
+            return self
+
+        def __exit__(self, *exc):
+            open_bars.remove(self.label)
+
+        def describe(self, text):
+            pass
+
+        def advance(self, n=1):
+            pass
+
+    def watched(name, fn):
+        def run(*a, **k):
+            phases.append((name, tuple(open_bars)))
+            return fn(*a, **k)
+        return run
+
+    monkeypatch.setattr(prun, "ProgressBar", Recording)
+    monkeypatch.setattr(prun, "_measure_overhead", watched("overhead", prun._measure_overhead))
+    monkeypatch.setattr(prun, "_measure_cold_costs", watched("cold", prun._measure_cold_costs))
+    run_profile(_settings(tmp_path), show_progress=True)
+    assert [name for name, _ in phases] == ["overhead", "cold"]
+    assert all(bars for _, bars in phases), phases  # neither runs after the bars are done

@@ -46,7 +46,7 @@ def test_prompt_mean_alone_keeps_the_default_shape():
         (WorkloadOptions(output_dist=LengthKind.EMPIRICAL), "--lengths-csv"),
         (WorkloadOptions(workload=WorkloadKind.LONG_PROMPT, num_requests=5), "--duration"),
         (WorkloadOptions(workload=WorkloadKind.TRACE), "--trace PATH"),
-        (WorkloadOptions(workload=WorkloadKind.BURST, duration_s=5.0), "num_requests"),
+        (WorkloadOptions(workload=WorkloadKind.BURST, duration_s=5.0), "--num-requests"),
     ],
 )
 def test_bad_combinations_say_the_fix(opts, match):

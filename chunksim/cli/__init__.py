@@ -6,9 +6,13 @@ and exit code 2 instead of a traceback.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import typer
+
+import chunksim
+from chunksim.cli import help_format
 
 app = typer.Typer(
     name="sim",
@@ -19,30 +23,49 @@ app = typer.Typer(
 )
 workload_app = typer.Typer(help="Inspect workloads and traces.", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
+help_format.fold_option_names()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"sim {chunksim.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version,
+        help="Print the version and exit.")) -> None:
+    """chunksim: which prefill scheduling policy and chunk size should I run?"""
+
+
+def _command(target: typer.Typer, name: str, fn) -> None:
+    """Register `fn` as `name`, its docstring reflowed into paragraphs (`help_format`)."""
+    target.command(name, help=help_format.reflow(fn.__doc__))(fn)
 
 # --- command registration (each module keeps heavy imports inside its functions) ---
 # BEGIN REGISTRATIONS
 from chunksim.cli.profile import profile as _profile  # noqa: E402
 
-app.command("profile")(_profile)
+_command(app, "profile", _profile)
 from chunksim.cli.run import run as _run  # noqa: E402
 
-app.command("run")(_run)
+_command(app, "run", _run)
 from chunksim.cli.workload import describe as _workload_describe  # noqa: E402
 
-workload_app.command("describe")(_workload_describe)
+_command(workload_app, "describe", _workload_describe)
 from chunksim.cli.compare import compare as _compare  # noqa: E402
 
-app.command("compare")(_compare)
+_command(app, "compare", _compare)
 from chunksim.cli.capacity import capacity as _capacity  # noqa: E402
 
-app.command("capacity")(_capacity)
+_command(app, "capacity", _capacity)
 from chunksim.cli.sweep import sweep as _sweep  # noqa: E402
 
-app.command("sweep")(_sweep)
+_command(app, "sweep", _sweep)
 from chunksim.cli.validate import validate as _validate  # noqa: E402
 
-app.command("validate")(_validate)
+_command(app, "validate", _validate)
 # END REGISTRATIONS
 
 
@@ -51,7 +74,8 @@ def main() -> None:
     try:
         app()
     except ValueError as exc:  # bad input from a file or flag: say what and how to fix
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        one_line = re.sub(r"\s*\n\s*", " ", str(exc)).strip()
+        typer.secho(f"error: {one_line}", err=True, fg=typer.colors.RED)
         sys.exit(2)
 
 

@@ -62,6 +62,7 @@ def capacity(
     p99_itl_ms=100 --slo p99_ttft_ms=2000 --out runs/cap`.
     """
     from chunksim import atomic
+    from chunksim.cli.paths import check_out_dir
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity, print_verdict
@@ -80,6 +81,7 @@ def capacity(
     from chunksim.sweep.verdict import decide
 
     seed_values = seed_list(seeds, workload_opts.seed)
+    check_out_dir(out)
     slos = parse_capacity_slos(slo)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)

@@ -64,6 +64,7 @@ def compare(
     256,512,1024,2048 --out reports/long-prompt`.
     """
     from chunksim import atomic
+    from chunksim.cli.paths import check_out_dir
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison, print_verdict
@@ -78,6 +79,7 @@ def compare(
     from chunksim.workloads.options import WorkloadKind
 
     seed_values = seed_list(seeds, workload_opts.seed)
+    check_out_dir(out)
     slos = parse_capacity_slos(slo)
     search = bool(slo) if capacity is None else capacity
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
@@ -94,6 +96,9 @@ def compare(
             ProgressBar("compare", total=len(configs) * len(seed_values)) as bar:
         comp = run_comparison(configs, workload_opts, run_cfg, runner, keep_records=report,
                               progress=bar, seeds=seed_values)
+        # the configurations that completed nothing are named, kept in the tables and left
+        # out of the verdict, capacity search and figures (no latency to rank or plot)
+        full, comp = comp, comp.subset(_completing(comp))
         if search:
             params = search_params(workload_opts, max_rate)
             entries = capacity_search(comp.configs, workload_opts, run_cfg, slos, runner,
@@ -110,18 +115,20 @@ def compare(
         "profile": {"label": profile.label, "sha256": profile.sha256,
                     "provenance": profile.provenance},
         "verdict": verdict_document(verdict),
-        "rows": comp.json_rows(),
+        "rows": full.json_rows(),
     }
     if entries is not None:
         from chunksim.sweep.capacity_io import entry_document
 
         doc["capacity"] = {"window": window,
                            "configurations": [entry_document(e, slos, comp.seeds) for e in entries]}
-    atomic.write_text(out / "comparison.csv", comp.csv())
+    atomic.write_text(out / "comparison.csv", full.csv())
     atomic.write_json(out / "comparison.json", doc)
-    print_comparison(comp.configs, comp.summaries, stats=comp.stats)
+    print_comparison(full.configs, full.summaries, stats=full.stats)
     print_verdict(verdict, capacity_searched=entries is not None, trace=trace)
     written = ["comparison.csv", "comparison.json"]
+    for warning in dict.fromkeys(w for s in full.summaries for w in s.get("warnings", [])):
+        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     if report:
         from chunksim.reports.compare_report import write_compare_report
 
@@ -131,3 +138,20 @@ def compare(
                                      window=window, trace=trace)
         written += [p.name for p in paths]
     typer.echo(f"wrote {out}/: {', '.join(written)}")
+
+
+def _completing(comp) -> list[int]:
+    """Indices of the configurations that completed a request; each other one is named
+    on stderr with why (it is in the tables, with no latency). ValueError when none
+    completed."""
+    done = [i for i, s in enumerate(comp.summaries) if s["completed"]]
+    for i, s in enumerate(comp.summaries):
+        if not s["completed"]:
+            why = ", ".join(f"{n} by {k}" for k, n in s.get("rejected_reasons", {}).items())
+            msg = (f"{comp.configs[i].label} completed no request (all {s['rejected']} "
+                   f"rejected: {why})")
+            if not done:
+                raise ValueError(f"{msg}, and no configuration did; see "
+                                 "requests' reject_reason in `sim run --out`")
+            typer.secho(f"warning: {msg}", err=True, fg=typer.colors.YELLOW)
+    return done

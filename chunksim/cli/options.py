@@ -47,13 +47,27 @@ def _option(name: str, hint: Any, default: Any, flag: Flag, doc: str, panel: str
         hint = hint | None
     names = flag.names or ("--" + name.replace("_", "-"),)
     kw: dict[str, Any] = {"help": doc, "rich_help_panel": flag.panel or panel}
-    if flag.min is not None:
+    if flag.min_open:  # the bound itself is refused: say x>MIN, as the check does
+        kw["callback"] = _above(flag.min)
+        kw["help"] = f"{doc} \\[x>{flag.min:g}]"  # escaped: rich markup would eat it
+    elif flag.min is not None:
         kw["min"] = flag.min
     if flag.max is not None:
         kw["max"] = flag.max
     if flag.hidden:
         kw["hidden"] = True
     return name, Annotated[hint, typer.Option(*names, **kw)], default
+
+
+def _above(low: float) -> Callable[[Any], Any]:
+    """Option callback refusing values <= `low` in click's words for a range."""
+
+    def check(value: Any) -> Any:
+        if value is not None and not value > low:
+            raise typer.BadParameter(f"{value} is not in the range x>{low:g}.")
+        return value
+
+    return check
 
 
 def options_of(cls: type, panel: str | None = None, skip: tuple[str, ...] = (),

@@ -87,9 +87,23 @@ def profile(
         repass_below_s=None if repass_below_ms is None else repass_below_ms / 1e3,
         cold_looks=not warm_looks,
     )
+    from chunksim.cli.paths import check_out_file
     from chunksim.profiler.run import run_profile
 
-    result = run_profile(settings, show_progress=not quiet)
+    check_out_file(settings.out_csv)
+    try:
+        result = run_profile(settings, show_progress=not quiet)
+    except KeyboardInterrupt:
+        from chunksim.cli.interrupts import command_as_typed, interrupted
+        from chunksim.profiler.store import Checkpoint
+
+        ckpt = Checkpoint(settings.out_csv)
+        n = (max(len(ckpt.csv_path.read_text().splitlines()) - 1, 0)
+             if ckpt.csv_path.is_file() else 0)
+        if not ckpt.exists():
+            interrupted("nothing was saved", command_as_typed())
+        interrupted(f"{n} measured point(s) are saved in {ckpt.csv_path}",
+                    command_as_typed("--resume"))
     meta = result.meta
     looks = (f", {meta['passes']} passes over {meta['repassed_points']} fast points"
              if meta["passes"] > 1 else "")

@@ -48,6 +48,7 @@ def sweep(
     Example: `sim sweep --policies whole,budget --chunks 512,2048 --rates 2,4,8 --seeds
     0,1,2 --workloads poisson,long-prompt --out runs/sweep.csv`.
     """
+    from chunksim.cli.paths import check_out_file
     from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.sweep.configs import (
@@ -68,11 +69,12 @@ def sweep(
     from chunksim.sweep.table import ResultTable
     from chunksim.workloads.options import build_workload
 
+    check_out_file(out)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
     configs = make_configs(specs, parse_ints(chunks, "--chunks"))
     rate_list = parse_floats(rates, "--rates") if rates is not None else [workload_opts.rate]
-    seed_list = (parse_ints(seeds, "--seeds", minimum=0) if seeds is not None
+    seed_list = (parse_ints(seeds, "--seeds", minimum=0, example="0,1,2") if seeds is not None
                  else [workload_opts.seed])
     kinds = parse_workloads(workloads, workload_opts)
     profile = load_profile(profile)
@@ -83,7 +85,14 @@ def sweep(
                             if p.key["workload_kind"] == kind.value))
     table = ResultTable(out, KEY_COLUMNS, row_sort_key)
     before = len(table)
-    with Runner(profile, workers, ray) as runner, ProgressBar("sweep") as bar:
-        ran = run_sweep(points, table, runner, bar)
+    try:
+        with Runner(profile, workers, ray) as runner, ProgressBar("sweep") as bar:
+            ran = run_sweep(points, table, runner, bar)
+    except KeyboardInterrupt:
+        from chunksim.cli.interrupts import command_as_typed, interrupted
+
+        interrupted(f"{len(table)} of {len(points)} grid points are saved in {out} "
+                    f"({len(table) - before} from this run); rerunning the command skips them",
+                    command_as_typed())
     typer.echo(f"{len(points)} grid points: {ran} simulated, {len(points) - ran} already in "
                f"{out} ({before} rows before, {len(table)} now)")

@@ -62,12 +62,15 @@ def validate(
     error of mean/P50/P90/P99 TTFT, ITL, TPOT, E2EL and throughput.
 
     Examples (the second profiles first; the third also serves the workload three times):
-    `sim validate --profile out/profiles/tiny-cpu.csv --policy chunk --chunk 256 --out v`;
+    `sim validate --profile tiny-cpu --policy chunk --chunk 256 --out v`;
     `sim validate --grid quick --out runs/val`;
     `sim validate --grid quick --live-runs 3 --out runs/val`.
     """
+    from chunksim.cli.paths import check_out_dir
     from chunksim.latency.profile import load_profile
     from chunksim.live.settings import LiveSettings
+
+    check_out_dir(out)
     from chunksim.validate.output import write_validation
     from chunksim.validate.run import validate as run_validation
 

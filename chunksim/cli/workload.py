@@ -30,6 +30,9 @@ def describe(
     ] = False,
 ) -> None:
     """Print a workload's count, span, rate, inter-arrival CV, length percentiles, prefix reuse."""
+    from chunksim.cli.paths import check_out_file
+
+    check_out_file(plot, "--plot")
     opts = replace(workload_opts, trace=path) if path is not None else workload_opts
     workload = build_workload(opts)
     stats = describe_workload(workload)

@@ -30,6 +30,8 @@ class Flag:
     """--help panel (default: the one the command gives the whole dataclass)."""
     min: float | None = None
     """Smallest value accepted."""
+    min_open: bool = False
+    """`min` itself is refused (the value must be > min)."""
     max: float | None = None
     """Largest value accepted."""
     hidden: bool = False

@@ -11,11 +11,19 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-REQUIRED_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len", "median_s", "p10_s",
-                    "p90_s")
+from chunksim.core.errors import InputError, reading
+
+KEY_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len")
+TIME_COLUMNS = ("median_s", "p10_s", "p90_s")
+REQUIRED_COLUMNS = KEY_COLUMNS + TIME_COLUMNS
 DEFAULT_PROFILE = "tiny-cpu"
+MAX_KEY = 10_000_000
+"""Largest token count or decode count a profile row may hold (a data error beyond)."""
+MAX_STEP_S = 1e6
+"""Longest step time a profile row may hold, seconds (a data error beyond)."""
 
 
 @dataclass(frozen=True)
@@ -32,10 +40,19 @@ class Profile:
     """sha256 of the CSV bytes: stamped on every result made with this profile."""
 
     @property
+    def max_position(self) -> int | None:
+        """The profiled model's maximum position (its RoPE table length), None when the
+        provenance does not record one."""
+        model = self.provenance.get("model")
+        pos = model.get("max_position") if isinstance(model, dict) else None
+        return pos if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 2 else None
+
+    @property
     def label(self) -> str:
         """Short human label, e.g. 'tiny · cpu float32 · 1 thread'."""
         p = self.provenance
-        model = p.get("model", {}).get("name", "?")
+        m = p.get("model")
+        model = m.get("name", "?") if isinstance(m, dict) else "?"
         dev = p.get("device_name") or p.get("device", "?")
         threads = p.get("threads")
         t = f" · {threads} thread{'s' if threads != 1 else ''}" if threads else ""
@@ -56,11 +73,11 @@ def _resolve(name_or_path: str | None) -> Path:
         if path.suffix != ".csv":
             path = path.with_suffix(".csv")
         if not path.is_file():
-            raise ValueError(f"--profile {name_or_path}: no such file {path}")
+            raise InputError(f"--profile {name_or_path}: no such file {path}")
         return path
     bundled = resources.files("chunksim") / "data" / "profiles" / f"{name_or_path}.csv"
     if not bundled.is_file():
-        raise ValueError(
+        raise InputError(
             f"--profile {name_or_path!r} is neither a CSV file nor a bundled profile; "
             f"bundled: {', '.join(bundled_profiles()) or 'none'}"
         )
@@ -68,39 +85,94 @@ def _resolve(name_or_path: str | None) -> Path:
 
 
 def load_profile(name_or_path: str | None = None) -> Profile:
-    """Read a profile CSV and its JSON provenance; check columns and the content hash."""
+    """Read a profile CSV and its JSON provenance; check columns, values and the content
+    hash. Anything malformed raises InputError naming the file (and row and column)."""
     path = _resolve(name_or_path)
+    with reading(path, "profile"):
+        return _load(path)
+
+
+def _load(path: Path) -> Profile:
     raw = path.read_bytes()
     sha = hashlib.sha256(raw).hexdigest()
     meta_path = path.with_suffix(".json")
     provenance: dict = {}
     if meta_path.is_file():
-        try:
-            provenance = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"profile provenance {meta_path} is not valid JSON: {exc}") from None
+        with reading(meta_path, "profile provenance"):
+            try:
+                provenance = json.loads(meta_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise InputError(f"profile provenance {meta_path} is not valid JSON: "
+                                 f"{exc}") from None
+        _check_provenance(meta_path, provenance)
         want = provenance.get("content_sha256")
         if want and want != sha:
-            raise ValueError(
+            raise InputError(
                 f"profile {path}: content sha256 {sha[:12]}… differs from {want[:12]}… in "
                 f"{meta_path.name}; the table was edited after profiling — re-run sim profile"
             )
     try:
         table = pd.read_csv(path)
+    except UnicodeDecodeError:
+        raise
     except Exception as exc:  # pandas raises several types for malformed CSV
-        raise ValueError(f"profile {path} is not a readable CSV: {exc}") from None
+        raise InputError(f"profile {path} is not a readable CSV: {exc}") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"profile {path} lacks column(s) {missing}; columns present: {list(table.columns)} "
             "(see docs/profile-format.md)"
         )
     if table.empty:
-        raise ValueError(f"profile {path} has no rows")
-    bad = table[(table["median_s"] <= 0) | table["median_s"].isna()]
-    if len(bad):
-        raise ValueError(
-            f"profile {path} row {int(bad.index[0]) + 2}: median_s={bad['median_s'].iloc[0]} "
-            "must be a positive number of seconds"
-        )
+        raise InputError(f"profile {path} has no rows")
+    table = table.copy()
+    for col in KEY_COLUMNS:
+        table[col] = _column(path, table, col, integer=True, low=0, high=MAX_KEY)
+    for col in TIME_COLUMNS:
+        table[col] = _column(path, table, col, integer=False, low=0, high=MAX_STEP_S)
+    wrong = np.flatnonzero((table["p10_s"] > table["p90_s"]).to_numpy())
+    if len(wrong):
+        i = int(wrong[0])
+        raise InputError(
+            f"profile {path} row {i + 2}: p10_s={table['p10_s'].iloc[i]} > "
+            f"p90_s={table['p90_s'].iloc[i]}; the 10th percentile cannot exceed the 90th "
+            f"({len(wrong)} such row(s))")
+    if not (table["prior_len"] == 0).any():
+        raise InputError(f"profile {path} has no main-grid rows (prior_len 0); see "
+                         "docs/profile-format.md")
     return Profile(table=table, provenance=provenance, path=str(path), sha256=sha)
+
+
+def _column(path: Path, table: pd.DataFrame, col: str, integer: bool, low: float,
+            high: float) -> pd.Series:
+    """`col` as numbers (int64 for keys), or InputError naming the first bad row."""
+    x = pd.to_numeric(table[col], errors="coerce").to_numpy(dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(x) | (x > high)
+        bad |= (x < low) if integer else (x <= low)
+        if integer:
+            bad |= x != np.round(x)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        v = table[col].iloc[i]
+        shown = repr(v) if isinstance(v, str) else str(v)
+        need = (f"an integer in [{low:g}, {high:,.0f}]" if integer
+                else f"a number of seconds in (0, {high:g}]")
+        raise InputError(f"profile {path} row {i + 2}: column {col!r} = {shown} is not "
+                         f"{need} ({int(bad.sum())} such row(s))")
+    return pd.Series(x.astype(np.int64) if integer else x, index=table.index)
+
+
+_PROVENANCE_TYPES = {"model": dict, "step_overhead": dict, "wake_up": dict,
+                     "content_sha256": str, "step_overhead_s": (int, float)}
+
+
+def _check_provenance(meta_path: Path, provenance) -> None:
+    if not isinstance(provenance, dict):
+        raise InputError(f"profile provenance {meta_path} must hold a JSON object, not "
+                         f"{type(provenance).__name__}")
+    for key, kind in _PROVENANCE_TYPES.items():
+        v = provenance.get(key)
+        if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):
+            raise InputError(f"profile provenance {meta_path}: {key!r} = {v!r} has the "
+                             "wrong type (see docs/profile-format.md)")

@@ -210,8 +210,14 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
                     bar.advance()
     gpu_clock = bench.close() if bench is not None else None
 
-    overhead = _measure_overhead(s)
-    wake_up, first_call = _measure_cold_costs(s)
+    # the grid's bar is done; these take seconds more (a live session, idle waits)
+    with ProgressBar("after the grid", total=2, enabled=show_progress) as bar:
+        bar.describe("step overhead (live loop)")
+        overhead = _measure_overhead(s)
+        bar.advance()
+        bar.describe("wake-up and first-call costs")
+        wake_up, first_call = _measure_cold_costs(s)
+        bar.advance()
     final_rows = [combine(rows[p.key()], [looks[p.key()][k] for k in range(2, s.passes + 1)
                                           if k in looks.get(p.key(), {})])
                   for p in pruned.kept]

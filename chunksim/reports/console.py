@@ -61,11 +61,13 @@ def class_table(by_class: dict) -> Table:
     for col in ("class", "done", "mean TTFT", "p99 TTFT", "p99 ITL", "mean TPOT",
                 "goodput req/s"):
         t.add_column(col, justify="left" if col == "class" else "right")
+    def f(key: str, spec: str) -> str:  # None: the class completed nothing
+        return "-" if s.get(key) is None else spec.format(s[key])
+
     for cls, s in by_class.items():
-        good = s.get("request_goodput")
-        t.add_row(cls, str(s["completed"]), f"{s['mean_ttft_ms']:.1f}",
-                  f"{s['p99_ttft_ms']:.1f}", f"{s['p99_itl_ms']:.1f}",
-                  f"{s['mean_tpot_ms']:.2f}", "-" if good is None else f"{good:.2f}")
+        t.add_row(cls, str(s["completed"]), f("mean_ttft_ms", "{:.1f}"),
+                  f("p99_ttft_ms", "{:.1f}"), f("p99_itl_ms", "{:.1f}"),
+                  f("mean_tpot_ms", "{:.2f}"), f("request_goodput", "{:.2f}"))
     return t
 
 

@@ -62,6 +62,12 @@ class EngineCore:
         self.cached = np.zeros(n, dtype=np.int64)
         self.outputs = np.zeros(n, dtype=np.int64)
         self.rejected: dict[int, str] = {}
+        self.rejected_kinds: dict[str, int] = {}
+        """Rejected requests per kind of reason (`rejection`)."""
+        self.rejected_examples: dict[str, str] = {}
+        """The first rejected request's reason, per kind."""
+        self.finished = 0
+        """Requests that completed so far."""
         self.empty_preempt_steps = 0
         self.finishing: list[Request] = []
         """Async scheduling: requests that finished in the step in flight, holding their
@@ -70,17 +76,26 @@ class EngineCore:
         """One row per (step, request) and per preemption, when asked for."""
 
     # ------------------------------------------------------------------ arrivals / queues
-    def reject_reason(self, spec) -> str | None:
-        """Why `spec` can never run here (None if it can)."""
+    def rejection(self, spec) -> tuple[str, str] | None:
+        """(kind, why) if `spec` can never run here, else None. Kinds: `max_model_len`,
+        `kv_blocks` (the whole request does not fit the cache), `policy` (the policy's own
+        limit, e.g. whole prefill's token cap)."""
         cap = self.max_model_len
         total = spec.prompt_tokens + spec.output_tokens
         if cap is not None and total > cap:
-            return f"prompt+output {total} tokens > max_model_len {cap}"
+            return "max_model_len", (f"prompt+output {total} tokens > max_model_len {cap} "
+                                     f"(--max-model-len {cap})")
         need = blocks_for(total - 1, self.kv.block_size)
         if need > self.kv.num_blocks:
-            return (f"needs {need} KV blocks for {total - 1} tokens, the cache has "
-                    f"{self.kv.num_blocks} (raise --kv-blocks)")
-        return self.policy.rejection_reason(spec.prompt_tokens, spec.output_tokens)
+            return "kv_blocks", (f"needs {need} KV blocks for {total - 1} tokens, the cache "
+                                 f"has {self.kv.num_blocks} (raise --kv-blocks)")
+        why = self.policy.rejection_reason(spec.prompt_tokens, spec.output_tokens)
+        return None if why is None else ("policy", why)
+
+    def reject_reason(self, spec) -> str | None:
+        """Why `spec` can never run here (None if it can)."""
+        r = self.rejection(spec)
+        return None if r is None else r[1]
 
     def pull_arrivals(self, now: float) -> None:
         """Queue every request that has arrived by `now` (or reject it)."""
@@ -88,11 +103,13 @@ class EngineCore:
         i = self.next_arrival
         while i < len(specs) and specs[i].arrival_s <= now:
             spec = specs[i]
-            reason = self.reject_reason(spec)
-            if reason is None:
+            rejection = self.rejection(spec)
+            if rejection is None:
                 self._enqueue(Request(spec, class_idx=self.class_of[spec.request_class]))
             else:
-                self.rejected[spec.request_id] = reason
+                kind, self.rejected[spec.request_id] = rejection
+                self.rejected_kinds[kind] = self.rejected_kinds.get(kind, 0) + 1
+                self.rejected_examples.setdefault(kind, self.rejected[spec.request_id])
             i += 1
         self.next_arrival = i
 
@@ -338,6 +355,7 @@ class EngineCore:
         self.running = keep
 
     def _record(self, req: Request, end_s: float) -> None:
+        self.finished += 1
         rid = req.request_id
         self.finish_s[rid] = end_s
         self.first_token_s[rid] = req.first_token_s
@@ -386,6 +404,8 @@ class EngineCore:
             "workload_params": dict(self.workload.params),
             "workload_notes": list(self.workload.notes),
             "kv_blocks": self.kv.num_blocks,
+            "max_model_len": self.max_model_len,
+            "rejected_reasons": dict(sorted(self.rejected_kinds.items())),
             "block_size": self.kv.block_size,
             "preemption_only_steps": self.empty_preempt_steps,
             "prefix_caching": self.kv.prefix_caching,

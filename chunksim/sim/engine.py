@@ -11,6 +11,7 @@ in one vectorized bulk (`fast_forward`), bit-identical to stepping it one by one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,9 +23,12 @@ from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.latency.model import LatencyModel
 from chunksim.sim.core import EngineCore
+from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
 _MAX_BULK_STEPS = 65536
+PROGRESS_EVERY_STEPS = 4096
+"""How often (in engine iterations) a run reports its progress, when asked to."""
 
 
 _E = "Engine and KV cache"
@@ -41,8 +45,9 @@ class EngineConfig:
     fast_forward: bool = knob(True, "--fast-forward/--no-fast-forward", panel=_E, hidden=True)
     """Bulk-simulate steady decode stretches (same results)."""
     max_model_len: int | None = knob(None, "--max-model-len", panel=_E, min=2)
-    """Reject requests with prompt + output above this (default: no cap)."""
-    async_scheduling: bool = knob(False, "--async-scheduling/--no-async-scheduling", panel=_E)
+    """Reject requests with prompt + output above this, as vLLM does (default: the profile
+    model's maximum position; no cap when the profile does not record it)."""
+    async_scheduling: bool = knob(False, "--async-scheduling", panel=_E)
     """vLLM V1's --async-scheduling (0.10+): the scheduler plans step N+1 while step N runs.
     The host work of a step (the per-step overhead) then hides behind the previous forward
     pass (a step lasts the longer of the two, not their sum); the plan sees the arrivals up
@@ -77,6 +82,8 @@ class SimResult:
     schedule: object = None
     """pandas DataFrame, one row per (step, request) and per preemption
     (records.SCHEDULE_COLUMNS), when the run was asked for its schedule log; else None."""
+    rejected_examples: dict = field(default_factory=dict)
+    """The first rejected request's reason per kind of rejection (`EngineCore.rejection`)."""
 
 
 class _Noise:
@@ -104,13 +111,18 @@ class Engine:
 
     def __init__(self, workload: Workload, policy: Policy, latency: LatencyModel,
                  kv: KVConfig, config: EngineConfig | None = None,
-                 schedule_log: bool = False) -> None:
+                 schedule_log: bool = False, spread_guard: SpreadGuard | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.latency = latency
         self.kv_config = kv
         self.config = config or EngineConfig()
         self.schedule_log = schedule_log
+        self.guard = spread_guard
+        """Checks every jittered step against its median (None: unchecked)."""
+        self.progress = progress
+        """Called as progress(requests done, requests) now and then, and at the end."""
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
@@ -130,6 +142,9 @@ class Engine:
         env.process(self._arrivals(env))
         env.process(self._engine(env))
         env.run()
+        if self.progress is not None:
+            n = len(self.workload.requests)
+            self.progress(n, n)
         if not c.done:  # the engine returns only when nothing is left
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         meta = c.meta()
@@ -140,7 +155,8 @@ class Engine:
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names),
-                         c.schedule_log.frame() if c.schedule_log is not None else None)
+                         c.schedule_log.frame() if c.schedule_log is not None else None,
+                         dict(c.rejected_examples))
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self, env: simpy.Environment):
@@ -155,7 +171,11 @@ class Engine:
 
     def _engine(self, env: simpy.Environment):
         c = self.core
+        progress, total, report_at = self.progress, len(self.workload.requests), 0
         while True:
+            if progress is not None and c.steps.n >= report_at:
+                report_at = c.steps.n + PROGRESS_EVERY_STEPS
+                progress(c.finished + len(c.rejected), total)
             c.pull_arrivals(env.now)
             if c.idle:
                 c.release_finishing()
@@ -187,6 +207,8 @@ class Engine:
         dur, out = 0.0, False
         for bs in shape.batch_shapes():
             t, o = self.latency.step_s(bs, z)
+            if z is not None and self.guard is not None:
+                self.guard.check(c.steps.n, t, self.latency.step_s(bs, None)[0], z)
             dur += t
             out = out or o
         if self.async_:
@@ -251,6 +273,7 @@ class Engine:
             kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
             dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+            fwd = dur
             overhead = self.latency.overhead(n)
             if overhead:
                 dur = dur + overhead  # the same float op as the step-by-step path
@@ -259,6 +282,9 @@ class Engine:
                 k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
                 if k_arr < k:
                     k = max(1, k_arr)
+            if z is not None and self.guard is not None:  # the k steps that run
+                median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None)
+                self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
             t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
                                  retire=k == k_left)
             budget -= k

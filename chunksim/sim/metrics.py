@@ -50,8 +50,13 @@ def parse_class_slos(items: list[str] | None) -> dict[str, dict[str, float]]:
     return out
 
 
-def _stats(name: str, values_s: np.ndarray) -> dict[str, float]:
+def _stats(name: str, values_s: np.ndarray, none: bool = False) -> dict[str, float | None]:
+    """Mean, median, std and percentiles in ms (all None when `none`: no request
+    completed, so there is no latency to report)."""
     ms = np.asarray(values_s, dtype=float) * 1000.0
+    if none:
+        keys = ["mean", "median", "std", *(f"p{p}" for p in PERCENTILES)]
+        return {f"{k}_{name}_ms": None for k in keys}
     if len(ms) == 0:
         ms = np.zeros(1)
     out = {
@@ -83,7 +88,9 @@ def per_request(requests) -> dict[str, np.ndarray]:
 def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | None = None,
               meta: Mapping | None = None, duration_s: float | None = None) -> dict:
     """The run's summary, keys named like `vllm bench serve --save-result`. Throughputs
-    divide by `duration_s` (default: first arrival to last finish of these requests)."""
+    divide by `duration_s` (default: first arrival to last finish of these requests).
+    When no request completed, latencies, duration and busy fraction are None (there is
+    nothing to measure) and throughputs 0."""
     slos = dict(slos or {})
     m = per_request(requests)
     done = requests[~requests["rejected"].to_numpy()]
@@ -91,6 +98,7 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
     start = float(requests["arrival_s"].min())
     end = float(np.nanmax(done["finish_s"].to_numpy())) if n_done else start
     duration = max(end - start if duration_s is None else duration_s, 1e-12)
+    none = n_done == 0
     in_tok = int(done["prompt_tokens"].sum())
     out_tok = int(done["generated_tokens"].sum())
     good = np.ones(n_done, dtype=bool)
@@ -107,25 +115,26 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
         "rejected": int(requests["rejected"].sum()),
         "total_input_tokens": in_tok,
         "total_output_tokens": out_tok,
-        "duration": duration,
+        "duration": None if none else duration,
         "request_throughput": n_done / duration,
         "output_throughput": out_tok / duration,
         "total_token_throughput": (in_tok + out_tok) / duration,
         "request_goodput": float(good.sum()) / duration if slos else None,
         "goodput_slos_ms": {k: v * 1000.0 for k, v in slos.items()},
     }
-    summary.update(_stats("ttft", m["ttft"]))
-    summary.update(_stats("tpot", m["tpot"]))
-    summary.update(_stats("itl", itl_s))
-    summary.update(_stats("e2el", m["e2el"]))
-    summary.update(_stats("sched_delay", m["sched"]))
+    summary.update(_stats("ttft", m["ttft"], none))
+    summary.update(_stats("tpot", m["tpot"], none))
+    summary.update(_stats("itl", itl_s, none))
+    summary.update(_stats("e2el", m["e2el"], none))
+    summary.update(_stats("sched_delay", m["sched"], none))
     summary.update({
-        "max_decode_stall_ms": float(np.max(itl_s)) * 1000.0 if len(itl_s) else 0.0,
+        "max_decode_stall_ms": (None if none else
+                                float(np.max(itl_s)) * 1000.0 if len(itl_s) else 0.0),
         "preemptions": int(requests["preemptions"].sum()),
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
         "steps": len(steps),
         "extrapolated_steps": int(steps["extrapolated"].sum()) if len(steps) else 0,
-        "busy_fraction": busy / duration,
+        "busy_fraction": None if none else busy / duration,
         "mean_step_ms": busy / max(len(steps), 1) * 1000.0,
         "peak_kv_blocks_used": int(steps["kv_blocks_used"].max()) if len(steps) else 0,
     })

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from chunksim.core.spec import Workload
 from chunksim.latency.model import LatencyModel
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
+from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_ranges
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
 _E = "Engine and KV cache"
 
@@ -116,9 +119,16 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
 
 
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
-             schedule_log: bool = False) -> tuple[SimResult, dict]:
+             schedule_log: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict]:
     """Run one configuration; returns the records and the summary dict. With
-    `schedule_log`, the records include every scheduling decision (`SimResult.schedule`)."""
+    `schedule_log`, the records include every scheduling decision (`SimResult.schedule`).
+
+    Requests longer than --max-model-len (default: the profile model's maximum position)
+    are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
+    allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
+    than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
+    is called as progress(requests done, requests) now and then (`Engine`)."""
     device = profile.provenance.get("device_name")
     policy = cfg.make_policy(device)
     mml = cfg.engine.max_model_len
@@ -132,7 +142,14 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
-    engine = Engine(workload, policy, latency, kv, cfg.engine, schedule_log)
+    engine_cfg = cfg.engine
+    if engine_cfg.max_model_len is None and profile.max_position is not None:
+        engine_cfg = replace(engine_cfg, max_model_len=profile.max_position)
+    ranges = grid_ranges(profile.table)
+    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
+             if engine_cfg.jitter else None)
+    engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
+                    spread_guard=guard, progress=progress)
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
@@ -143,15 +160,34 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
+    summary["warnings"] = extrapolation_warnings(result.steps, ranges)
     return result, summary
+
+
+def nothing_completed(result: SimResult, summary: dict) -> str | None:
+    """When no request completed: why, per kind of rejection with the first example of
+    each (None when some request completed)."""
+    if summary["completed"]:
+        return None
+    parts = [f"{count} by {kind} (e.g. {result.rejected_examples.get(kind, '?')})"
+             for kind, count in summary.get("rejected_reasons", {}).items()]
+    return (f"all {len(result.requests)} requests were rejected, so there is no latency to "
+            f"report: {'; '.join(parts) or 'no reason recorded'}")
+
+
+OUTPUT_FILES = ("summary.json", "requests.csv", "steps.csv", "schedule.csv")
+"""What `write_outputs` writes: the run's whole output directory."""
 
 
 def write_outputs(out_dir: str | Path, result: SimResult, summary: dict) -> None:
     """summary.json, requests.csv, steps.csv (and schedule.csv when the run logged its
-    schedule), each written atomically."""
-    out = Path(out_dir)
-    atomic.write_csv(out / "requests.csv", result.requests)
-    atomic.write_csv(out / "steps.csv", result.steps)
+    schedule), written as one set (`atomic.write_dir`): a reader of `out_dir` sees one
+    run's files, never a mix of two."""
+    files = {
+        "requests.csv": atomic.csv_bytes(result.requests),
+        "steps.csv": atomic.csv_bytes(result.steps),
+    }
     if result.schedule is not None:
-        atomic.write_csv(out / "schedule.csv", result.schedule)
-    atomic.write_json(out / "summary.json", summary)
+        files["schedule.csv"] = atomic.csv_bytes(result.schedule)
+    files["summary.json"] = atomic.json_bytes(summary)
+    atomic.write_dir(out_dir, files, owned=OUTPUT_FILES)

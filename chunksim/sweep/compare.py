@@ -48,6 +48,11 @@ class Comparison:
         """Per configuration, the first seed's records (the step timeline draws one run)."""
         return [r[0] for r in self.run_records]
 
+    def subset(self, indices: list[int]) -> Comparison:
+        """The comparison of the configurations at `indices` only."""
+        return Comparison([self.configs[i] for i in indices], [self.runs[i] for i in indices],
+                          [self.run_records[i] for i in indices], self.seeds)
+
     def keys(self, i: int) -> dict[str, object]:
         c = self.configs[i]
         return {"config": c.label, "policy": c.policy.label, "chunk": c.chunk}

@@ -85,14 +85,16 @@ def parse_policies(text: str, flag: str = "--policies") -> list[PolicySpec]:
     return out
 
 
-def parse_ints(text: str, flag: str, minimum: int = 1) -> list[int]:
-    """`256,512` -> [256, 512] (sorted, unique, each >= `minimum`)."""
+def parse_ints(text: str, flag: str, minimum: int = 1, example: str = "256,512") -> list[int]:
+    """`256,512` -> [256, 512] (sorted, unique, each >= `minimum`); `example` is what the
+    error suggests."""
     values = set()
     for part in _items(text, flag):
         try:
             v = int(part)
         except ValueError:
-            raise ValueError(f"{flag}: {part!r} is not an integer (e.g. {flag} 256,512)") from None
+            raise ValueError(
+                f"{flag}: {part!r} is not an integer (e.g. {flag} {example})") from None
         if v < minimum:
             raise ValueError(f"{flag}: {v} must be >= {minimum}")
         values.add(v)

@@ -112,6 +112,8 @@ def run_sweep(points: list[GridPoint], table: ResultTable, runner: Runner,
             table.flush()
             last = time.monotonic()
 
-    runner.map([p.job for p in todo], on_result=on_result, progress=progress)
-    table.flush()
+    try:
+        runner.map([p.job for p in todo], on_result=on_result, progress=progress)
+    finally:  # interrupted too: keep every result that arrived
+        table.flush()
     return len(todo)

@@ -8,6 +8,11 @@ under many configurations generates it once.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -50,10 +55,48 @@ def run_config(job: SimJob) -> RunConfig:
 _worker_profile: Profile | None = None
 
 
-def init_worker(profile: Profile) -> None:
-    """Process-pool initializer: keep the profile for every job this worker runs."""
+def init_worker(profile: Profile, parent_pid: int | None = None) -> None:
+    """Process-pool initializer: keep the profile for every job this worker runs; leave
+    Ctrl-C to the parent (a terminal sends SIGINT to the whole process group, and the
+    parent stops the pool); exit when the parent `parent_pid` dies (`_orphan_watch`)."""
     global _worker_profile
     _worker_profile = profile
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None:
+        threading.Thread(target=_orphan_watch, args=(parent_pid,), daemon=True,
+                         name="orphan-watch").start()
+
+
+ORPHAN_POLL_S = 0.25
+"""How often a worker checks that its parent lives."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if sys.platform.startswith("linux"):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            return state != b"Z"
+        except (OSError, IndexError):
+            return False
+    return True
+
+
+def _orphan_watch(parent_pid: int) -> None:
+    """A worker whose parent died (SIGKILL leaves it no chance to stop the pool) would
+    block on the job queue forever: every worker holds that queue's write end too, so
+    it never reads EOF. Exit at once instead; the forkserver and the resource tracker
+    follow when their last client is gone."""
+    while _alive(parent_pid):
+        time.sleep(ORPHAN_POLL_S)
+    os._exit(1)
 
 
 @lru_cache(maxsize=8)

@@ -47,11 +47,22 @@ class Runner:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        self.close(interrupted=exc_type is not None and issubclass(exc_type,
+                                                                   KeyboardInterrupt))
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
+        """Stop the pool: after the running jobs finish, or (`interrupted`, Ctrl-C) at
+        once, terminating the workers."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            if interrupted:
+                procs = list((getattr(self._pool, "_processes", None) or {}).values())
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                for p in procs:
+                    p.terminate()
+                for p in procs:
+                    p.join(timeout=5)
+            else:
+                self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     @property
@@ -93,7 +104,7 @@ class Runner:
             ctx.set_forkserver_preload(["chunksim.sweep.job"])
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx,
                                              initializer=init_worker,
-                                             initargs=(self.profile,))
+                                             initargs=(self.profile, os.getpid()))
         futures: dict[Future, int] = {self._pool.submit(run_job, job): i
                                       for i, job in enumerate(jobs)}
         pending = set(futures)

@@ -76,6 +76,9 @@ def meets(summary: Mapping[str, object], slos: Mapping[str, float]) -> bool:
 
 
 def violations(summary: Mapping[str, object], slos: Mapping[str, float]) -> list[str]:
-    """The bounds that fail, as 'key value > bound' strings."""
+    """The bounds that fail, as 'key value > bound' strings (a run that completed
+    nothing has no latency to bound: it fails every bound)."""
+    if not summary.get("completed"):
+        return [f"completed nothing ({summary.get('rejected', 0)} rejected)"]
     return [f"{k} {float(summary[k]):.1f} > {b:g}" for k, b in slos.items()
             if float(summary[k]) > b]

@@ -6,10 +6,12 @@ text (the CLI derives the flags from it; see `chunksim.core.knobs`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from chunksim.core.errors import InputError
 from chunksim.core.knobs import flag_name, knob
 from chunksim.core.spec import Workload
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
@@ -35,6 +37,9 @@ from chunksim.workloads.traces.config import TimeUnit, TraceFormat, TraceOptions
 
 DEFAULT_RATE_PER_S = 4.0
 """Synthetic arrival rate when `--rate` is not given, requests/s."""
+MAX_REQUESTS = 10_000_000
+"""Most requests one run generates: each costs memory (about 1 kB through a run), so a
+larger count is refused before anything is allocated."""
 
 
 class WorkloadKind(str, Enum):
@@ -61,16 +66,17 @@ class WorkloadOptions:
     """Arrivals: poisson, gamma (see --burstiness), fixed-rate, burst (all at t=0); long-prompt
     (one 8192-token prompt at 10 s into an 8 req/s short-chat stream, 30 s); shared-prefix
     (system prompts with prefix hashes); trace (replay --trace)."""
-    rate: float | None = knob(None, "--rate", "--trace-rate", min=0.0)
+    rate: float | None = knob(None, "--rate", "--trace-rate", min=0.0, min_open=True)
     """Mean arrival rate, req/s (synthetic default 4). With --trace: rescale all gaps by one
     factor to reach this rate (keeps burstiness)."""
     num_requests: int | None = knob(None, "--num-requests", "--max-requests", "-n", min=1)
     """Synthetic: exactly this many requests (default 200 unless --duration). Trace: keep at
     most this many after the window."""
-    duration_s: float | None = knob(None, "--duration", "--window", "--trace-duration", min=0.0)
+    duration_s: float | None = knob(None, "--duration", "--window", "--trace-duration", min=0.0,
+                                    min_open=True)
     """Seconds. Synthetic: generate arrivals in [0, duration) instead of a count (long-prompt
     default 30). Trace: window length after --start, in trace time."""
-    burstiness: float | None = knob(None, "--burstiness", min=0.0)
+    burstiness: float | None = knob(None, "--burstiness", min=0.0, min_open=True)
     """Gamma shape as in `vllm bench serve`: gap CV = 1/sqrt(b); 1 = Poisson, <1 burstier
     (default 1; gamma only)."""
     prompt_dist: LengthKind | None = knob(None, "--prompt-dist")
@@ -147,7 +153,7 @@ class WorkloadOptions:
     """BurstGPT: keep only this Model's rows (e.g. ChatGPT, GPT-4)."""
     start_s: float = knob(0.0, "--start", panel=_T, min=0.0)
     """Trace: skip this many seconds after the first request."""
-    speedup: float | None = knob(None, "--speedup", panel=_T, min=0.0)
+    speedup: float | None = knob(None, "--speedup", panel=_T, min=0.0, min_open=True)
     """Trace: compress time by this factor (2 = twice the rate)."""
     jitter_ticks: bool = knob(False, "--jitter-ticks/--no-jitter-ticks", panel=_T)
     """Trace: spread requests uniformly inside each quantized timestamp tick (Mooncake
@@ -158,7 +164,18 @@ class WorkloadOptions:
 
 def _length_dist(opts: WorkloadOptions, role: str, default: LengthDist) -> LengthDist:
     """The prompt or output distribution the flags describe, filling unset ones from
-    `default` (a LogNormal) so `--prompt-mean 2000` alone keeps the default shape."""
+    `default` (a LogNormal) so `--prompt-mean 2000` alone keeps the default shape.
+    Errors name the role's flags (--prompt-min, not min_tokens)."""
+    try:
+        return _length_dist_of(opts, role, default)
+    except InputError:
+        raise
+    except ValueError as exc:
+        fields = {f"{k}_tokens": f"--{role}-{k}" for k in ("min", "max", "mean", "std")}
+        raise type(exc)(_in_flags(str(exc), fields)) from None
+
+
+def _length_dist_of(opts: WorkloadOptions, role: str, default: LengthDist) -> LengthDist:
     g = lambda k: getattr(opts, f"{role}_{k}")  # noqa: E731 - tiny local accessor
     kind = g("dist") or LengthKind.LOGNORMAL
     assert isinstance(default, LogNormal)
@@ -282,8 +299,56 @@ def _refuse_unused(opts: WorkloadOptions, names: tuple[str, ...], where: str) ->
         raise ValueError(f"{flags} do(es) not apply to {where}; drop them")
 
 
+_FIELD_OF = {"rate_per_s": "rate", "duration_s": "duration_s", "num_requests": "num_requests",
+             "max_requests": "num_requests", "long_arrival_s": "long_arrival_s",
+             "long_prompt_tokens": "long_prompt_tokens",
+             "long_output_tokens": "long_output_tokens", "burstiness": "burstiness",
+             "start_s": "start_s", "speedup": "speedup", "num_prefixes": "num_prefixes",
+             "prefix_tokens": "prefix_tokens", "share_fraction": "prefix_share"}
+"""Library field names in error messages -> the WorkloadOptions field (and so the flag)."""
+
+
+def _in_flags(msg: str, flags: dict[str, str]) -> str:
+    """`msg` with each `field=value` written `--flag value` and each bare field as its
+    flag: errors speak in what the user typed."""
+    for name, flag in flags.items():
+        msg = re.sub(rf"\b{name}=", f"{flag} ", msg)
+        msg = re.sub(rf"\b{name}\b", flag, msg)
+    return msg.replace("kind 'burst'", "--workload burst")
+
+
+def _workload_flags() -> dict[str, str]:
+    return {name: flag_name(WorkloadOptions, f) for name, f in _FIELD_OF.items()}
+
+
+def _check_size(opts: WorkloadOptions, kind: WorkloadKind) -> None:
+    """Refuse a synthetic workload too large to hold before generating any of it."""
+    n = opts.num_requests
+    if n is not None and n > MAX_REQUESTS:
+        raise InputError(f"--num-requests {n}: one run holds at most {MAX_REQUESTS:,} "
+                         "requests; split it into several runs (other --seed values)")
+    if n is None and opts.duration_s is not None and kind is not WorkloadKind.BURST:
+        default = (LONG_PROMPT_DEFAULT_RATE_PER_S if kind is WorkloadKind.LONG_PROMPT
+                   else DEFAULT_RATE_PER_S)
+        rate = opts.rate if opts.rate is not None else default
+        expected = rate * opts.duration_s
+        if expected > MAX_REQUESTS:
+            raise InputError(
+                f"--duration {opts.duration_s:g} s at --rate {rate:g} req/s means about "
+                f"{expected:.3g} requests; one run holds at most {MAX_REQUESTS:,}: shorten "
+                "--duration or lower --rate")
+
+
 def build_workload(opts: WorkloadOptions) -> Workload:
-    """The workload the flags describe (ValueError with the fix on a bad combination)."""
+    """The workload the flags describe (ValueError with the fix, in flags, on a bad
+    combination)."""
+    try:
+        return _build(opts)
+    except ValueError as exc:
+        raise type(exc)(_in_flags(str(exc), _workload_flags())) from None
+
+
+def _build(opts: WorkloadOptions) -> Workload:
     kind = WorkloadKind.TRACE if opts.trace is not None else opts.workload
     if kind is WorkloadKind.TRACE:
         _refuse_unused(opts, _SYNTHETIC_ONLY, "trace replay (the trace has its own lengths)")
@@ -296,6 +361,7 @@ def build_workload(opts: WorkloadOptions) -> Workload:
     if kind is not WorkloadKind.SHARED_PREFIX:
         _refuse_unused(opts, ("prefix_match_min", "hash_block_tokens"),
                        f"--workload {kind.value} (only to shared-prefix or a generic trace)")
+    _check_size(opts, kind)
     if opts.burstiness is not None and kind is not WorkloadKind.GAMMA and opts.burstiness != 1:
         raise ValueError(
             f"--burstiness {opts.burstiness} only applies to --workload gamma (got {kind.value})"

@@ -128,6 +128,8 @@ def time_column_s(
     mixed precision with `+00:00`); a mix of zone-aware and naive values is read as UTC.
     """
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    if len(s) == 0:  # a header and no rows: nothing to time (the caller says so)
+        return np.zeros(0)
     if unit == "datetime":
         try:
             t = pd.to_datetime(s, format="ISO8601", errors="coerce")

@@ -6,6 +6,7 @@ from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 
+from chunksim.core.errors import InputError, reading
 from chunksim.core.spec import Workload
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.traces import azure, burstgpt, mooncake
@@ -86,10 +87,18 @@ def load_trace(path: str | Path, opts: TraceOptions | None = None) -> Workload:
 
     Every row not replayed is counted in `Workload.notes`. Arrival 0 is the window start
     (`start_s` after the trace's first request): the first request of the whole trace
-    arrives at 0, a window's first request at or shortly after 0.
+    arrives at 0, a window's first request at or shortly after 0. A malformed file raises
+    InputError naming it (`core.errors.reading`).
     """
     opts = opts or TraceOptions()
     path = Path(path)
+    if not path.is_file():
+        raise InputError(f"trace file {path} does not exist; check --trace")
+    with reading(path, "trace"):
+        return _load(path, opts)
+
+
+def _load(path: Path, opts: TraceOptions) -> Workload:
     raw = read_trace(path, opts)
     n_read = raw.rows_read
     read_note = f"read {n_read} rows from {path.name} as {raw.format}"

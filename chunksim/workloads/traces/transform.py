@@ -98,8 +98,9 @@ def windowed(raw: RawTrace, opts: TraceOptions) -> RawTrace:
     idx = np.flatnonzero(keep)
     if not len(idx):
         raise ValueError(
-            f"{raw.path}: no request in the window start={opts.start_s} s, duration="
-            f"{opts.duration_s} s; the trace spans {t[-1]:.6g} s"
+            f"{raw.path}: no request in the window start_s={opts.start_s:g}"
+            + (f", duration_s={opts.duration_s:g}" if opts.duration_s is not None else "")
+            + f" (seconds); the trace spans {t[-1]:.6g} s: move --start or widen --duration"
         )
     if opts.max_requests is not None and len(idx) > opts.max_requests:
         notes.append(f"kept the first {opts.max_requests} of {len(idx)} requests (--max-requests)")

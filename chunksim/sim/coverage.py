@@ -1,0 +1,85 @@
+"""What a profile's table covers, and how much of a run's steps left it.
+
+A step outside the measured grid is priced by linear extrapolation from the grid's edge
+(`latency.model`) and flagged in the step records. A few such steps are harmless; a run
+made mostly of them answers from a straight line, not from measurements, so the run says
+so, naming the axis, how far the steps went and the range the profile covers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+AXES = ("chunk_len", "prior_len", "decode_count", "kv_len")
+"""The table's keys (docs/profile-format.md), in the order messages name them."""
+EXTRAPOLATION_WARN_SHARE = 0.05
+"""A run warns when more than this share of its steps were priced outside the grid."""
+
+
+def grid_ranges(table) -> dict[str, tuple[float, float]]:
+    """Each axis's measured range, (lowest, highest), as the latency model reads the
+    table: chunk_len and decode_count over the main grid (prior_len 0), kv_len over its
+    rows with decodes, prior_len from 0 to the largest prior measured."""
+    main = table[table["prior_len"] == 0]
+    kv = main.loc[main["decode_count"] > 0, "kv_len"]
+    prior = table.loc[table["prior_len"] > 0, "prior_len"]
+
+    def span(s) -> tuple[float, float]:
+        return (float(s.min()), float(s.max())) if len(s) else (0.0, 0.0)
+
+    return {"chunk_len": span(main["chunk_len"]),
+            "prior_len": (0.0, float(prior.max()) if len(prior) else 0.0),
+            "decode_count": span(main["decode_count"]), "kv_len": span(kv)}
+
+
+def describe_ranges(ranges: dict[str, tuple[float, float]]) -> str:
+    """`chunk_len 0–1,024, prior_len 0–4,096, decode_count 0–256, kv_len 1–16,384`."""
+    return ", ".join(f"{axis} {lo:,.0f}–{hi:,.0f}" for axis, (lo, hi) in ranges.items())
+
+
+def _step_values(steps, axis: str) -> np.ndarray:
+    """The steps' value on `axis` (NaN where the axis does not apply to a step)."""
+    prefill = np.asarray(steps["prefill_tokens"], dtype=float)
+    decodes = np.asarray(steps["decodes"], dtype=float)
+    match axis:
+        case "chunk_len":
+            return np.where(prefill > 0, prefill, np.nan)
+        case "prior_len":
+            return np.where(prefill > 0, np.asarray(steps["prior_tokens"], dtype=float), np.nan)
+        case "decode_count":
+            return np.where(decodes > 0, decodes, np.nan)
+        case "kv_len":
+            return np.where(decodes > 0, np.asarray(steps["decode_kv_tokens"], dtype=float),
+                            np.nan)
+    raise KeyError(axis)
+
+
+def extrapolation_warnings(steps, ranges: dict[str, tuple[float, float]],
+                           threshold: float = EXTRAPOLATION_WARN_SHARE) -> list[str]:
+    """One warning when more than `threshold` of the steps were priced outside the grid
+    (the records' `extrapolated` flag), naming each axis the steps left, how far and in
+    how many steps, and the ranges the profile covers; else none."""
+    n = len(steps)
+    if n == 0:
+        return []
+    ext = int(np.asarray(steps["extrapolated"], dtype=bool).sum())
+    share = ext / n
+    if share <= threshold:
+        return []
+    parts = []
+    for axis in AXES:
+        lo, hi = ranges[axis]
+        x = _step_values(steps, axis)
+        with np.errstate(invalid="ignore"):
+            above, below = x > hi, x < lo
+        for mask, word, pick in ((above, "up to", np.nanmax), (below, "down to", np.nanmin)):
+            k = int(mask.sum())
+            if k:
+                parts.append(f"{axis} {word} {pick(x[mask]):,.0f} in {k} "
+                             f"step{'s' if k != 1 else ''}")
+    where = ("; ".join(parts) if parts
+             else "in grid cells the profiler pruned (filled by extrapolation)")
+    return [f"{share:.0%} of steps ({ext} of {n}) were priced outside the profile's measured "
+            f"grid: {where}. The profile covers {describe_ranges(ranges)}; times beyond it "
+            "are linear extrapolations from its edge. Profile a grid that covers these "
+            "steps (sim profile) before trusting them."]

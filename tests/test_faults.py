@@ -1,0 +1,124 @@
+"""Faults: a killed sweep leaves no process behind; Ctrl-C of `sim sweep` and `sim
+profile` says what was saved and prints the exact command that resumes, which works."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINUX = sys.platform.startswith("linux")
+SIM = [sys.executable, "-m", "chunksim.cli"]
+SWEEP = ["sweep", "-n", "400", "--policies", "budget,chunk", "--chunks", "128,256,512",
+         "--seeds", "0,1,2,3", "--workers", "2"]
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    return kids
+
+
+def _descendants(pid: int) -> set[int]:
+    kids, out, todo = _children(), set(), [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
+def _wait_for(cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _rows(path: Path) -> int:
+    return max(len(path.read_text().splitlines()) - 1, 0) if path.is_file() else 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="reads /proc")
+def test_sigkill_of_a_sweep_leaves_no_process_behind(tmp_path):
+    proc = subprocess.Popen([*SIM, *SWEEP, "--out", str(tmp_path / "s.csv")], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        # the forkserver, the resource tracker and two workers
+        _wait_for(lambda: len(_descendants(proc.pid)) >= 4, 60, "the worker pool")
+        family = _descendants(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    _wait_for(lambda: not any(_running(p) for p in family), 15,
+              f"orphans {[p for p in family if _running(p)]} to exit")
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_sweep_says_what_was_saved_and_how_to_resume(tmp_path):
+    out = tmp_path / "s.csv"
+    proc = subprocess.Popen([*SIM, *SWEEP, "--out", str(out)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    _wait_for(lambda: _rows(out) >= 1 or proc.poll() is not None, 120, "a first saved row")
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    saved = _rows(out)
+    assert f"interrupted: {saved} of 24 grid points are saved in {out}" in err
+    resume = next(ln for ln in err.splitlines() if ln.startswith("resume with: "))
+    args = shlex.split(resume.removeprefix("resume with: "))
+    assert args[0] == "sim" and args[1:] == [*SWEEP, "--out", str(out)]
+    done = subprocess.run([*SIM, *args[1:]], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"{24 - saved} simulated, {saved} already in" in done.stdout
+    assert _rows(out) == 24
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_profile_says_what_was_saved_and_how_to_resume(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "p.csv"
+    cmd = ["profile", "--chunk-lens", "0,16,64,128", "--decode-counts", "0,1,2,4",
+           "--kv-lens", "1,32,64", "--prior-lens", "", "--warmup", "1", "--repeats", "300",
+           "--quiet", "--out", str(out)]
+    proc = subprocess.Popen([*SIM, *cmd], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    partial = out.with_name("p.partial.csv")
+    _wait_for(lambda: _rows(partial) >= 2 or proc.poll() is not None, 180, "saved points")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    n = _rows(partial)
+    assert f"interrupted: {n} measured point(s) are saved in {partial}" in err
+    resume = next(ln for ln in err.splitlines() if ln.startswith("resume with: "))
+    args = shlex.split(resume.removeprefix("resume with: "))
+    assert args == ["sim", *cmd, "--resume"]
