@@ -194,3 +194,16 @@ def test_quoted_case_no_longer_understates_capacity():
     assert e.max_rate > 5.0
     above = [p for p in e.probes if p.rate > e.max_rate]
     assert above and not any(p.met for p in above)
+
+
+def test_cli_capacity_page_when_no_probe_completes_a_request(linear_profile, tmp_path):
+    """One KV block: every request is rejected at every rate. The search finds no capacity
+    and the page and figures are still written, saying so (no log-scale crash)."""
+    out = tmp_path / "none"
+    res = cli.invoke(app, ["capacity", "--profile", linear_profile.path, "--kv-blocks", "1",
+                           "-n", "5", "--policies", "budget", "--chunks", "512", "--seeds", "0",
+                           "--workers", "1", "--no-svg", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "capacity.json").read_text())
+    assert [c["max_rate"] for c in doc["configurations"]] == [0.0]
+    assert (out / "capacity_knee.png").stat().st_size > 0 and (out / "report.html").exists()

@@ -21,8 +21,13 @@ def knee_figure(entries: Sequence[CapacityEntry], slos: Mapping[str, float], tit
     keys = panel_keys(slos)
     fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 4.4), squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
+        xs, ys = [], []
         for e in entries:
-            pts = [(p.rate, p.summary[key], p.met) for p in e.probes]
+            # a probe that completed nothing has no latency to draw
+            pts = [(p.rate, p.summary[key], p.met) for p in e.probes
+                   if p.summary.get(key) is not None and p.summary[key] > 0]
+            xs += [p[0] for p in pts]
+            ys += [p[1] for p in pts]
             if not pts:
                 continue
             c = style.color(e.config)
@@ -39,10 +44,14 @@ def knee_figure(entries: Sequence[CapacityEntry], slos: Mapping[str, float], tit
             ax.annotate(f"SLO {slos[key]:g} ms", (0.01, slos[key]),
                         xycoords=("axes fraction", "data"), xytext=(0, 3),
                         textcoords="offset points", fontsize=8)
-        style.log_axis(ax, "x", min_ratio=1.0)
-        style.log_axis(ax, "y", min_ratio=1.0)
-        ax.set_xlabel("request rate (req/s, log scale)")
-        ax.set_ylabel(f"{metric_name(key)} (ms, log scale)")
+        x_log = style.log_axis(ax, "x", xs, min_ratio=1.0)
+        y_log = style.log_axis(ax, "y", ys + ([slos[key]] if key in slos else []),
+                               min_ratio=1.0)
+        if not ys:
+            ax.text(0.5, 0.5, "no probe completed a request", transform=ax.transAxes,
+                    ha="center", va="center")
+        ax.set_xlabel(style.axis_label("request rate (req/s", x_log))
+        ax.set_ylabel(style.axis_label(f"{metric_name(key)} (ms", y_log))
         ax.set_title(metric_name(key) + (f" (SLO ≤ {slos[key]:g} ms)" if key in slos else ""))
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(f"Latency vs load (filled = met every SLO, hollow = missed one, ★ = capacity)"
