@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from chunksim.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "readme_runs.json"
-ADDED_KEYS = {"policy_defaults", "waiting_order"}
-"""Keys summary.json gained since the recording (reported defaults, queue discipline)."""
+ADDED_KEYS = {"policy_defaults", "waiting_order", "profile_kind"}
+"""Keys summary.json gained since the recording (reported defaults, queue discipline, the
+kind of profile that priced the run)."""
 
 RUNS = json.loads(FIXTURE.read_text())
 

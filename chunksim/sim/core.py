@@ -150,24 +150,31 @@ class EngineCore:
             self.running.append(req)
             self.kv.admit(req)  # every admission takes its prefix hits before any allocation
             self.cached[req.request_id] += req.num_cached_tokens
-        prefill = prefill_reqs = decodes = kv_sum = 0
+        prefill = prefill_reqs = decodes = kv_sum = kv_max = prefill_logits = 0
         work = 0.0
+        chunks = []
         for req, n in plan.scheduled:
             self.kv.grow(req, n)
             c = req.num_computed_tokens
             if plan.is_decode(req, n):
                 decodes += 1
                 kv_sum += c
+                if c > kv_max:
+                    kv_max = c
             else:
                 prefill += n
                 prefill_reqs += 1
                 work += n * (c + (n + 1) / 2)
+                chunks.append((n, c))
+                if c + n == req.num_tokens:
+                    prefill_logits += 1
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = start_s
         prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
         kv_mean = kv_sum / decodes if decodes else 0.0
         self._step_counts = (len(self.running), len(self.waiting), self.kv.used_blocks)
-        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass)
+        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass,
+                         tuple(chunks), kv_max, prefill_logits)
 
     def end_step(self, plan: Plan, shape: StepShape, start_s: float, end_s: float,
                  extrapolated: bool = False, duration_s: float | None = None) -> list[Request]:

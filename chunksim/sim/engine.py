@@ -20,7 +20,7 @@ from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
-from chunksim.latency.model import LatencyModel
+from chunksim.latency.base import StepCosts
 from chunksim.sim.core import EngineCore
 
 _NOISE_BLOCK = 4096
@@ -91,7 +91,7 @@ class _Noise:
 class Engine:
     """Replays a workload through a policy on a latency model and a paged KV cache."""
 
-    def __init__(self, workload: Workload, policy: Policy, latency: LatencyModel,
+    def __init__(self, workload: Workload, policy: Policy, latency: StepCosts,
                  kv: KVConfig, config: EngineConfig | None = None) -> None:
         self.workload = workload
         self.policy = policy
@@ -218,9 +218,15 @@ class Engine:
                     break
                 k_kv = 1
             k = min(k, k_kv)
-            kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
+            steps = np.arange(k, dtype=np.int64)
+            kv_mean = (int(ctx.sum()) + steps * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
-            dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+            if self.latency.prices_spread:
+                # every context grows by one a step: the longest stays the longest
+                kv_max = (int(ctx.max()) + steps).astype(np.float64)
+                dur, out = self.latency.decode_steps_s(n, kv_mean, z, kv_max)
+            else:
+                dur, out = self.latency.decode_steps_s(n, kv_mean, z)
             overhead = self.latency.overhead(n)
             if overhead:
                 dur = dur + overhead  # the same float op as the step-by-step path

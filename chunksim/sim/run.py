@@ -11,7 +11,7 @@ from chunksim import atomic
 from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.spec import Workload
-from chunksim.latency.model import LatencyModel
+from chunksim.latency.select import latency_model
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
@@ -119,7 +119,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
     """Run one configuration; returns the records and the summary dict."""
     device = profile.provenance.get("device_name")
     policy = cfg.make_policy(device)
-    latency = LatencyModel(profile, cfg.step_overhead_s)
+    latency = latency_model(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
@@ -127,6 +127,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
+                profile_kind=profile.kind,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
     summary = summarize(result.requests, result.steps, result.itl_s, cfg.slos_s, meta)
