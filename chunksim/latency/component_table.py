@@ -94,7 +94,7 @@ def parse(table: pd.DataFrame, path: str) -> Components:
     for i, name in enumerate(names):
         line = i + 2  # CSV line: header is line 1
 
-        def fault(col: str, why: str) -> ValueError:
+        def fault(col: str, why: str, line: int = line) -> ValueError:
             return ValueError(f"component profile {path} line {line}, column {col}: {why}")
 
         if name not in KEYS:

@@ -11,8 +11,8 @@ from chunksim import atomic
 from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.spec import Workload
-from chunksim.latency.select import latency_model
 from chunksim.latency.profile import Profile
+from chunksim.latency.select import latency_model
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
