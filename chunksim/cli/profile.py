@@ -56,6 +56,7 @@ class GridName(str, Enum):
 
 
 def profile(
+    ctx: typer.Context,
     model: ModelName = typer.Option(ModelName.tiny, "--model", help="Model shape preset."),
     hf_config: Path | None = typer.Option(
         None, "--hf-config", help="Local Hugging Face config.json (overrides --model)."),
@@ -110,7 +111,10 @@ def profile(
         True, "--calibrate/--no-calibrate", help="--kind components: time whole-model "
         "steps to fit the fixed cost and report the composed model's error."),
 ) -> None:
-    """Profile forward-step latency: whole steps over a grid, or a step's components."""
+    """Profile forward-step latency: whole steps over a grid, or a step's components.
+    `sim profile import DIR` builds a component profile from external measurements."""
+    if ctx.invoked_subcommand is not None:
+        return
     if kind is KindName.components:
         given = [f for f, v in (("--chunk-lens", chunk_lens), ("--decode-counts", decode_counts),
                                 ("--kv-lens", kv_lens), ("--prior-lens", prior_lens),
@@ -212,3 +216,35 @@ def calibration_lines(cal: dict | None) -> str:
                      f"would be median {a['median_abs_error_pct']:.1f} %, P90 "
                      f"{a['p90_abs_error_pct']:.1f} %")
     return "\n".join(lines)
+
+
+def profile_import(
+    folder: Path = typer.Argument(..., help="Folder of per-component CSVs "
+                                  "(docs/profile-format.md, Importing)."),
+    out: Path = typer.Option(..., "--out", help="CSV path of the profile (JSON next to it)."),
+    model: ModelName = typer.Option(ModelName.tiny, "--model", help="Model the timings are "
+                                    "of (layers, weights and KV bytes)."),
+    hf_config: Path | None = typer.Option(None, "--hf-config", help="Local config.json "
+                                          "(overrides --model)."),
+    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype"),
+    device_name: str = typer.Option(..., "--device-name", help="The device measured, "
+                                    "e.g. 'NVIDIA H100 80GB HBM3'."),
+    device_memory_gib: float = typer.Option(..., "--device-memory-gib", help="Its memory "
+                                            "(sizes the simulated KV cache)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree the timings were taken "
+                           "at (per-shard weights and KV)."),
+    step_overhead_ms: float = typer.Option(0.0, "--step-overhead-ms", help="Per-step CPU "
+                                           "overhead outside the forward pass, ms."),
+) -> None:
+    """Build a component profile from per-layer component timings measured elsewhere."""
+    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.profiler.importer import import_components
+
+    if not device_memory_gib > 0 or step_overhead_ms < 0:
+        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0 and "
+                         f"--step-overhead-ms {step_overhead_ms} >= 0")
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model.value)
+    meta = import_components(folder, out, cfg, dtype.value, device_name,
+                             int(device_memory_gib * 2**30), tp, step_overhead_ms / 1e3)
+    typer.echo(f"wrote {out} ({meta['points']} component points) and "
+               f"{out.with_suffix('.json')}")
