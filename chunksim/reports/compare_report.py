@@ -38,7 +38,7 @@ def write_compare_report(out_dir: str | Path, configs: Sequence[Config],
                          formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
     """Write the figures and report.{md,html} into `out_dir`; returns the paths written."""
     from chunksim.reports.cdf import cdf_figure
-    from chunksim.reports.heatmap import heatmap_figure
+    from chunksim.reports.heatmap import heatmap_figure, step_table
     from chunksim.reports.throughput import throughput_figure
     from chunksim.reports.timeline import timeline_figure
     from chunksim.reports.tradeoff import tradeoff_figure
@@ -55,7 +55,7 @@ def write_compare_report(out_dir: str | Path, configs: Sequence[Config],
         "step_timeline": timeline_figure(shown, [records[i].requests for i in pick],
                                          [records[i].steps for i in pick], title),
         "throughput": throughput_figure(configs, summaries, title),
-        "latency_table": heatmap_figure(profile.table, profile.label),
+        "latency_table": heatmap_figure(step_table(profile), profile.label),
     }
     paths: list[Path] = []
     for stem in FIGURE_STEMS:
