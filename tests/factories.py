@@ -197,3 +197,98 @@ def apply_plan(kv, running: list, waiting: list, plan) -> None:
     for req in [r for r in running if r.is_finished]:
         running.remove(req)
         kv.free(req)
+
+
+# -- component profiles (chunksim-components/1) --------------------------------------------
+
+TOKENS = (1, *range(16, 513, 16), 1024, 4096, 16384)
+CHUNK_LENS = (1, 16, 64, 256, 1024, 4096, 16384)
+PRIOR_LENS = (0, 1024, 4096, 16384)
+DECODE_COUNTS = (1, 2, 4, 16, 64, 256)
+KV_LENS = (1, 256, 1024, 4096, 16384)
+SPREADS = (1.0, 1.5, 2.0, 4.0)
+LOGITS = (0, 1, 16, 256)
+
+
+def law_dense(tokens: float) -> float:
+    return 1e-5 + 2e-7 * tokens
+
+
+def law_prefill(chunk: float, prior: float) -> float:
+    return 3e-6 + 2e-8 * chunk + 1e-9 * chunk * prior
+
+
+def law_decode(count: float, kv: float, spread: float) -> float:
+    """Reads the sum of contexts (count x kv) and pays for the longest (count x kv x
+    spread, a padded kernel's read): linear in each key, so interpolation is exact."""
+    return 2e-6 + 1e-7 * count + 1e-9 * count * kv + 5e-10 * count * kv * (spread - 1.0)
+
+
+def law_embed(tokens: float) -> float:
+    return 1e-6 + 1e-9 * tokens
+
+
+def law_head(logits: float) -> float:
+    return 2e-6 + 5e-7 * logits
+
+
+FIXED_S = 3e-5
+
+
+def law_step(chunks, decode_kvs, logits: int, layers: int = 4, scale: float = 1.0,
+             decode=law_decode) -> float:
+    """The composition the model must reproduce: chunks [(length, prior)], decode contexts."""
+    tokens = sum(n for n, _ in chunks) + len(decode_kvs)
+    per_layer = law_dense(tokens) + sum(law_prefill(n, p) for n, p in chunks)
+    if decode_kvs:
+        mean = sum(decode_kvs) / len(decode_kvs)
+        per_layer += decode(len(decode_kvs), mean, max(decode_kvs) / mean)
+    return scale * (layers * per_layer + law_embed(tokens) + law_head(logits) + FIXED_S)
+
+
+def component_rows(decode=law_decode, spread: float = 1.0, fixed_s: float = FIXED_S):
+    """Rows of a component table from the laws above; p10/p90 = median / * sqrt(spread)."""
+    z = dict(tokens=0, chunk_len=0, prior_len=0, decode_count=0, kv_len=0, kv_max=0, logits=0)
+    rows = []
+
+    def add(component, t, **keys):
+        rows.append({"component": component, **z, **keys, "median_s": t,
+                     "p10_s": t / spread**0.5, "p90_s": t * spread**0.5, "mean_s": t,
+                     "repeats": 5})
+
+    for n in TOKENS:
+        add("dense", law_dense(n), tokens=n)
+        add("embed", law_embed(n), tokens=n)
+    for c in CHUNK_LENS:
+        for p in PRIOR_LENS:
+            add("prefill_attn", law_prefill(c, p), chunk_len=c, prior_len=p)
+    for d in DECODE_COUNTS:
+        for k in KV_LENS:
+            for r in (SPREADS if d > 1 else (1.0,)):
+                add("decode_attn", decode(d, k, r), decode_count=d, kv_len=k, kv_max=k * r)
+    for n in LOGITS:
+        add("head", law_head(n), logits=n)
+    add("fixed", fixed_s)
+    return rows
+
+
+def make_component_profile(tmp: Path, name: str = "comp", layers: int = 4,
+                           decode=law_decode, spread: float = 1.0, rows=None,
+                           provenance: dict | None = None):
+    """Write a component profile from the laws above (or `rows`) and load it."""
+    df = pd.DataFrame(rows if rows is not None else component_rows(decode, spread))
+    csv = tmp / f"{name}.csv"
+    csv.write_text(df.to_csv(index=False))
+    meta = {
+        "format": "chunksim-components/1",
+        "content_sha256": hashlib.sha256(csv.read_bytes()).hexdigest(),
+        "device": "cpu", "device_name": "synthetic", "dtype": "float32", "threads": 1,
+        "model": {"name": "synthetic", "n_layers": layers},
+        "components": {"layers": layers, "in_sequence_scale": 1.0},
+        "device_memory_bytes": 2**34, "weights_bytes": 2**20, "kv_bytes_per_token": 2048,
+        "step_overhead_s": 0.0,
+    }
+    for k, v in (provenance or {}).items():
+        meta[k] = {**meta[k], **v} if isinstance(v, dict) and k in meta else v
+    (tmp / f"{name}.json").write_text(json.dumps(meta))
+    return load_profile(str(csv))

@@ -16,10 +16,10 @@ from chunksim.cli import app
 
 FIXTURE = Path(__file__).parent / "fixtures" / "readme_runs.json"
 ADDED_KEYS = {"policy_defaults", "waiting_order", "async_scheduling", "max_model_len",
-              "rejected_reasons", "warnings"}
+              "rejected_reasons", "warnings", "profile_kind"}
 """Keys summary.json gained since the recording (reported defaults, queue discipline,
 vLLM's async scheduling switch, the length cap in force, rejections counted by reason, the
-heavy-extrapolation warning)."""
+heavy-extrapolation warning, the kind of profile that priced the run)."""
 ADDED_POLICY_PARAMS = {"enable_chunked_prefill"}
 """Knobs `policy_params` gained since the recording (vLLM's chunked-prefill switch)."""
 

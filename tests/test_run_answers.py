@@ -136,8 +136,8 @@ class _ExplodingSpread(LatencyModel):
         t, out = super().step_s(shape, None)
         return (t * math.exp(40.0 * jitter_z) if jitter_z is not None else t), out
 
-    def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None):
-        t, out = super().decode_steps_s(decode_count, kv_tokens, None)
+    def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None, *spread):
+        t, out = super().decode_steps_s(decode_count, kv_tokens, None, *spread)
         return (t * np.exp(40.0 * jitter_z) if jitter_z is not None else t), out
 
 
@@ -145,7 +145,7 @@ class _ExplodingSpread(LatencyModel):
 def test_an_absurd_jittered_step_is_refused(linear_profile, monkeypatch, fast_forward):
     import chunksim.sim.run as run_mod
 
-    monkeypatch.setattr(run_mod, "LatencyModel", _ExplodingSpread)
+    monkeypatch.setattr(run_mod, "latency_model", _ExplodingSpread)
     w = workload([(0.0, 100, 200), (0.0, 300, 200)])
     cfg = RunConfig(engine=EngineConfig(jitter=True, seed=1, fast_forward=fast_forward))
     with pytest.raises(ValueError, match=r"--jitter: step \d+ .* its median") as exc:

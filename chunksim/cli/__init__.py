@@ -46,8 +46,14 @@ def _command(target: typer.Typer, name: str, fn) -> None:
 # --- command registration (each module keeps heavy imports inside its functions) ---
 # BEGIN REGISTRATIONS
 from chunksim.cli.profile import profile as _profile  # noqa: E402
+from chunksim.cli.profile import profile_import as _profile_import  # noqa: E402
 
-_command(app, "profile", _profile)
+profile_app = typer.Typer(help="Measure a latency profile (or import one).",
+                          add_completion=False, pretty_exceptions_enable=False)
+profile_app.callback(invoke_without_command=True,
+                     help=help_format.reflow(_profile.__doc__))(_profile)
+_command(profile_app, "import", _profile_import)
+app.add_typer(profile_app, name="profile")
 from chunksim.cli.run import run as _run  # noqa: E402
 
 _command(app, "run", _run)

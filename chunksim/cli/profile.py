@@ -21,6 +21,9 @@ class ModelName(str, Enum):
     llama_3_1_8b = "llama-3.1-8b"
     qwen2_5_0_5b = "qwen2.5-0.5b"
     mistral_7b = "mistral-7b"
+    llama_3_1_70b = "llama-3.1-70b"
+    qwen2_5_72b = "qwen2.5-72b"
+    llama_3_1_70b_mini = "llama-3.1-70b-mini"
 
 
 class DeviceName(str, Enum):
@@ -35,6 +38,17 @@ class DtypeName(str, Enum):
     float16 = "float16"
 
 
+class KindName(str, Enum):
+    whole_step = "whole-step"
+    components = "components"
+
+
+class LinkName(str, Enum):
+    nvlink_h100 = "nvlink-h100"
+    nvlink_h200 = "nvlink-h200"
+    pcie = "pcie"
+
+
 class GridName(str, Enum):
     quick = "quick"
     default = "default"
@@ -42,6 +56,7 @@ class GridName(str, Enum):
 
 
 def profile(
+    ctx: typer.Context,
     model: ModelName = typer.Option(ModelName.tiny, "--model", help="Model shape preset."),
     hf_config: Path | None = typer.Option(
         None, "--hf-config", help="Local Hugging Face config.json (overrides --model)."),
@@ -76,8 +91,51 @@ def profile(
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run."),
     seed: int = typer.Option(0, "--seed", help="Seed of weights, KV contents, tokens."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    kind: KindName = typer.Option(
+        KindName.whole_step, "--kind", help="whole-step: time whole forward passes over a "
+        "(chunk, prior, decodes, kv) grid. components: time a layer's parts and compose "
+        "steps from them (docs/profile-format.md), calibrated against whole steps."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (--kind components): "
+                           "time one shard's shapes, add two all-reduces per layer."),
+    link: LinkName | None = typer.Option(
+        None, "--link", help="All-reduce link preset with --tp (default nvlink-h100)."),
+    link_gbps: float | None = typer.Option(
+        None, "--link-gbps", help="All-reduce bandwidth, Gbit/s (overrides --link)."),
+    link_latency_us: float | None = typer.Option(
+        None, "--link-latency-us", help="All-reduce latency per call, us (overrides --link)."),
+    clock: str | None = typer.Option(
+        None, "--clock", help="--kind components: wall or thread-cpu (default: thread-cpu "
+        "on one CPU thread, so other processes do not skew short and long timings "
+        "differently; else wall)."),
+    calibrate: bool = typer.Option(
+        True, "--calibrate/--no-calibrate", help="--kind components: time whole-model "
+        "steps to fit the fixed cost and report the composed model's error."),
 ) -> None:
-    """Profile forward-step latency over a (chunk, prior, decodes, kv) grid."""
+    """Profile forward-step latency: whole steps over a grid, or a step's components.
+    `sim profile import DIR` builds a component profile from external measurements."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if kind is KindName.components:
+        given = [f for f, v in (("--chunk-lens", chunk_lens), ("--decode-counts", decode_counts),
+                                ("--kv-lens", kv_lens), ("--prior-lens", prior_lens),
+                                ("--repass-below-ms", repass_below_ms))
+                 if v is not None]
+        given += [f for f, v in (("--passes", passes != 1), ("--warm-looks", warm_looks),
+                                 ("--resume", resume)) if v]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to --kind whole-step only; a "
+                             f"component profile takes its axes from --grid")
+        _profile_components(model.value, hf_config, device.value,
+                            None if dtype is None else dtype.value, threads, grid.value,
+                            warmup, repeats, point_budget_s, out, seed, quiet, tp,
+                            None if link is None else link.value, link_gbps,
+                            link_latency_us, calibrate, clock)
+        return
+    if tp != 1 or link is not None or link_gbps is not None or link_latency_us is not None:
+        raise ValueError("--tp / --link / --link-gbps / --link-latency-us apply to --kind "
+                         "components only")
+    if not calibrate or clock is not None:
+        raise ValueError("--no-calibrate / --clock apply to --kind components only")
     settings = build_settings(
         model=model.value, hf_config=hf_config, device=device.value,
         dtype=None if dtype is None else dtype.value, threads=threads, grid=grid.value,
@@ -126,3 +184,81 @@ def first_call_warning(first_call: dict | None) -> str | None:
             f"{ratio:.1f}x its repeat; the table is timed warm, so it under-prices a "
             "serving loop, which meets new shapes every step. Look for a library that "
             "builds a plan or compiles per shape (docs/results/h200.md).")
+
+
+def _profile_components(model: str, hf_config: Path | None, device: str, dtype: str | None,
+                        threads: int, grid: str, warmup: int | None, repeats: int | None,
+                        point_budget_s: float | None, out: Path | None, seed: int,
+                        quiet: bool, tp: int, link: str | None, link_gbps: float | None,
+                        link_latency_us: float | None, calibrate: bool,
+                        clock: str | None) -> None:
+    from chunksim.profiler.settings import build_component_settings
+
+    settings = build_component_settings(
+        model=model, hf_config=hf_config, device=device, dtype=dtype, threads=threads,
+        grid=grid, warmup=warmup, repeats=repeats, point_budget_s=point_budget_s, out=out,
+        seed=seed, tp=tp, link=link, link_gbps=link_gbps, link_latency_us=link_latency_us,
+        calibrate=calibrate, clock=clock)
+    from chunksim.profiler.component_run import run_components
+
+    result = run_components(settings, show_progress=not quiet)
+    meta = result.meta
+    typer.echo(f"wrote {result.csv_path} ({meta['points']} component points, "
+               f"{meta['elapsed_s']:.1f} s) and {result.json_path}")
+    typer.echo(calibration_lines(meta.get("calibration")))
+
+
+def calibration_lines(cal: dict | None) -> str:
+    """The composed model's error on the calibration sample, one line per step kind."""
+    if not cal or "skipped" in cal:
+        return f"calibration skipped: {(cal or {}).get('skipped', 'not run')}"
+    lines = [f"composed vs whole-model steps ({cal['steps']} steps; |error| %):",
+             f"{'kind':<9}{'steps':>6}{'alone med':>11}{'alone p90':>11}"
+             f"{'in-seq med':>12}{'in-seq p90':>12}"]
+    for kind, a in cal["alone"].items():
+        q = cal["in_sequence"][kind]
+        lines.append(f"{kind:<9}{a['steps']:>6}{a['median_abs_error_pct']:>11.1f}"
+                     f"{a['p90_abs_error_pct']:>11.1f}{q['median_abs_error_pct']:>12.1f}"
+                     f"{q['p90_abs_error_pct']:>12.1f}")
+    r = cal["in_sequence_ratio"]
+    lines.append(f"in sequence / alone: median {r['median']:.3f}, P25 {r['p25']:.3f}")
+    d = cal["drift"]
+    if abs(d["factor"] - 1) > 0.05:
+        a = cal["alone_drift_corrected"]["all"]
+        lines.append(f"the machine's speed moved: components re-timed after the whole steps "
+                     f"ran {d['factor']:.2f}x their table figures; at that speed the error "
+                     f"would be median {a['median_abs_error_pct']:.1f} %, P90 "
+                     f"{a['p90_abs_error_pct']:.1f} %")
+    return "\n".join(lines)
+
+
+def profile_import(
+    folder: Path = typer.Argument(..., help="Folder of per-component CSVs "
+                                  "(docs/profile-format.md, Importing)."),
+    out: Path = typer.Option(..., "--out", help="CSV path of the profile (JSON next to it)."),
+    model: ModelName = typer.Option(ModelName.tiny, "--model", help="Model the timings are "
+                                    "of (layers, weights and KV bytes)."),
+    hf_config: Path | None = typer.Option(None, "--hf-config", help="Local config.json "
+                                          "(overrides --model)."),
+    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype"),
+    device_name: str = typer.Option(..., "--device-name", help="The device measured, "
+                                    "e.g. 'NVIDIA H100 80GB HBM3'."),
+    device_memory_gib: float = typer.Option(..., "--device-memory-gib", help="Its memory "
+                                            "(sizes the simulated KV cache)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree the timings were taken "
+                           "at (per-shard weights and KV)."),
+    step_overhead_ms: float = typer.Option(0.0, "--step-overhead-ms", help="Per-step CPU "
+                                           "overhead outside the forward pass, ms."),
+) -> None:
+    """Build a component profile from per-layer component timings measured elsewhere."""
+    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.profiler.importer import import_components
+
+    if not device_memory_gib > 0 or step_overhead_ms < 0:
+        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0 and "
+                         f"--step-overhead-ms {step_overhead_ms} >= 0")
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model.value)
+    meta = import_components(folder, out, cfg, dtype.value, device_name,
+                             int(device_memory_gib * 2**30), tp, step_overhead_ms / 1e3)
+    typer.echo(f"wrote {out} ({meta['points']} component points) and "
+               f"{out.with_suffix('.json')}")

@@ -8,7 +8,7 @@ weights themselves are random (see `model.py`).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
@@ -142,7 +142,49 @@ PRESETS: dict[str, ModelConfig] = {
         head_dim=128, intermediate_size=14336, vocab_size=32768, max_position=32768,
         rope_theta=1000000.0, rms_eps=1e-5,
     ),
+    # 70B-class shapes, from the models' published config.json (rope_scaling ignored).
+    "llama-3.1-70b": ModelConfig(
+        name="llama-3.1-70b", n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8,
+        head_dim=128, intermediate_size=28672, vocab_size=128256, max_position=131072,
+        rope_theta=500000.0, rms_eps=1e-5,
+    ),
+    "qwen2.5-72b": ModelConfig(
+        name="qwen2.5-72b", n_layers=80, hidden_size=8192, n_heads=64, n_kv_heads=8,
+        head_dim=128, intermediate_size=29568, vocab_size=152064, max_position=32768,
+        rope_theta=1000000.0, rms_eps=1e-6, qkv_bias=True,
+    ),
+    # Llama-3.1-70B's proportions at CPU size: the same 64 query / 8 KV heads (GQA 8, so
+    # --tp 2, 4 and 8 shard it as they shard the 70B), MLP 3.5 x hidden, vocabulary ~16 x
+    # hidden; head_dim 8 and 4 layers keep a whole-model step in milliseconds.
+    "llama-3.1-70b-mini": ModelConfig(
+        name="llama-3.1-70b-mini", n_layers=4, hidden_size=512, n_heads=64, n_kv_heads=8,
+        head_dim=8, intermediate_size=1792, vocab_size=8192, max_position=32768,
+        rope_theta=500000.0, rms_eps=1e-5,
+    ),
 }
+
+
+def shard_config(cfg: ModelConfig, tp: int) -> ModelConfig:
+    """One tensor-parallel shard's shapes (Megatron-style, as vLLM shards a Llama):
+    query heads / tp, KV heads / tp (replicated, one per shard, when there are fewer KV
+    heads than shards), intermediate size / tp, vocabulary / tp rounded up (the embedding
+    and LM head are vocabulary-parallel). ValueError naming --tp when it does not divide."""
+    if tp < 1:
+        raise ValueError(f"--tp {tp}: use 1 or more")
+    if tp == 1:
+        return cfg
+    bad = [f"{name}={v}" for name, v in (("n_heads", cfg.n_heads),
+                                         ("intermediate_size", cfg.intermediate_size))
+           if v % tp]
+    if cfg.n_kv_heads >= tp and cfg.n_kv_heads % tp:
+        bad.append(f"n_kv_heads={cfg.n_kv_heads}")
+    if bad:
+        raise ValueError(f"--tp {tp} does not divide model {cfg.name!r}'s {', '.join(bad)}; "
+                         f"use a tensor-parallel degree that does")
+    kv = cfg.n_kv_heads // tp if cfg.n_kv_heads >= tp else 1
+    return replace(cfg, n_heads=cfg.n_heads // tp, n_kv_heads=kv,
+                   intermediate_size=cfg.intermediate_size // tp,
+                   vocab_size=-(-cfg.vocab_size // tp))
 
 
 def preset_config(name: str) -> ModelConfig:

@@ -61,13 +61,24 @@ class Block(nn.Module):
 
     def forward(self, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 step: PreparedStep, pools: list[KVPool]) -> torch.Tensor:
+        q = self.dense_in(layer, x, cos, sin, step, pools)
+        return self.dense_out(x, attend(layer, q, step, pools))
+
+    def dense_in(self, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                 step: PreparedStep, pools: list[KVPool]) -> torch.Tensor:
+        """The layer's work before attention: norm, Q/K/V, RoPE, the KV write; returns q."""
         cfg = self.cfg
         h = self.attn_norm(x)
         q = apply_rope(self.wq(h).view(-1, cfg.n_heads, cfg.head_dim), cos, sin)
         k = apply_rope(self.wk(h).view(-1, cfg.n_kv_heads, cfg.head_dim), cos, sin)
         v = self.wv(h).view(-1, cfg.n_kv_heads, cfg.head_dim)
         write_kv(layer, k, v, step, pools)
-        x = x + self.wo(attend(layer, q, step, pools).view(-1, cfg.q_size))
+        return q
+
+    def dense_out(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """The layer's work after attention (`attn` `[T, H, D]`): output projection,
+        residual, norm, MLP."""
+        x = x + self.wo(attn.view(-1, self.cfg.q_size))
         h = self.mlp_norm(x)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
@@ -126,16 +137,27 @@ class LlamaModel(nn.Module):
                              f"{step.batch.total_tokens} tokens, so pass a 1-D tensor of that "
                              f"length")
         pools = [pools] if isinstance(pools, KVPool) else list(pools)
-        x = self.embed(token_ids)
-        dtype = x.dtype
-        cos = self.rope_cos[step.positions].to(dtype)[:, None, :]
-        sin = self.rope_sin[step.positions].to(dtype)[:, None, :]
+        x, cos, sin = self.embed_step(token_ids, step)
         # one context per step, not per layer: it costs ~15 us and the step may be
         # launch-bound (an eager 8B forward on an H200)
         with sdpa_kernels(self.sdpa_backends if step.cuda_kernels else None):
             for i, block in enumerate(self.layers):
                 x = block(i, x, cos, sin, step, pools)
-        # LM head only where logits are needed (a chunk's last token, each decode).
+        return self.head_step(x, step)
+
+    def embed_step(self, token_ids: torch.Tensor, step: PreparedStep
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Once per step, before the layers: embeddings `[T, hidden]` and the rows' RoPE
+        cos / sin `[T, 1, D/2]`."""
+        x = self.embed(token_ids)
+        dtype = x.dtype
+        cos = self.rope_cos[step.positions].to(dtype)[:, None, :]
+        sin = self.rope_sin[step.positions].to(dtype)[:, None, :]
+        return x, cos, sin
+
+    def head_step(self, x: torch.Tensor, step: PreparedStep) -> torch.Tensor:
+        """Once per step, after the layers: final norm and LM head, only where logits are
+        needed (a chunk's last token, each decode)."""
         h = self.norm(x.index_select(0, step.logits_rows))
         return F.linear(h, self.head_weight())
 

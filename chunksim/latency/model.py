@@ -17,7 +17,8 @@ Interpolation is multilinear on the measured grid; outside the grid it extrapola
 linearly from the edge cell, never below the edge's own figure beyond the far end, and
 flags the step (counted in the run summary). Optional jitter multiplies the forward-pass
 time by exp(sigma * z), with sigma from the measured p10/p90 spread (log-normal) and z a
-seeded standard normal per step index.
+seeded standard normal per step index; beyond the grid sigma is the edge's, never
+extrapolated (a spread is a property of measured points, not a trend).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from bisect import bisect_right
 import numpy as np
 
 from chunksim.core.shape import BatchShape
+from chunksim.latency.base import StepCosts
 from chunksim.latency.profile import Profile
 
 _Z90 = 1.2815515655446004  # standard normal 90th percentile
@@ -53,6 +55,10 @@ class _Axis:
         i = 0 if i < 0 else (self.n - 2 if i > self.n - 2 else i)
         return i, (x - v[i]) / (v[i + 1] - v[i]), x < self.lo or x > self.hi
 
+    def clamp(self, x: float) -> float:
+        """`x` held inside the axis's range (where a spread is read: never extrapolated)."""
+        return self.lo if x < self.lo else (self.hi if x > self.hi else x)
+
     def cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         v = np.asarray(self.values)
         if self.n == 1:
@@ -61,8 +67,12 @@ class _Axis:
         return i, (x - v[i]) / (v[i + 1] - v[i]), (x < self.lo) | (x > self.hi)
 
 
-class LatencyModel:
-    """Step time from a profile: `step_s(shape)`, and a vectorized decode-only path."""
+class LatencyModel(StepCosts):
+    """Step time from a whole-step profile: `step_s(shape)`, and a vectorized decode-only
+    path."""
+
+    prices_spread = False
+    """Decode contexts are priced by their mean alone (the engine passes no longest)."""
 
     def __init__(self, profile: Profile, step_overhead_s: float | None = None) -> None:
         t = profile.table
@@ -108,41 +118,9 @@ class LatencyModel:
         else:
             self.pchunk = self.pprior = None
             self._delta_l = []
-        # per-step CPU cost outside the forward pass: base + per request in the step, as
-        # `sim profile` fits it on the live loop; an explicit value is a flat cost per step
-        fit = profile.provenance.get("step_overhead") or {}
-        if step_overhead_s is not None:
-            self.overhead_s, self.overhead_per_request_s = float(step_overhead_s), 0.0
-        elif "base_s" in fit and "per_request_s" in fit:
-            self.overhead_s = max(0.0, float(fit["base_s"]))
-            self.overhead_per_request_s = max(0.0, float(fit["per_request_s"]))
-        else:
-            self.overhead_s = float(profile.provenance.get("step_overhead_s", 0.0))
-            self.overhead_per_request_s = 0.0
-        if self.overhead_s < 0:
-            raise ValueError(f"step overhead {self.overhead_s} s must be >= 0 (--step-overhead-ms)")
         self.profile_sha256 = profile.sha256
         self._lines: dict[int, _Line] = {}
-        # waking an idle engine: per idle time, each of the next steps' ratio to warm
-        wake = profile.provenance.get("wake_up") or {}
-        self.wake_idle_s: list[float] = [float(x) for x in wake.get("idle_s", [])]
-        self.wake_ratios: list[list[float]] = [[float(r) for r in row]
-                                               for row in wake.get("ratios", [])]
-        if len(self.wake_ratios) != len(self.wake_idle_s) or len(
-                {len(row) for row in self.wake_ratios}) > 1:
-            raise ValueError(f"profile {profile.path}: wake_up has {len(self.wake_idle_s)} "
-                             f"idle times but ratios {self.wake_ratios}; re-run sim profile")
-        self.wake_steps = len(self.wake_ratios[0]) if self.wake_ratios else 0
-        """How many steps after an idle wait `wake_ratio` prices (0: no wake-up table)."""
-        warm, steps = wake.get("warm_s"), wake.get("steps")
-        if self.wake_steps and warm and steps and len(warm) == len(steps) == self.wake_steps:
-            # The ratios are over the steps' warm times in that measurement; the table may
-            # price a step colder than that (a fidelity profile's cold looks at prefills).
-            # What a step after idle costs is ratio x warm, so scale to the table's figure.
-            for k, (c, p, d, kv) in enumerate(steps):
-                table_s, _ = self.step_s(BatchShape(c, p, d, kv))
-                for row in self.wake_ratios:
-                    row[k] *= float(warm[k]) / table_s
+        self._init_extras(profile, step_overhead_s)
 
     def _grid(self, main, col: str) -> np.ndarray:
         g = np.full((self.chunk.n, self.dec.n, self.kv.n), np.nan)
@@ -159,29 +137,6 @@ class LatencyModel:
         if self.dec.n > 1:
             g[0, 0, :] = g[0, 1, :]
         return g
-
-    def overhead(self, requests: int) -> float:
-        """Per-step CPU overhead of a step scheduling `requests` requests, seconds."""
-        return self.overhead_s + self.overhead_per_request_s * requests
-
-    def wake_ratio(self, idle_s: float, k: int) -> float:
-        """Factor on the time (forward pass + overhead) of the `k`-th step (0-based) after
-        the engine sat idle for `idle_s`: the profile's measured forward time of that step
-        after such an idle wait over the table's own figure for it (the measured ratio x
-        warm time / table, where the profile has the warm times), linear in the idle time
-        between its points, from 1 at no idle time, flat beyond the longest. Never below
-        1: the table may already price the step as cold as that, and waking never makes
-        it faster. The engine applies it to the overhead too: host work wakes up alike."""
-        if k >= self.wake_steps or idle_s <= 0:
-            return 1.0
-        xs = self.wake_idle_s
-        i = bisect_right(xs, idle_s)
-        if i == len(xs):
-            r = self.wake_ratios[-1][k]
-        else:
-            x0, r0 = (0.0, 1.0) if i == 0 else (xs[i - 1], self.wake_ratios[i - 1][k])
-            r = r0 + (self.wake_ratios[i][k] - r0) * (idle_s - x0) / (xs[i] - x0)
-        return r if r > 1.0 else 1.0
 
     # -- scalar path (one step) -------------------------------------------------------
     def _interp3(self, grid: list, c: float, d: float, k: float) -> tuple[float, bool]:
@@ -236,7 +191,14 @@ class LatencyModel:
             if k > xs[-1] and t < line.end:
                 t = line.end  # beyond the far end: never below the edge (see _interp3)
             if jitter_z is not None:
-                t *= math.exp((line.sbase[i] + line.sslope[i] * dx) * jitter_z)
+                # the spread is held at the edge's value beyond the grid, never extrapolated
+                if k > xs[-1]:
+                    sig = line.send
+                elif k < xs[0]:
+                    sig = line.sbase[0]
+                else:
+                    sig = line.sbase[i] + line.sslope[i] * dx
+                t *= math.exp(sig * jitter_z)
             out = line.out_d or k < xs[0] or k > xs[-1] or line.filled[i]
             return (t if t > 1e-9 else 1e-9), out
         t, out = self._interp3(self._med_l, c, d, k)
@@ -245,7 +207,9 @@ class LatencyModel:
             t += dt
             out = out or out2
         if jitter_z is not None:
-            sig, _ = self._interp3(self._sig_l, c, d, k)
+            # the spread at the nearest grid point: held at the edge, never extrapolated
+            sig, _ = self._interp3(self._sig_l, self.chunk.clamp(c), self.dec.clamp(d),
+                                   self.kv.clamp(k))
             t *= math.exp(sig * jitter_z)
         return (t if t > 1e-9 else 1e-9), out
 
@@ -255,16 +219,19 @@ class LatencyModel:
         if line is None:
             xs = self.kv.values
             med = [self._interp3(self._med_l, 0, decode_count, x) for x in xs]
-            sig = [self._interp3(self._sig_l, 0, decode_count, x)[0] for x in xs]
+            d_sig = self.dec.clamp(decode_count)  # spread: never extrapolated
+            sig = [self._interp3(self._sig_l, 0, d_sig, x)[0] for x in xs]
             line = _Line(xs, [m for m, _ in med], [f for _, f in med], sig,
                          self.dec.cell(decode_count)[2])
             self._lines[decode_count] = line
         return line
 
     def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
-                       jitter_z: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       jitter_z: np.ndarray | None = None,
+                       kv_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Times of decode-only steps with `decode_count` decodes at mean contexts
-        `kv_tokens` (one entry per step), and their out-of-grid flags. The same arithmetic
+        `kv_tokens` (one entry per step), and their out-of-grid flags (`kv_max`, the longest
+        contexts, is not priced by a whole-step table). The same arithmetic
         as `step_s` (element-wise IEEE ops), so both paths give bit-identical seconds."""
         line = self._line(decode_count)
         xs = line.xs
@@ -284,7 +251,10 @@ class LatencyModel:
             t = np.where((kv_tokens > xs[-1]) & (t < line.end), line.end, t)
         if jitter_z is not None:
             # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
-            e = (a["sbase"][i] + a["sslope"][i] * dx) * jitter_z
+            sig = a["sbase"][i] + a["sslope"][i] * dx
+            sig = np.where(kv_tokens > xs[-1], line.send, sig)  # held at the edges, as
+            sig = np.where(kv_tokens < xs[0], line.sbase[0], sig)  # step_s holds it
+            e = sig * jitter_z
             t = t * np.fromiter((math.exp(v) for v in e.tolist()), float, len(t))
         out = a["filled"][i] | (kv_tokens < line.xs[0]) | (kv_tokens > line.xs[-1])
         if line.out_d:
@@ -296,7 +266,7 @@ class _Line:
     """Decode-only step time at one decode count: value and slope per kv cell."""
 
     __slots__ = ("xs", "base", "slope", "sbase", "sslope", "filled", "last", "out_d", "arrays",
-                 "end")
+                 "end", "send")
 
     def __init__(self, xs: list[float], med: list[float], filled_pts: list[bool],
                  sig: list[float], out_d: bool) -> None:
@@ -315,6 +285,8 @@ class _Line:
         self.filled = [filled_pts[j] or filled_pts[j + 1] for j in range(m)]
         self.end = med[-1]
         """Time at the last grid kv: the floor beyond it."""
+        self.send = sig[-1]
+        """Spread at the last grid kv: held beyond it."""
         self.out_d = out_d
         self.arrays = {k: np.asarray(getattr(self, k)) for k in
                        ("xs", "base", "slope", "sbase", "sslope", "filled")}

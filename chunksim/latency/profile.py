@@ -1,4 +1,5 @@
-"""Load a latency profile (table + provenance) written by `sim profile`.
+"""Load a latency profile (table + provenance) written by `sim profile`: a whole-step table
+(`chunksim-profile/1`) or a component table (`chunksim-components/1`).
 
 Format: docs/profile-format.md. The bundled default lives in chunksim/data/profiles/.
 """
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from chunksim.core.errors import InputError, reading
+from chunksim.latency.component_table import kind_of, parse
 
 KEY_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len")
 TIME_COLUMNS = ("median_s", "p10_s", "p90_s")
@@ -38,6 +40,8 @@ class Profile:
     """Where the CSV was read from (or the bundled profile's name)."""
     sha256: str
     """sha256 of the CSV bytes: stamped on every result made with this profile."""
+    kind: str = "whole-step"
+    """`whole-step` (chunksim-profile/1) or `components` (chunksim-components/1)."""
 
     @property
     def max_position(self) -> int | None:
@@ -56,7 +60,10 @@ class Profile:
         dev = p.get("device_name") or p.get("device", "?")
         threads = p.get("threads")
         t = f" · {threads} thread{'s' if threads != 1 else ''}" if threads else ""
-        return f"{model} · {dev} · {p.get('dtype', '?')}{t}"
+        tp = (p.get("components") or {}).get("tp") or 1
+        shards = f" · tp {tp}" if tp > 1 else ""
+        kind = " · components" if self.kind == "components" else ""
+        return f"{model} · {dev} · {p.get('dtype', '?')}{t}{shards}{kind}"
 
 
 def bundled_profiles() -> list[str]:
@@ -117,6 +124,10 @@ def _load(path: Path) -> Profile:
         raise
     except Exception as exc:  # pandas raises several types for malformed CSV
         raise InputError(f"profile {path} is not a readable CSV: {exc}") from None
+    if kind_of(table, provenance) == "components":
+        parse(table, str(path))  # every fault named by file, line and column
+        return Profile(table=table, provenance=provenance, path=str(path), sha256=sha,
+                       kind="components")
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise InputError(

@@ -46,3 +46,45 @@ def build_settings(*, model: str = "tiny", hf_config: Path | None = None,
         repass_below_s=REPASS_BELOW_S if repass_below_s is None else repass_below_s,
         cold_looks=cold_looks,
     )
+
+
+def build_component_settings(*, model: str = "tiny", hf_config: Path | None = None,
+                             device: str = "auto", dtype: str | None = None, threads: int = 1,
+                             grid: str = "quick", warmup: int | None = None,
+                             repeats: int | None = None, point_budget_s: float | None = None,
+                             out: Path | None = None, seed: int = 0, tp: int = 1,
+                             link: str | None = None, link_gbps: float | None = None,
+                             link_latency_us: float | None = None, calibrate: bool = True,
+                             live_costs: bool = True, clock: str | None = None):
+    """Flags -> `ComponentSettings` for `sim profile --kind components`."""
+    from dataclasses import replace
+
+    from chunksim.decoder.config import load_hf_config, preset_config, shard_config
+    from chunksim.decoder.device import resolve_device
+    from chunksim.profiler.collective import link_settings
+    from chunksim.profiler.component_grid import component_grid
+    from chunksim.profiler.component_run import ComponentSettings
+
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
+    shard_config(cfg, tp)  # the --tp check, before anything is measured
+    dev = resolve_device(device)
+    if dev == "cpu" and threads < 1:
+        raise ValueError(f"--threads {threads}: use 1 or more")
+    spec = component_grid(grid)
+    timing = {"warmup": warmup, "repeats": repeats, "point_budget_s": point_budget_s}
+    timing = {k: v for k, v in timing.items() if v is not None}
+    if timing:
+        spec = replace(spec, **timing)
+    if spec.warmup < 0 or spec.repeats < 1 or not spec.point_budget_s > 0:
+        raise ValueError(f"--warmup {spec.warmup} / --repeats {spec.repeats} / "
+                         f"--point-budget-s {spec.point_budget_s}: need warmup >= 0, "
+                         f"repeats >= 1 and a positive budget")
+    dtype = dtype or ("float32" if dev == "cpu" else "bfloat16")
+    suffix = f"-tp{tp}" if tp > 1 else ""
+    return ComponentSettings(
+        model=cfg, device=dev, dtype=dtype, grid=spec,
+        out_csv=out or Path("out/profiles") / f"{cfg.name}-{dev}{suffix}-components.csv",
+        threads=threads if dev == "cpu" else None, seed=seed, tp=tp,
+        link=link_settings(tp, link, link_gbps, link_latency_us), calibrate=calibrate,
+        live_costs=live_costs,
+        clock=clock or ("thread-cpu" if dev == "cpu" and threads == 1 else "wall"))

@@ -47,12 +47,15 @@ class Timing:
 def measure(fn: Callable[[], object], warmup: int, repeats: int,
             sync: Callable[[], None] = lambda: None, min_repeats: int = 3,
             budget_s: float | None = None, min_timed_s: float = 0.0,
-            max_repeats: int | None = None) -> Timing:
+            max_repeats: int | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> Timing:
     """Time `fn()`: `warmup` untimed runs, then `repeats` timed ones, except that a slow
     step stops once the timed runs exceed `budget_s` (never below `min(min_repeats,
     repeats)`), and a fast one keeps going until `min_timed_s` of timed work (up to
     `max_repeats`, default 10 x `repeats`): a 1-ms step timed 5 times has a median that one
-    burst of interference can move; timed 100 times it does not."""
+    burst of interference can move; timed 100 times it does not. `clock` reads seconds
+    (default wall time; `time.thread_time` times a one-thread CPU run by the work it did,
+    whatever else the machine runs)."""
     if warmup < 0 or repeats < 1:
         raise ValueError(f"warmup={warmup}, repeats={repeats}; need warmup >= 0 and "
                          f"repeats >= 1 (--warmup / --repeats)")
@@ -69,10 +72,10 @@ def measure(fn: Callable[[], object], warmup: int, repeats: int,
     gc.disable()
     try:
         while len(samples) < cap:
-            start = time.perf_counter()
+            start = clock()
             fn()
             sync()
-            samples.append(time.perf_counter() - start)
+            samples.append(clock() - start)
             total_s += samples[-1]
             if len(samples) >= repeats and total_s >= min_timed_s:
                 break

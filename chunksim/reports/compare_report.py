@@ -61,7 +61,7 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
     import pandas as pd
 
     from chunksim.reports.cdf import cdf_figure
-    from chunksim.reports.heatmap import heatmap_figure
+    from chunksim.reports.heatmap import heatmap_figure, step_table
     from chunksim.reports.throughput import throughput_figure
     from chunksim.reports.timeline import timeline_figure
     from chunksim.reports.tradeoff import tradeoff_figure
@@ -85,7 +85,7 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
         "tradeoff": tradeoff_figure(configs, summaries, title, stats=comp.stats),
         "step_timeline": timeline_figure(shown, [records[i].requests for i in pick],
                                          [records[i].steps for i in pick], title),
-        "latency_table": heatmap_figure(profile.table, profile.label, steps=steps_all),
+        "latency_table": heatmap_figure(step_table(profile), profile.label, steps=steps_all),
     }
     sat = saturated(summaries)
     if sat:

@@ -11,6 +11,28 @@ import numpy as np
 from chunksim.reports import style
 
 
+def step_table(profile):
+    """The whole-step rows a heatmap shows: the table itself, or for a component profile
+    its composed step times on a small grid (one chunk, equal decode contexts)."""
+    if profile.kind != "components":
+        return profile.table
+    import pandas as pd
+
+    from chunksim.core.shape import BatchShape
+    from chunksim.latency.select import latency_model
+
+    lat = latency_model(profile, 0.0)
+    rows = []
+    for c in (0, 64, 256, 1024, 2048, 4096):
+        for d in (0, 1, 8, 32, 64, 128):
+            for k in ((256, 1024, 4096) if d else (0,)):
+                if c or d:
+                    t = lat.step_s(BatchShape(c, 0.0, d, float(k)))[0]
+                    rows.append({"chunk_len": c, "prior_len": 0, "decode_count": d,
+                                 "kv_len": k, "median_s": t})
+    return pd.DataFrame(rows)
+
+
 def pick_kv(table, n: int = 3) -> list[int]:
     """Up to n kv_len values spread over the measured ones (smallest, middle, largest)."""
     kvs = sorted(int(k) for k in table.loc[table["decode_count"] > 0, "kv_len"].unique())

@@ -218,8 +218,9 @@ class EngineCore:
             else set(admitted))
         log = self.schedule_log
         step = self.steps.n
-        prefill = prefill_reqs = decodes = kv_sum = 0
+        prefill = prefill_reqs = decodes = kv_sum = kv_max = prefill_logits = 0
         work = 0.0
+        chunks = []
         for pos, (req, n) in enumerate(sched):
             is_new = pos >= first_new if new is None else req in new
             if is_new:
@@ -238,10 +239,15 @@ class EngineCore:
             if decode:
                 decodes += 1
                 kv_sum += c
+                if c > kv_max:
+                    kv_max = c
             else:
                 prefill += n
                 prefill_reqs += 1
                 work += n * (c + (n + 1) / 2)
+                chunks.append((n, c))
+                if c + n == req.num_tokens:
+                    prefill_logits += 1
             if log is not None:
                 kind = ((KIND_RESUMED if req.num_preemptions else KIND_NEW) if is_new
                         else KIND_DECODE if decode else KIND_PREFILL)
@@ -252,7 +258,8 @@ class EngineCore:
         prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
         kv_mean = kv_sum / decodes if decodes else 0.0
         self._step_counts = (len(self.running), len(self.waiting), self.kv.used_blocks)
-        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass)
+        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass,
+                         tuple(chunks), kv_max, prefill_logits)
 
     def end_step(self, plan: Plan, shape: StepShape, start_s: float, end_s: float,
                  extrapolated: bool = False, duration_s: float | None = None,

@@ -21,7 +21,7 @@ from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
-from chunksim.latency.model import LatencyModel
+from chunksim.latency.base import StepCosts
 from chunksim.sim.core import EngineCore
 from chunksim.sim.spread_guard import SpreadGuard
 
@@ -109,7 +109,7 @@ class _Noise:
 class Engine:
     """Replays a workload through a policy on a latency model and a paged KV cache."""
 
-    def __init__(self, workload: Workload, policy: Policy, latency: LatencyModel,
+    def __init__(self, workload: Workload, policy: Policy, latency: StepCosts,
                  kv: KVConfig, config: EngineConfig | None = None,
                  schedule_log: bool = False, spread_guard: SpreadGuard | None = None,
                  progress: Callable[[int, int], None] | None = None) -> None:
@@ -270,9 +270,15 @@ class Engine:
                     break
                 k_kv = 1
             k = min(k, k_kv)
-            kv_mean = (int(ctx.sum()) + np.arange(k, dtype=np.int64) * n) / n
+            steps = np.arange(k, dtype=np.int64)
+            kv_mean = (int(ctx.sum()) + steps * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
-            dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+            if self.latency.prices_spread:
+                # every context grows by one a step: the longest stays the longest
+                kv_max = (int(ctx.max()) + steps).astype(np.float64)
+                dur, out = self.latency.decode_steps_s(n, kv_mean, z, kv_max)
+            else:
+                dur, out = self.latency.decode_steps_s(n, kv_mean, z)
             fwd = dur
             overhead = self.latency.overhead(n)
             if overhead:
@@ -283,7 +289,8 @@ class Engine:
                 if k_arr < k:
                     k = max(1, k_arr)
             if z is not None and self.guard is not None:  # the k steps that run
-                median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None)
+                spread = (kv_max[:k],) if self.latency.prices_spread else ()
+                median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None, *spread)
                 self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
             t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
                                  retire=k == k_left)

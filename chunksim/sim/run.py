@@ -12,8 +12,8 @@ from chunksim import atomic
 from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.spec import Workload
-from chunksim.latency.model import LatencyModel
 from chunksim.latency.profile import Profile
+from chunksim.latency.select import latency_model
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_ranges
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
@@ -138,7 +138,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
             f"--max-model-len {mml} exceeds --max-num-batched-tokens "
             f"{policy.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt "
             "that long could never be scheduled; raise the budget or lower --max-model-len")
-    latency = LatencyModel(profile, cfg.step_overhead_s)
+    latency = latency_model(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
@@ -153,6 +153,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     result = engine.run()
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
+                profile_kind=profile.kind,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
     summary = summarize(result.requests, result.steps, result.itl_s, cfg.slos_s, meta)

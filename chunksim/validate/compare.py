@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from chunksim.core.shape import StepShape
-from chunksim.latency.model import LatencyModel
+from chunksim.latency.base import StepCosts
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el")
 STATS = ("mean", "median", "p90", "p99")
@@ -64,7 +64,7 @@ def worst_abs_error(metrics: Mapping[str, Mapping], keys=TARGET_KEYS) -> tuple[s
     return worst
 
 
-def step_predictions(steps, latency: LatencyModel) -> np.ndarray:
+def step_predictions(steps, latency: StepCosts) -> np.ndarray:
     """The table's forward-pass seconds (no overhead) for each live step's composition."""
     cols = [steps[c].to_numpy() for c in ("prefill_tokens", "prefill_requests",
                                           "prior_tokens", "decodes", "decode_kv_tokens")]

@@ -128,8 +128,13 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     if live_runs < 1:
         raise ValueError(f"--live-runs {live_runs}: use 1 or more")
     from chunksim.core.kv_cache import KVConfig
-    from chunksim.latency.model import LatencyModel
+    from chunksim.latency.select import latency_model
     from chunksim.sim.run import simulate
+
+    if profile.kind == "components" and replay_steps > 0:
+        raise ValueError(f"--replay-steps {replay_steps}: re-timing a component profile's "
+                         f"own points is not supported ({profile.path}); pass "
+                         f"--replay-steps 0")
 
     settings = settings or LiveSettings.from_profile(profile.provenance)
     notes = []
@@ -157,7 +162,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         source = "given (--step-overhead-ms)"
     sim, sim_summary = simulate(workload, profile, cfg)
 
-    latency = LatencyModel(profile, 0.0)
+    latency = latency_model(profile, 0.0)
     predicted_s = step_predictions(live.steps, latency)
     live.steps["predicted_forward_s"] = predicted_s
     metrics = compare_summaries(sim_summary, live_summary)
@@ -245,7 +250,8 @@ def drift_corrected(workload: Workload, profile: Profile, cfg: RunConfig,
         if col in t:
             t[col] = t[col] * factor
     scaled = Profile(table=t, provenance=profile.provenance,
-                     path=f"{profile.path} (x{factor:.3f})", sha256=profile.sha256)
+                     path=f"{profile.path} (x{factor:.3f})", sha256=profile.sha256,
+                     kind=profile.kind)
     _, s = simulate(workload, scaled, cfg)
     metrics = compare_summaries(s, live_summary)
     key, worst = worst_abs_error(metrics)

@@ -1,0 +1,295 @@
+"""The latency model of a component profile: a step composed from per-layer parts. Pure.
+
+    forward = scale x (layers x (dense(T) + sum_i prefill_attn(L_i, c_i)
+                                 + decode_attn(D, mean, longest / mean) + allreduce(T))
+                       + embed(T) + head(logits) + fixed)
+
+T is the step's token count (every chunk token and every decode), (L_i, c_i) each prefill
+chunk's length and prior context, D the decodes, `mean` and `longest` their contexts (what
+the step reads, sum = D x mean, and its longest member, as a kernel's work split sees
+it), `logits` the sequences sampling a token. `scale` is the profile's in-sequence scale
+(1 unless `sim profile` measured steps run back to back in a serving-like order
+systematically slower than each alone; see docs/profile-format.md).
+
+Each component is interpolated multilinearly on its own grid. Beyond a grid's far end it
+extrapolates linearly, never below the edge's figure; below its near end linearly, never
+below 0; either way the step is flagged. The spread (sigma of --jitter) is each
+component's measured log-normal sigma, read at the nearest grid point (held at the edge,
+never extrapolated), weighted by the component's share of the step's time.
+
+Decode-only steps share one code path between `step_s` and the bulk `decode_steps_s`
+(the same element-wise IEEE operations on a float or an array), so both give
+bit-identical seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+from chunksim.core.shape import BatchShape
+from chunksim.latency.base import StepCosts
+from chunksim.latency.component_table import Components, Grid, parse
+from chunksim.latency.profile import Profile
+
+
+class _Axis:
+    """One grid axis: (left index, right weight) lookups, scalar and vectorized alike."""
+
+    __slots__ = ("values", "arr", "lo", "hi", "last")
+
+    def __init__(self, values: tuple[float, ...]) -> None:
+        v = [float(x) for x in values]
+        if len(v) == 1:
+            v = [v[0], v[0] + 1.0]  # one point: a flat pair (its grid is padded alike)
+        self.values = v
+        self.arr = np.asarray(v)
+        self.lo, self.hi = float(values[0]), float(values[-1])
+        self.last = len(v) - 2
+
+    def cell(self, x: float) -> tuple[int, float]:
+        v = self.values
+        i = bisect_right(v, x) - 1
+        i = 0 if i < 0 else (self.last if i > self.last else i)
+        return i, (x - v[i]) / (v[i + 1] - v[i])
+
+    def cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        v = self.arr
+        i = np.clip(np.searchsorted(v, x, side="right") - 1, 0, self.last)
+        return i, (x - v[i]) / (v[i + 1] - v[i])
+
+    def clamp(self, x: float) -> float:
+        return self.lo if x < self.lo else (self.hi if x > self.hi else x)
+
+
+def _pad(a: np.ndarray) -> np.ndarray:
+    """Duplicate every length-1 axis (a one-point axis is flat)."""
+    for ax, n in enumerate(a.shape):
+        if n == 1:
+            a = np.concatenate([a, a], axis=ax)
+    return a
+
+
+class _Line1:
+    """A 1-D component (dense, embed, head, allreduce): value and spread at a scalar key."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.axis = _Axis(grid.axes[0])
+        self.med = _pad(grid.median).tolist()
+        self.sig = _pad(grid.sigma).tolist()
+        self.edge = float(grid.median[-1])
+
+    def at(self, x: float) -> tuple[float, float, bool]:
+        """(seconds, sigma, outside the grid)."""
+        ax = self.axis
+        i, t = ax.cell(x)
+        m = self.med
+        v = (1.0 - t) * m[i] + t * m[i + 1]
+        out = x < ax.lo or x > ax.hi
+        if out:
+            v = (v if v > self.edge else self.edge) if x > ax.hi else (v if v > 0.0 else 0.0)
+            i, t = ax.cell(ax.clamp(x))
+        s = self.sig
+        return v, (1.0 - t) * s[i] + t * s[i + 1], out
+
+
+class _Plane:
+    """A 2-D table (prefill attention over (chunk, prior); decode attention of one decode
+    count over (mean context, spread)), evaluated on floats or arrays with the same ops."""
+
+    def __init__(self, ax0: _Axis, ax1: _Axis, med: np.ndarray, sig: np.ndarray) -> None:
+        self.ax0, self.ax1 = ax0, ax1
+        self.med, self.sig = med, sig
+
+    @staticmethod
+    def _bilerp(g: np.ndarray, i, ti, j, tj):
+        return ((1.0 - ti) * ((1.0 - tj) * g[i, j] + tj * g[i, j + 1])
+                + ti * ((1.0 - tj) * g[i + 1, j] + tj * g[i + 1, j + 1]))
+
+    def at(self, x: float, y: float) -> tuple[float, float, bool]:
+        a0, a1 = self.ax0, self.ax1
+        i, ti = a0.cell(x)
+        j, tj = a1.cell(y)
+        v = float(self._bilerp(self.med, i, ti, j, tj))
+        out = x < a0.lo or x > a0.hi or y < a1.lo or y > a1.hi
+        if out:
+            xc, yc = a0.clamp(x), a1.clamp(y)
+            i, ti = a0.cell(xc)
+            j, tj = a1.cell(yc)
+            if x > a0.hi or y > a1.hi:
+                edge = float(self._bilerp(self.med, i, ti, j, tj))
+                v = v if v > edge else edge
+            else:
+                v = v if v > 0.0 else 0.0
+        return v, float(self._bilerp(self.sig, i, ti, j, tj)), out
+
+    def at_many(self, x: np.ndarray, y: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`at` element-wise over arrays (bit-identical to it per element)."""
+        a0, a1 = self.ax0, self.ax1
+        i, ti = a0.cells(x)
+        j, tj = a1.cells(y)
+        v = self._bilerp(self.med, i, ti, j, tj)
+        far = (x > a0.hi) | (y > a1.hi)
+        near = ((x < a0.lo) | (y < a1.lo)) & ~far
+        xc, yc = np.clip(x, a0.lo, a0.hi), np.clip(y, a1.lo, a1.hi)
+        i, ti = a0.cells(xc)
+        j, tj = a1.cells(yc)
+        if far.any():
+            edge = self._bilerp(self.med, i, ti, j, tj)
+            v = np.where(far & (v < edge), edge, v)
+        if near.any():
+            v = np.where(near & (v < 0.0), 0.0, v)
+        return v, self._bilerp(self.sig, i, ti, j, tj), far | near
+
+
+class _DecodeLine:
+    """Everything of a decode-only step with a fixed decode count but its contexts."""
+
+    __slots__ = ("plane", "dense", "sdense", "ar", "sar", "once", "sonce", "out")
+
+    def __init__(self, m: ComponentModel, d: int) -> None:
+        ax = m.dax
+        i, t = ax.cell(float(d))
+        med = (1.0 - t) * m.dmed[i] + t * m.dmed[i + 1]
+        if d > ax.hi:
+            med = np.maximum(med, m.dmed_edge)
+        ic, tc = ax.cell(ax.clamp(float(d)))
+        sig = (1.0 - tc) * m.dsig[ic] + tc * m.dsig[ic + 1]
+        self.plane = _Plane(m.kvax, m.rax, med, sig)
+        self.out = d < ax.lo or d > ax.hi
+        self.dense, self.sdense, o1 = m.dense.at(d)
+        if m.allreduce is not None:
+            self.ar, self.sar, o2 = m.allreduce.at(d)
+        else:
+            self.ar, self.sar, o2 = 0.0, 0.0, False
+        te, se, o3 = m.embed.at(d)
+        th, sh, o4 = m.head.at(d)
+        self.once = (te + th) + m.fixed_s
+        self.sonce = (se * te + sh * th) + m.fixed_sig * m.fixed_s
+        self.out = self.out or o1 or o2 or o3 or o4
+
+
+class ComponentModel(StepCosts):
+    """Step time from a component profile: `step_s(shape)` and the bulk decode path."""
+
+    prices_spread = True
+
+    def __init__(self, profile: Profile, step_overhead_s: float | None = None) -> None:
+        self.c: Components = parse(profile.table, profile.path)
+        comp = profile.provenance.get("components") or {}
+        layers = comp.get("layers", (profile.provenance.get("model") or {}).get("n_layers"))
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+            raise ValueError(f"profile {profile.path}: components.layers (or model.n_layers) "
+                             f"is {layers!r} in its JSON; it must be the model's layer count")
+        self.layers = float(layers)
+        self.scale = float(comp.get("in_sequence_scale", 1.0))
+        if not self.scale > 0:
+            raise ValueError(f"profile {profile.path}: components.in_sequence_scale "
+                             f"{self.scale!r} must be > 0")
+        c = self.c
+        self.dense = _Line1(c.dense)
+        self.embed = _Line1(c.embed)
+        self.head = _Line1(c.head)
+        self.allreduce = _Line1(c.allreduce) if c.allreduce is not None else None
+        self.fixed_s = float(c.fixed.median.flat[0])
+        self.fixed_sig = float(c.fixed.sigma.flat[0])
+        g = c.prefill_attn
+        self.prefill = _Plane(_Axis(g.axes[0]), _Axis(g.axes[1]), _pad(g.median),
+                              _pad(g.sigma))
+        g = c.decode_attn
+        self.dax, self.kvax, self.rax = (_Axis(a) for a in g.axes)
+        self.dmed, self.dsig = _pad(g.median), _pad(g.sigma)
+        self.dmed_edge = g.median[-1]
+        self._lines: dict[int, _DecodeLine] = {}
+        self.filled_cells = 0
+        self.profile_sha256 = profile.sha256
+        self._init_extras(profile, step_overhead_s)
+
+    def _line(self, d: int) -> _DecodeLine:
+        line = self._lines.get(d)
+        if line is None:
+            line = self._lines[d] = _DecodeLine(self, d)
+        return line
+
+    def _decode(self, line: _DecodeLine, kv, spread, jitter_z):
+        """Decode-only step(s): floats or arrays, the same ops either way."""
+        if isinstance(kv, np.ndarray):
+            att, satt, out = line.plane.at_many(kv, spread)
+        else:
+            att, satt, out = line.plane.at(kv, spread)
+        per_layer = (line.dense + att) + line.ar
+        raw = self.layers * per_layer + line.once
+        t = raw * self.scale
+        if jitter_z is None:
+            return t, out
+        ws = self.layers * ((line.sdense * line.dense + satt * att) + line.sar * line.ar)
+        if isinstance(kv, np.ndarray):
+            sig = np.divide(ws + line.sonce, raw, out=np.zeros(len(raw)), where=raw > 0)
+        else:
+            sig = (ws + line.sonce) / raw if raw > 0 else 0.0
+        e = sig * jitter_z
+        if isinstance(kv, np.ndarray):
+            # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
+            return t * np.fromiter((math.exp(v) for v in e.tolist()), float, len(e)), out
+        return t * math.exp(e), out
+
+    def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
+        """Forward-pass time of one step in seconds (no overhead) and whether a component
+        left its measured grid. `jitter_z` (a standard normal) applies measured spread."""
+        c, d = shape.prefill_tokens, shape.decode_count
+        kv = float(shape.decode_kv_tokens)
+        kv_max = float(shape.decode_kv_max)
+        spread = kv_max / kv if kv_max > kv else 1.0
+        if c == 0:
+            t, out = self._decode(self._line(d), kv, spread, jitter_z)
+            return (t if t > 1e-9 else 1e-9), bool(out or self._line(d).out)
+        chunks = shape.chunks or ((c, shape.prior_tokens),)
+        tokens = c + d
+        logits = shape.logits if shape.logits >= 0 else d + len(chunks)
+        td, sd, out = self.dense.at(tokens)
+        pre = spre = 0.0
+        for length, prior in chunks:
+            tp, sp, o = self.prefill.at(float(length), float(prior))
+            pre += tp
+            spre += sp * tp
+            out = out or o
+        att = satt = 0.0
+        if d:
+            line = self._line(d)
+            att, satt, o = line.plane.at(kv, spread)
+            satt *= att
+            out = out or o or line.out
+        ar = sar = 0.0
+        if self.allreduce is not None:
+            ar, sar, o = self.allreduce.at(tokens)
+            out = out or o
+        te, se, o1 = self.embed.at(tokens)
+        th, sh, o2 = self.head.at(logits)
+        per_layer = ((td + pre) + att) + ar
+        raw = self.layers * per_layer + ((te + th) + self.fixed_s)
+        t = raw * self.scale
+        if jitter_z is not None:
+            ws = self.layers * (((sd * td + spre) + satt) + sar * ar)
+            ws += (se * te + sh * th) + self.fixed_sig * self.fixed_s
+            t *= math.exp((ws / raw if raw > 0 else 0.0) * jitter_z)
+        return (t if t > 1e-9 else 1e-9), bool(out or o1 or o2)
+
+    def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
+                       jitter_z: np.ndarray | None = None,
+                       kv_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Times of decode-only steps with `decode_count` decodes at mean contexts
+        `kv_tokens` and longest contexts `kv_max` (one entry per step; None: equal
+        contexts), and their out-of-grid flags; bit-identical to `step_s` per step."""
+        line = self._line(decode_count)
+        kv = np.asarray(kv_tokens, dtype=np.float64)
+        spread = np.ones(len(kv))
+        if kv_max is not None:
+            kv_max = np.asarray(kv_max, dtype=np.float64)
+            wide = kv_max > kv
+            spread[wide] = kv_max[wide] / kv[wide]
+        t, out = self._decode(line, kv, spread, jitter_z)
+        out = out | line.out
+        return np.maximum(t, 1e-9), out

@@ -1,0 +1,375 @@
+"""`sim profile --kind components`: time the components, fit the fixed cost, calibrate
+against whole-model steps, write `chunksim-components/1` (docs/profile-format.md).
+
+Order: the components on one layer (`profiler.components`); with `--tp N` each layer's
+all-reduces from the link model (`profiler.collective`); the fixed cost, fitted on small
+whole-model steps; the calibration sample, alone and back to back (`profiler.calibration`);
+the live loop's per-step overhead and the wake-up table, as for a whole-step profile.
+The whole model (of one shard's shapes) is needed for the fixed cost and the calibration
+only: where it does not fit the device, both are skipped and the JSON says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import hashlib
+import io
+import json
+import statistics
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from chunksim.atomic import write_bytes
+from chunksim.decoder.config import DTYPE_BYTES, ModelConfig, shard_config
+from chunksim.decoder.device import (
+    device_memory_bytes,
+    device_name,
+    free_cached,
+    synchronizer,
+)
+from chunksim.decoder.model import build_model
+from chunksim.latency.component_table import COLUMNS, FORMAT, KEYS
+from chunksim.latency.composed import ComponentModel
+from chunksim.latency.profile import Profile
+from chunksim.profiler.calibration import (
+    FIXED_PROBES,
+    SampleStep,
+    error_stats,
+    in_sequence_scale,
+    run_whole,
+    sample_steps,
+)
+from chunksim.profiler.collective import layer_allreduce_s
+from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
+from chunksim.profiler.components import LayerBench
+from chunksim.profiler.timing import Timing
+from chunksim.progress import ProgressBar
+
+CLOCKS = {"wall": time.perf_counter, "thread-cpu": time.thread_time}
+
+
+@dataclass(frozen=True)
+class ComponentSettings:
+    """Everything that defines one component profile run."""
+
+    model: ModelConfig
+    """The whole model's shapes (unsharded)."""
+    device: str
+    dtype: str
+    grid: ComponentGrid
+    out_csv: Path
+    threads: int | None = 1
+    seed: int = 0
+    tp: int = 1
+    """Tensor-parallel degree: components are timed at one shard's shapes."""
+    link: dict | None = None
+    """All-reduce cost model (`collective.link_settings`); None for tp 1."""
+    calibrate: bool = True
+    """Time the calibration sample (and fit the fixed cost on whole-model steps)."""
+    live_costs: bool = True
+    """Measure the live loop's per-step overhead and the wake-up table."""
+    memory_fraction: float = 0.9
+    clock: str = "wall"
+    """`wall` (perf_counter; what CUDA timing needs) or `thread-cpu` (the profiling thread's
+    CPU time: on a one-thread CPU run, what the work costs whatever else the machine runs;
+    the CLI's default on CPU). Components, fixed cost and calibration share it."""
+
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"--clock {self.clock!r}: use {' or '.join(CLOCKS)}")
+        if self.clock == "thread-cpu" and (self.device != "cpu" or self.threads != 1):
+            raise ValueError("--clock thread-cpu times one CPU thread's work: use it with "
+                             "--device cpu --threads 1")
+        if self.out_csv.suffix != ".csv":
+            raise ValueError(f"--out {str(self.out_csv)!r}: give the CSV path, ending in "
+                             f".csv (the JSON is written next to it)")
+        if self.tp > 1 and self.link is None:
+            raise ValueError("--tp > 1 needs a link model (collective.link_settings)")
+
+
+@dataclass
+class ComponentResult:
+    csv_path: Path
+    json_path: Path
+    meta: dict
+
+
+def run_components(s: ComponentSettings, show_progress: bool = True) -> ComponentResult:
+    """Measure, calibrate and write `s.out_csv` + its JSON."""
+    before = torch.get_num_threads()
+    if s.device == "cpu":
+        torch.set_num_threads(s.threads or 1)
+    try:
+        return _run(s, show_progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _axes(s: ComponentSettings, shard: ModelConfig) -> dict:
+    """The grid's axes inside the model's positions (each product stays rectangular)."""
+    g, cap = s.grid, shard.max_position
+    chunks = tuple(c for c in g.chunk_len if c < cap)
+    priors = tuple(p for p in g.prior_len if p + max(chunks) <= cap)
+    kvs = tuple(k for k in g.kv_len if int(round(k * max(g.spreads))) + 1 <= cap)
+    tokens = tuple(t for t in g.tokens if t <= cap)
+    embed = tuple(t for t in tokens if t == 1 or t == tokens[-1] or (t & (t - 1)) == 0
+                  and t >= 16)
+    return {"tokens": tokens, "embed": embed, "chunk_len": chunks, "prior_len": priors,
+            "decode_count": g.decode_count, "kv_len": kvs, "spreads": g.spreads,
+            "logits": g.logits}
+
+
+def _row(component: str, t: Timing, **keys) -> dict:
+    row = dict.fromkeys(COLUMNS[1:8], 0)
+    row.update(keys)
+    return {"component": component, **row, "median_s": t.median_s, "p10_s": t.p10_s,
+            "p90_s": t.p90_s, "mean_s": t.mean_s, "repeats": t.repeats}
+
+
+def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
+    started = time.perf_counter()
+    dtype = getattr(torch, s.dtype)
+    sync = synchronizer(s.device)
+    shard = shard_config(s.model, s.tp)
+    axes = _axes(s, shard)
+    g = s.grid
+    timing = {"warmup": g.warmup, "repeats": g.repeats, "point_budget_s": g.point_budget_s,
+              "point_min_s": g.point_min_s, "clock": CLOCKS[s.clock]}
+    decode_points = [(d, k, r, lens) for d in axes["decode_count"] for k in axes["kv_len"]
+                     for r in axes["spreads"]
+                     if (lens := decode_lengths(d, k, r)) is not None]
+    work = ([("dense", t) for t in axes["tokens"]] + [("embed", t) for t in axes["embed"]]
+            + [("prefill_attn", (c, p)) for c in axes["chunk_len"] for p in axes["prior_len"]]
+            + [("decode_attn", p) for p in decode_points]
+            + [("head", n) for n in axes["logits"]])
+    rows: list[dict] = []
+    with torch.inference_mode():
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing)
+        with ProgressBar("components", total=len(work), enabled=show_progress) as bar:
+            for name, key in work:
+                bar.describe(f"{name} {key if name != 'decode_attn' else key[:3]}")
+                if name == "dense":
+                    rows.append(_row(name, bench.dense(key), tokens=key))
+                elif name == "embed":
+                    rows.append(_row(name, bench.embed(key), tokens=key))
+                elif name == "prefill_attn":
+                    rows.append(_row(name, bench.prefill_attn(*key), chunk_len=key[0],
+                                     prior_len=key[1]))
+                elif name == "decode_attn":
+                    d, k, _, lens = key
+                    rows.append(_row(name, bench.decode_attn(lens), decode_count=d,
+                                     kv_len=k, kv_max=max(lens)))
+                else:
+                    rows.append(_row(name, bench.head(key), logits=key))
+                bar.advance()
+        bench.close()
+        del bench
+        gc.collect()
+        free_cached(s.device)
+    if s.tp > 1:
+        width = DTYPE_BYTES[s.dtype]
+        for t in axes["tokens"]:
+            sec = layer_allreduce_s(t, shard.hidden_size, width, s.tp, s.link)
+            rows.append(_row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
+
+    calibration, fixed_s, scale = _calibrate(s, shard, rows, dtype, sync, timing,
+                                             show_progress)
+    rows.append(_row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
+
+    overhead, wake_up = ({"median_s": 0.0}, None)
+    if s.live_costs:
+        overhead, wake_up = _live_costs(s, shard)
+    dev_name = device_name(s.device)
+    meta = {
+        "format": FORMAT,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": s.device, "device_name": dev_name,
+        "device_memory_bytes": device_memory_bytes(s.device),
+        "dtype": s.dtype,
+        "threads": s.threads if s.device == "cpu" else None,
+        "torch_version": torch.__version__,
+        "clock": s.clock,
+        "model": _model_entry(s.model),
+        "weights_bytes": s.model.weights_bytes(s.dtype) // s.tp,
+        "kv_bytes_per_token": shard.kv_bytes_per_token(s.dtype),
+        "step_overhead_s": overhead["median_s"],
+        "step_overhead": overhead,
+        "wake_up": wake_up,
+        "components": {"layers": s.model.n_layers, "timed_layers": 1,
+                       "in_sequence_scale": scale, "tp": s.tp, "link": s.link,
+                       "shard": {k: getattr(shard, k) for k in (
+                           "n_heads", "n_kv_heads", "intermediate_size", "vocab_size")},
+                       "grid": g.as_dict()},
+        "calibration": calibration,
+        "seed": s.seed,
+        "elapsed_s": round(time.perf_counter() - started, 3),
+    }
+    meta = write_components(s.out_csv, rows, meta)
+    return ComponentResult(s.out_csv, s.out_csv.with_suffix(".json"), meta)
+
+
+def _model_entry(cfg: ModelConfig) -> dict:
+    d = cfg.as_dict()
+    head = {k: d.pop(k) for k in ("name", "n_layers", "hidden_size", "n_heads", "n_kv_heads",
+                                  "head_dim", "intermediate_size", "vocab_size", "max_position")}
+    return {**head, **d}
+
+
+def composed_model(rows: list[dict], layers: int, fixed_s: float = 0.0,
+                   scale: float = 1.0, allreduce: bool = False) -> ComponentModel:
+    """The latency model of these rows (in memory), as `sim run` would load it."""
+    keep = [r for r in rows if allreduce or r["component"] != "allreduce"]
+    keep = [r for r in keep if r["component"] != "fixed"]
+    keep.append(_row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
+    table = pd.DataFrame(keep, columns=list(COLUMNS))
+    prov = {"format": FORMAT, "components": {"layers": layers, "in_sequence_scale": scale}}
+    return ComponentModel(Profile(table, prov, "(in memory)", "", kind="components"), 0.0)
+
+
+def _predict(model: ComponentModel, steps: list[SampleStep]) -> list[float]:
+    return [model.step_s(st.shape())[0] for st in steps]
+
+
+def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype, sync,
+               timing: dict, show_progress: bool) -> tuple[dict | None, float, float]:
+    """(calibration entry, fixed cost s, in-sequence scale)."""
+    full = replace(shard, n_layers=s.model.n_layers)
+    steps = sample_steps(s.grid, s.grid.calibration_steps, s.seed, full.max_position)
+    need = (full.weights_bytes(s.dtype)
+            + full.kv_bytes_per_token(s.dtype) * _pool_tokens(steps + list(FIXED_PROBES)))
+    budget = s.memory_fraction * device_memory_bytes(s.device)
+    if not s.calibrate:
+        return {"skipped": "--no-calibrate"}, 0.0, 1.0
+    if need > budget:
+        return ({"skipped": f"the whole model ({full.weights_bytes(s.dtype) / 2**30:.1f} GiB "
+                            f"of weights per shard) and the sample's KV do not fit "
+                            f"{s.memory_fraction:.0%} of the device; fixed cost not fitted"},
+                0.0, 1.0)
+    layers = s.model.n_layers
+    with ProgressBar("calibration", total=3, enabled=show_progress) as bar:
+        model = build_model(full, s.device, dtype, seed=s.seed)
+        bar.describe("fixed cost")
+        probes, _ = run_whole(model, list(FIXED_PROBES), s.device, dtype, s.seed, sync,
+                              timing, 0)
+        bar.advance()
+        bare = composed_model(rows, layers)
+        fixed_s = max(0.0, statistics.median(
+            m - p for m, p in zip(probes, _predict(bare, list(FIXED_PROBES)), strict=True)))
+        bar.describe(f"{len(steps)} whole steps, alone and in sequence")
+        alone, seq = run_whole(model, steps, s.device, dtype, s.seed, sync, timing,
+                               s.grid.sequence_rounds)
+        bar.advance(2)
+    del model
+    gc.collect()
+    free_cached(s.device)
+    drift = _drift(s, shard, rows, dtype, sync, timing)
+    kinds = [st.kind for st in steps]
+    predicted = _predict(composed_model(rows, layers, fixed_s), steps)
+    scale, ratio = in_sequence_scale(alone, seq)
+    entry = {
+        "steps": len(steps),
+        "alone": error_stats(kinds, predicted, alone),
+        "in_sequence": error_stats(kinds, [p * scale for p in predicted], seq),
+        "in_sequence_ratio": ratio,
+        "drift": drift,
+        "alone_drift_corrected": error_stats(kinds, [p * drift["factor"] for p in predicted],
+                                             alone),
+        "fixed_fit": {"probes": [p.as_list() for p in FIXED_PROBES],
+                      "whole_s": probes},
+        "sample": [{"kind": st.kind, "step": st.as_list(), "predicted_s": p,
+                    "alone_s": a, "in_sequence_s": q}
+                   for st, p, a, q in zip(steps, predicted, alone, seq, strict=True)],
+        "note": ("tensor-parallel: the whole steps run one shard's compute; all-reduces "
+                 "are modelled, not in the calibration" if s.tp > 1 else None),
+    }
+    return entry, fixed_s, scale
+
+
+DRIFT_POINTS = (("dense", 1), ("dense", 256), ("head", 16), ("prefill_attn", (256, 256)),
+                ("decode_attn", (16, 256)))
+"""Component points re-timed after the calibration: how far the machine's speed moved."""
+
+
+def _drift(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype, sync,
+           timing: dict) -> dict:
+    """Re-time a few component points after the whole steps; `factor` = median of now /
+    table (1: the machine ran as fast as when the components were timed)."""
+    table = {}
+    for r in rows:
+        key = {"dense": r["tokens"], "head": r["logits"],
+               "prefill_attn": (r["chunk_len"], r["prior_len"]),
+               "decode_attn": (r["decode_count"], r["kv_len"]) if r["kv_max"] == r["kv_len"]
+               else None}.get(r["component"])
+        table[(r["component"], key)] = r["median_s"]
+    ratios = []
+    with torch.inference_mode():
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing)
+        for name, key in DRIFT_POINTS:
+            old = table.get((name, key))
+            if old is None or not old > 0:
+                continue
+            if name == "dense":
+                t = bench.dense(key)
+            elif name == "head":
+                t = bench.head(key)
+            elif name == "prefill_attn":
+                t = bench.prefill_attn(*key)
+            else:
+                t = bench.decode_attn([key[1]] * key[0])
+            ratios.append(t.median_s / old)
+        bench.close()
+    factor = statistics.median(ratios) if ratios else 1.0
+    return {"factor": round(factor, 4), "ratios": [round(r, 4) for r in ratios]}
+
+
+def _pool_tokens(steps: list[SampleStep]) -> int:
+    chunks = max((len(st.chunks) for st in steps), default=1)
+    chunk_cap = max((n + p for st in steps for n, p, _ in st.chunks), default=1)
+    dec = max((len(st.decodes) for st in steps), default=1)
+    dec_cap = max((c + 1 for st in steps for c in st.decodes), default=1)
+    return chunks * chunk_cap + dec * dec_cap
+
+
+def _live_costs(s: ComponentSettings, shard: ModelConfig) -> tuple[dict, dict | None]:
+    """The live loop's per-step overhead fit and the wake-up table (`profiler.run`'s),
+    on one shard's whole model."""
+    from chunksim.profiler.grid import PRESETS
+    from chunksim.profiler.run import ProfileSettings, _measure_cold_costs, _measure_overhead
+
+    full = replace(shard, n_layers=s.model.n_layers)
+    ps = ProfileSettings(model=full, device=s.device, dtype=s.dtype, grid=PRESETS["quick"],
+                         out_csv=s.out_csv, threads=s.threads, seed=s.seed)
+    overhead = _measure_overhead(ps)
+    wake_up, _ = _measure_cold_costs(ps)
+    return overhead, wake_up
+
+
+def csv_bytes(rows: list[dict]) -> bytes:
+    """The table: header, rows by component (docs order), then by their keys."""
+    order = {k: i for i, k in enumerate(KEYS)}
+    rows = sorted(rows, key=lambda r: (order[r["component"]],
+                                       *(r[c] for c in COLUMNS[1:8])))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for r in rows:
+        w.writerow([r["component"], *(int(r[c]) if float(r[c]).is_integer() else r[c]
+                                      for c in COLUMNS[1:8]),
+                    *(repr(float(r[c])) for c in COLUMNS[8:12]), int(r["repeats"])])
+    return buf.getvalue().encode()
+
+
+def write_components(out_csv: Path, rows: list[dict], meta: dict) -> dict:
+    """Write NAME.csv and NAME.json atomically (CSV first); returns the JSON written."""
+    data = csv_bytes(rows)
+    meta = {"format": FORMAT, "content_sha256": hashlib.sha256(data).hexdigest(), **meta,
+            "points": len(rows)}
+    write_bytes(out_csv, data)
+    write_bytes(out_csv.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+    return meta

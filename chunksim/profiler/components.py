@@ -1,0 +1,110 @@
+"""Time a step's components on one decoder layer at the model's real (or sharded) shapes.
+
+`LayerBench` holds a one-layer model of the shapes being profiled (the layer's weights,
+the embedding and the LM head, never the whole model) and times, each with the
+profiler's warm-up-and-repeat `measure`:
+
+- `dense(T)`: `Block.dense_in` + `Block.dense_out` on T tokens (attention stood in by q);
+- `prefill_attn(L, c)`: `attend` of one chunk of L tokens over c cached ones;
+- `decode_attn(D, lengths)`: `attend` of D decodes at the given contexts, adjacent slots
+  of one pool (the live loop's decode group, padded and masked when lengths differ);
+- `embed(T)`: `LlamaModel.embed_step`; `head(n)`: `LlamaModel.head_step` on n rows.
+
+The closures run exactly the model code a whole forward pass runs, so the composition
+prices the same kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from chunksim.decoder.attention import attend, sdpa_kernels
+from chunksim.decoder.config import ModelConfig
+from chunksim.decoder.kv import KVPool
+from chunksim.decoder.model import build_model
+from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step
+from chunksim.profiler.timing import Timing, measure
+
+
+class LayerBench:
+    """A one-layer model of `cfg`'s shapes and reusable KV pools, on `device`."""
+
+    def __init__(self, cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int,
+                 sync: Callable[[], None], timing: dict) -> None:
+        from dataclasses import replace
+
+        self.cfg = replace(cfg, n_layers=1)
+        self.device, self.dtype, self.seed, self.sync = device, dtype, seed, sync
+        self.timing = timing
+        self.model = build_model(self.cfg, device, dtype, seed=seed)
+        self.block = self.model.layers[0]
+        self.pools: dict[str, KVPool] = {}
+        self.gen = torch.Generator(device=device).manual_seed(seed)
+
+    def _pool(self, name: str, slots: int, capacity: int) -> KVPool:
+        cur = self.pools.get(name)
+        if cur is None or not cur.fits(slots, capacity):
+            if cur is not None:
+                slots, capacity = max(slots, cur.slots), max(capacity, cur.capacity_tokens)
+                del self.pools[name], cur
+            self.pools[name] = KVPool(self.cfg, slots, capacity, self.device, self.dtype,
+                                      fill_seed=self.seed)
+        return self.pools[name]
+
+    def _rand(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.gen, device=self.device).to(self.dtype)
+
+    def _time(self, fn: Callable[[], object]) -> Timing:
+        t = self.timing
+        with sdpa_kernels(self.model.sdpa_backends if self.device == "cuda" else None):
+            return measure(fn, t["warmup"], t["repeats"], self.sync, min_repeats=3,
+                           budget_s=t["point_budget_s"], min_timed_s=t["point_min_s"],
+                           clock=t["clock"])
+
+    def _step(self, seqs: list[SeqSlice], pools: list[KVPool]):
+        return prepare_step(StepBatch(tuple(seqs)), pools, self.device)
+
+    def _chunk_step(self, tokens: int, prior: int = 0):
+        pool = self._pool("chunk", 1, prior + tokens)
+        return self._step([SeqSlice(0, prior, tokens)], [pool]), [pool]
+
+    def dense(self, tokens: int) -> Timing:
+        step, pools = self._chunk_step(tokens)
+        x = self._rand(tokens, self.cfg.hidden_size)
+        _, cos, sin = self.model.embed_step(torch.zeros(tokens, dtype=torch.long,
+                                                        device=self.device), step)
+        block = self.block
+        return self._time(lambda: block.dense_out(x, block.dense_in(0, x, cos, sin, step,
+                                                                    pools)))
+
+    def prefill_attn(self, chunk: int, prior: int) -> Timing:
+        step, pools = self._chunk_step(chunk, prior)
+        q = self._rand(chunk, self.cfg.n_heads, self.cfg.head_dim)
+        return self._time(lambda: attend(0, q, step, pools))
+
+    def decode_attn(self, lengths: list[int]) -> Timing:
+        pool = self._pool("decode", len(lengths), max(lengths) + 1)
+        step = self._step([SeqSlice(i, c, 1) for i, c in enumerate(lengths)], [pool])
+        q = self._rand(len(lengths), self.cfg.n_heads, self.cfg.head_dim)
+        return self._time(lambda: attend(0, q, step, [pool]))
+
+    def embed(self, tokens: int) -> Timing:
+        step, _ = self._chunk_step(tokens)
+        ids = torch.randint(0, self.cfg.vocab_size, (tokens,), generator=self.gen,
+                            device=self.device)
+        return self._time(lambda: self.model.embed_step(ids, step))
+
+    def head(self, logits: int) -> Timing:
+        # `logits` sequences, one token each: the head reads one row per sequence
+        n = max(logits, 1)
+        pool = self._pool("decode", n, 2)
+        seqs = [SeqSlice(i, 0, 1, needs_logits=i < logits) for i in range(n)]
+        step = self._step(seqs, [pool])
+        x = self._rand(n, self.cfg.hidden_size)
+        return self._time(lambda: self.model.head_step(x, step))
+
+    def close(self) -> None:
+        self.pools.clear()
+        del self.model, self.block
