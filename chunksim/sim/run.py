@@ -15,6 +15,7 @@ from chunksim.latency.model import LatencyModel
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
+from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
 
 _E = "Engine and KV cache"
@@ -63,6 +64,8 @@ class RunConfig:
                                 panel=_E)
     """vLLM V1 automatic prefix caching: cached full blocks cost no budget, freed blocks
     stay cached (LRU) so preempted requests re-prefill cheaply."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """Replicas and router, or P/D pools (default: one engine)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.knobs, tuple):  # a mapping given: normalize, hashable
@@ -115,16 +118,19 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
     return blocks
 
 
-def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimResult, dict]:
-    """Run one configuration; returns the records and the summary dict."""
+def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig):
+    """(device name, latency model, KV config) of one engine of this configuration."""
     device = profile.provenance.get("device_name")
-    policy = cfg.make_policy(device)
     latency = LatencyModel(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
-    engine = Engine(workload, policy, latency, kv, cfg.engine)
-    result = engine.run()
+    return device, latency, kv
+
+
+def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
+                  latency: LatencyModel, device: str | None) -> dict:
+    """The summary of a run's records (its meta completed with the profile's facts)."""
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
                 profile_filled_cells=latency.filled_cells,
@@ -134,7 +140,19 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimR
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
-    return result, summary
+    return summary
+
+
+def simulate(workload: Workload, profile: Profile, cfg: RunConfig) -> tuple[SimResult, dict]:
+    """Run one configuration; returns the records and the summary dict."""
+    if cfg.fleet.active:
+        from chunksim.sim.fleet_run import simulate_fleet
+
+        return simulate_fleet(workload, profile, cfg)
+    device, latency, kv = engine_parts(workload, profile, cfg)
+    engine = Engine(workload, cfg.make_policy(device), latency, kv, cfg.engine)
+    result = engine.run()
+    return result, summarize_run(result, profile, cfg, latency, device)
 
 
 def write_outputs(out_dir: str | Path, result: SimResult, summary: dict) -> None:

@@ -131,6 +131,9 @@ class WorkloadOptions:
     """Generic trace: traffic class column."""
     priority_column: str | None = knob(None, "--priority-column", panel=_T)
     """Generic trace: integer priority column (lower runs first)."""
+    conversation_column: str | None = knob(None, "--conversation-column", panel=_T)
+    """Generic trace: conversation (session) id column, for `--router conversation`
+    (BurstGPT's Session ID is read as one)."""
     trace_model: str | None = knob(None, "--trace-model", panel=_T)
     """BurstGPT: keep only this Model's rows (e.g. ChatGPT, GPT-4)."""
     start_s: float = knob(0.0, "--start", panel=_T, min=0.0)
@@ -215,6 +218,7 @@ def trace_options(opts: WorkloadOptions) -> TraceOptions:
         output_column=opts.output_column,
         class_column=opts.class_column,
         priority_column=opts.priority_column,
+        conversation_column=opts.conversation_column,
         model=opts.trace_model,
         start_s=opts.start_s,
         duration_s=opts.duration_s,
@@ -248,6 +252,7 @@ _TRACE_ONLY = (
     "time_column",
     "class_column",
     "priority_column",
+    "conversation_column",
     "trace_model",
     "speedup",
 )

@@ -45,6 +45,8 @@ class TraceOptions:
     """Generic: optional traffic class column -> `RequestSpec.request_class`."""
     priority_column: str | None = None
     """Generic: optional integer priority column -> `RequestSpec.priority`."""
+    conversation_column: str | None = None
+    """Generic: optional conversation (session) id column -> `RequestSpec.conversation_id`."""
     model: str | None = None
     """BurstGPT: keep only rows whose `Model` equals this (e.g. `ChatGPT`, `GPT-4`)."""
     start_s: float = 0.0

@@ -52,7 +52,8 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
         opts.prompt_column or DEFAULT_PROMPT: "--prompt-column",
         opts.output_column or DEFAULT_OUTPUT: "--output-column",
     }
-    flags = ((opts.class_column, "--class-column"), (opts.priority_column, "--priority-column"))
+    flags = ((opts.class_column, "--class-column"), (opts.priority_column, "--priority-column"),
+             (opts.conversation_column, "--conversation-column"))
     optional = {c: flag for c, flag in flags if c is not None}
     wanted = {**cols, **optional}
     tcol, pcol, ocol = list(cols)
@@ -74,6 +75,10 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
     priority = None
     if opts.priority_column is not None:
         priority = _int_column(path, get[opts.priority_column], lines, opts.priority_column)
+    conversations = None
+    if opts.conversation_column is not None:
+        conversations = [str(v) if v not in ("", None) else None
+                         for v in get[opts.conversation_column]]
     raw = RawTrace(
         str(path),
         "generic",
@@ -83,6 +88,7 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
         lines,
         request_class=classes,
         priority=priority,
+        conversation_id=conversations,
         rows_read=len(lines),
     )
     notes = [f"{blanks} blank line(s) skipped"] if blanks else []

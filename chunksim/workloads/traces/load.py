@@ -22,6 +22,10 @@ from chunksim.workloads.traces.transform import (
     windowed,
 )
 
+_NEWER = ("conversation_column",)
+"""Options echoed into the workload's params only when set (summaries written before they
+existed stay as they were)."""
+
 
 def detect_format(path: Path) -> TraceFormat:
     """Azure, BurstGPT or Mooncake from the header / first object; generic otherwise
@@ -100,7 +104,8 @@ def load_trace(path: str | Path, opts: TraceOptions | None = None) -> Workload:
         "generator": "trace",
         "path": str(path),
         "rows_read": n_read,
-        **{k: (v.value if isinstance(v, Enum) else v) for k, v in opts.__dict__.items()},
+        **{k: (v.value if isinstance(v, Enum) else v) for k, v in opts.__dict__.items()
+           if not (k in _NEWER and v is None)},
         "format": raw.format,  # the format actually read, also when auto-detected
     }
     return workload_from_arrays(
@@ -111,6 +116,7 @@ def load_trace(path: str | Path, opts: TraceOptions | None = None) -> Workload:
         prefix_hashes=raw.prefix_hashes,
         request_class=raw.request_class,
         priority=raw.priority,
+        conversation_id=raw.conversation_id,
         prefix_block_tokens=raw.prefix_block_tokens,
         notes=raw.notes,
         params=params,
