@@ -303,7 +303,111 @@ def test_fleet_outputs_carry_the_replica(tmp_path):
     (["--pd", "0:2"], "--pd '0:2': give P:D"),
     (["--pd", "2"], "--pd '2': give P:D"),
     (["--replicas", "2", "--kv-link", "ib-400g"], "only apply to --pd"),
+    (["--replicas", "2", "--pd", "1:1"], "both size the fleet"),
+    (["--pd", "1:1", "--decode-router", "nearest"], "--decode-router 'nearest' is unknown"),
+    (["--pd", "1:1", "--kv-link", "carrier-pigeon"], "--kv-link 'carrier-pigeon' is unknown"),
+    (["--pd", "1:1", "--kv-link-gbps", "0"], "--kv-link-gbps 0.0: must be"),
 ])
 def test_bad_fleet_input_gets_a_clear_error(args, message):
     res = RUNNER.invoke(app, ["run", "-n", "5", *args])
     assert isinstance(res.exception, ValueError) and message in str(res.exception), res.output
+
+
+# ------------------------------------------------------------------ P/D disaggregation
+def test_a_lone_request_under_pd_pays_its_prefill_then_transfer_plus_one_decode(
+        linear_profile):
+    from chunksim.core.shape import StepShape
+    from chunksim.latency.model import LatencyModel
+
+    prompt = 3000
+    w = build([(0.25, prompt, 4)])
+    cfg = replace(config("budget", None, 1024, 4, 1000), fleet=FleetConfig(
+        pd="1:1", kv_link="ib-400g"))
+    res, s = simulate(w, linear_profile, cfg)
+    r = res.requests.iloc[0]
+    pre = res.steps[res.steps.replica == 0]
+    dec = res.steps[res.steps.replica == 1]
+    # TTFT: its prefill steps (3 chunks of <= 1024 tokens), back to back from its arrival
+    assert list(pre.prefill_tokens) == [1024, 1024, 952]
+    assert r.first_token_s - r.arrival_s == pytest.approx(pre.duration_s.sum(), abs=1e-12)
+    assert r.first_token_s == pre.start_s.iloc[-1] + pre.duration_s.iloc[-1]
+    # the transfer: prompt KV bytes over 400 Gb/s plus 5 us
+    transfer = r.kv_transfer_s
+    assert transfer == pytest.approx(prompt * 2048 / (400e9 / 8) + 5e-6, rel=1e-12)
+    assert r.kv_bytes == prompt * 2048
+    assert s["kv_transfer"]["transfers"] == 1
+    assert s["kv_transfer"]["kv_bytes_moved"] == prompt * 2048
+    # the decode instance starts the moment the KV lands, and its first step is a decode
+    # priced as the profile prices one decode at context `prompt`
+    first = dec.iloc[0]
+    assert first.start_s == r.first_token_s + transfer
+    assert (first.decodes, first.prefill_tokens) == (1, 0)
+    lat = LatencyModel(linear_profile)
+    shape = StepShape(0, 0, 0.0, 1, float(prompt), False)
+    one_decode = sum(lat.step_s(b, None)[0] for b in shape.batch_shapes()) + lat.overhead(1)
+    assert first.duration_s == one_decode
+    gaps = np.sort(res.itl_s)
+    assert gaps[-1] == pytest.approx(transfer + one_decode, rel=0, abs=1e-15)
+    assert r.max_itl_s == gaps[-1]
+    assert (r.generated_tokens, r.prefill_replica, r.decode_replica) == (4, 0, 0)
+    assert len(dec) == 3  # tokens 2, 3, 4
+
+
+PD_ST = st.sampled_from(["1:1", "1:2", "2:1", "2:3"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 3000), st.integers(1, 60)),
+                     min_size=1, max_size=30),
+       pd_=PD_ST, router=ROUTER_ST, drouter=ROUTER_ST, kv_blocks=st.integers(40, 300),
+       caching=st.booleans(), prefixed=st.booleans(), link=st.sampled_from(
+           ["nvlink", "pcie-gen5"]))
+def test_pd_loses_and_repeats_nothing(linear_profile, reqs, pd_, router, drouter, kv_blocks,
+                                      caching, prefixed, link):
+    w = conversations(build(reqs, prefixed))
+    cfg = replace(config("budget", None, 256, 4, kv_blocks, caching=caching),
+                  fleet=FleetConfig(pd=pd_, router=router, decode_router=drouter,
+                                    kv_link=link))
+    res, s = simulate(w, linear_profile, cfg)
+    r = res.requests
+    p, d = map(int, pd_.split(":"))
+    assert s["completed"] + s["rejected"] == len(w)
+    done = r[~r.rejected]
+    assert (done.generated_tokens == done.output_tokens).all()
+    # a request leaves its prefill instance iff it wants more than one token
+    multi = done.output_tokens > 1
+    assert ((done.decode_replica >= 0) == multi).all()
+    assert done.prefill_replica.between(0, p - 1).all()
+    assert done.decode_replica[multi].between(0, d - 1).all()
+    assert (done.kv_bytes[multi] == done.prompt_tokens[multi] * 2048).all()
+    # every token computed once per round, by the prefill or the decode instance
+    assert (done.computed_tokens + done.cached_tokens
+            == done.prompt_tokens + done.output_tokens - 1 + done.recomputed_tokens).all()
+    assert int(res.steps.tokens_emitted.sum()) == int(done.output_tokens.sum())
+    assert int(res.steps.prefill_tokens.sum() + res.steps.decodes.sum()) == int(
+        r.computed_tokens.sum())
+    # prefill instances never decode; the second token comes after the transfer lands
+    assert res.steps[res.steps.replica < p].decodes.sum() == 0
+    assert len(res.itl_s) == int((done.output_tokens - 1).sum())
+    assert (done.max_itl_s[multi] >= done.kv_transfer_s[multi]).all()
+    assert res.steps.kv_blocks_used.max() <= kv_blocks
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(st.tuples(st.floats(0, 0.2), st.integers(1, 3000), st.integers(1, 60)),
+                     min_size=1, max_size=30),
+       pd_=PD_ST, drouter=ROUTER_ST, kv_blocks=st.integers(40, 400), jitter=st.booleans(),
+       caching=st.booleans())
+def test_pd_fast_forward_changes_nothing(linear_profile, reqs, pd_, drouter, kv_blocks, jitter,
+                                         caching):
+    w = conversations(build(reqs))
+    runs = []
+    for ff in (True, False):
+        cfg = replace(config("budget", None, 512, 4, kv_blocks, jitter, ff=ff, caching=caching),
+                      fleet=FleetConfig(pd=pd_, router="least-tokens", decode_router=drouter))
+        runs.append(simulate(w, linear_profile, cfg)[0])
+    a, b = runs
+    pd.testing.assert_frame_equal(a.requests, b.requests, rtol=1e-12)
+    np.testing.assert_allclose(a.steps.start_s, b.steps.start_s, rtol=1e-12)
+    pd.testing.assert_frame_equal(a.steps[["replica", "decodes", "prefill_tokens"]],
+                                  b.steps[["replica", "decodes", "prefill_tokens"]])

@@ -181,12 +181,18 @@ class Fleet:
             self.advance(max(env.now, t))
 
     # ------------------------------------------------------------------ run
-    def run(self) -> list[SimResult]:
-        env = simpy.Environment()
+    def start(self, env: simpy.Environment) -> None:
         env.process(self._router(env))  # created first, as a lone engine's arrivals
         for r, rep in enumerate(self.replicas):
             rep.engine.start(env, rep.inbox, noise_key=r if r else None)
-        env.run()
+
+    def results(self) -> list[SimResult]:
         if self.delivered < self.n:
             raise RuntimeError("fleet stopped with requests not delivered (a bug)")
         return [rep.engine.result() for rep in self.replicas]
+
+    def run(self) -> list[SimResult]:
+        env = simpy.Environment()
+        self.start(env)
+        env.run()
+        return self.results()

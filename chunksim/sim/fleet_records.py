@@ -68,3 +68,47 @@ def replica_rows(results: list[SimResult], dest: np.ndarray, duration_s: float,
                                     if len(res.steps) else 0),
         })
     return rows
+
+
+def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult],
+             ddest: np.ndarray, transfer_s: np.ndarray, kv_bytes: np.ndarray,
+             output_tokens: np.ndarray) -> SimResult:
+    """One run's records from a P/D fleet's: each request's prefill-instance row (TTFT)
+    and decode-instance row (the rest), with `prefill_replica`, `decode_replica` (-1:
+    none, a one-token request or one rejected before), `kv_transfer_s`, `kv_bytes`. Steps
+    number the instances prefill first: replica P + j is decode instance j."""
+    p = merge_results(prefill, pdest)
+    has_d = ddest >= 0
+    d = merge_results(decode, np.where(has_d, ddest, 0)) if decode else None
+    req = p.requests.drop(columns="replica")
+    req["output_tokens"] = output_tokens
+    if d is not None:
+        dr = d.requests
+        for col in ("finish_s", "generated_tokens", "max_itl_s"):
+            req[col] = np.where(has_d, dr[col], req[col])
+        for col in ("computed_tokens", "recomputed_tokens", "cached_tokens", "preemptions"):
+            req[col] = req[col] + np.where(has_d, dr[col], 0)
+        rej = has_d & dr["rejected"].to_numpy()
+        req["rejected"] = req["rejected"].to_numpy() | rej
+        req["reject_reason"] = np.where(rej, dr["reject_reason"], req["reject_reason"])
+    req["prefill_replica"] = pdest
+    req["decode_replica"] = ddest
+    req["kv_transfer_s"] = transfer_s
+    req["kv_bytes"] = kv_bytes
+    steps = merge_steps([r.steps for r in prefill] + [r.steps for r in decode])
+    itl = np.concatenate([r.itl_s for r in prefill + decode])
+    by_class = {c: np.concatenate([r.itl_by_class_s[c] for r in prefill + decode])
+                for c in prefill[0].itl_by_class_s}
+    meta = merged_meta([r.meta for r in prefill + decode])
+    return SimResult(req, steps, itl, meta, by_class)
+
+
+def transfer_stats(transfer_s: np.ndarray, kv_bytes: np.ndarray) -> dict:
+    """KV handoffs of a P/D run: count, bytes moved, transfer time percentiles (ms)."""
+    t = transfer_s[np.isfinite(transfer_s)] * 1000.0
+    out = {"transfers": len(t), "kv_bytes_moved": int(kv_bytes.sum())}
+    if len(t):
+        out.update(mean_transfer_ms=float(t.mean()), median_transfer_ms=float(np.median(t)),
+                   p99_transfer_ms=float(np.percentile(t, 99)),
+                   max_transfer_ms=float(t.max()))
+    return out
