@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_properties import build, config
 from typer.testing import CliRunner
@@ -357,6 +357,12 @@ PD_ST = st.sampled_from(["1:1", "1:2", "2:1", "2:3"])
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# found exploring: a request that fits the prefill instance but no decode instance was
+# prefilled, then dropped; it is now refused on arrival
+@example(reqs=[(0.0, 582, 60)], pd_="1:1", router="round-robin", drouter="round-robin",
+         kv_blocks=40, caching=False, prefixed=False, link="nvlink")
+@example(reqs=[(0.0, 641, 1)], pd_="1:1", router="round-robin", drouter="round-robin",
+         kv_blocks=40, caching=False, prefixed=False, link="nvlink")
 @given(reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 3000), st.integers(1, 60)),
                      min_size=1, max_size=30),
        pd_=PD_ST, router=ROUTER_ST, drouter=ROUTER_ST, kv_blocks=st.integers(40, 300),
@@ -390,7 +396,7 @@ def test_pd_loses_and_repeats_nothing(linear_profile, reqs, pd_, router, drouter
     assert res.steps[res.steps.replica < p].decodes.sum() == 0
     assert len(res.itl_s) == int((done.output_tokens - 1).sum())
     assert (done.max_itl_s[multi] >= done.kv_transfer_s[multi]).all()
-    assert res.steps.kv_blocks_used.max() <= kv_blocks
+    assert (res.steps.kv_blocks_used <= kv_blocks).all()
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -122,6 +122,7 @@ class Engine:
         self.idle_s = 0.0  # length of the engine's last idle wait
         self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
         self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
+        self.step_s = 0.0  # duration of the last step run one by one
         if inbox is None:
             env.process(self._arrivals(env))
         env.process(self._engine(env))
@@ -190,7 +191,7 @@ class Engine:
             # overhead after an idle wait slows by about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
-        self.busy_until = start + dur
+        self.busy_until, self.step_s = start + dur, dur
         yield env.timeout(dur)
         c.end_step(plan, shape, start, env.now, out, dur)
 
@@ -222,6 +223,8 @@ class Engine:
         bs = c.kv.block_size
         arrival = c.next_arrival_s
         read = c.inbox.next_read_s()
+        if read is not None and read - now < self.step_s:
+            return False  # the first step would likely cross the read: just step
         first_segment = True
         budget = _MAX_BULK_STEPS
         while True:

@@ -103,6 +103,7 @@ class Fleet:
         # with one replica there is nothing to choose: no read can change a choice
         self.reads_state = router.reads_state and len(engines) > 1
         self.advancing = False
+        self.gate = None  # spec -> why the fleet refuses it (None: deliver), e.g. P/D
         if self.reads_state:
             self.read_s = [max(t - staleness_s, 0.0) for t in self.arrival]
             self.decided = 0
@@ -125,6 +126,10 @@ class Fleet:
         self.pending[r].popleft()
         self.delivered = i + 1
         rep = self.replicas[r]
+        why = self.gate(self.specs[i]) if self.gate is not None else None
+        if why is not None:  # refused on arrival, recorded by the replica it was sent to
+            rep.engine.core.rejected[i] = why
+            return
         rep.inbox.specs.append(self.specs[i])
         rep.engine.core.pull_arrivals(now)
         rep.engine.wake_up()

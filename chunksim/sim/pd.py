@@ -66,6 +66,7 @@ class DecodeInbox(Inbox):
         """The request arrives with its prompt's KV and its first token."""
         rid = req.request_id
         req.num_output_tokens = 1
+        req.kv_carried = True
         req.first_token_s = req.last_token_s = float(self.pd.first_token_s[rid])
         self.engine.core.kv.carry(req, req.spec.prompt_tokens)
 
@@ -183,5 +184,9 @@ class Disaggregated:
             rep.engine.core.on_retire = self._handoff
         for r, rep in enumerate(self.decoders):
             rep.engine.start(env, rep.inbox, noise_key=len(self.prefill.replicas) + r)
+        # a request no decode instance could ever hold is refused before its prefill
+        core = self.decoders[0].engine.core
+        self.prefill.gate = lambda spec: core.reject_reason(self.workload.requests[
+            spec.request_id])
         env.run()
         return self.prefill.results(), [rep.engine.result() for rep in self.decoders]
