@@ -22,6 +22,7 @@ import typer
 from chunksim.core.knobs import Flag, field_docs
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions
 
@@ -127,7 +128,7 @@ def _policy_knob_options(skip: tuple[str, ...]) -> list[Param]:
     return out
 
 
-_RUN_SKIP = ("knobs", "engine")
+_RUN_SKIP = ("knobs", "engine", "fleet")
 _ENGINE_SKIP = ("seed",)
 
 
@@ -150,6 +151,7 @@ def run_params(single_policy: bool = True) -> list[Param]:
         opt.help = _policy_help()
         params[0] = (name, hint, PolicyChoice(default))
     params += options_of(EngineConfig, "Engine and KV cache", _ENGINE_SKIP)
+    params += options_of(FleetConfig, "Fleet")
     own = {f.name for f in fields(RunConfig)}
     params += _policy_knob_options(tuple(own) + (() if single_policy else ("variant",)))
     return params
@@ -161,6 +163,7 @@ def build_run_config(picked: dict[str, Any]) -> RunConfig:
     if "policy" in run:
         run["policy"] = PolicyChoice(run["policy"]).value
     engine = EngineConfig(**_values(EngineConfig, picked))
+    fleet = FleetConfig(**_values(FleetConfig, picked))
     owners = knob_owners()
     knobs = {}
     for name, fams in owners.items():
@@ -172,7 +175,7 @@ def build_run_config(picked: dict[str, Any]) -> RunConfig:
             continue
         flag: Flag = f.metadata["flag"]
         knobs[name] = flag.parse(v) if flag.parse is not None else v
-    return RunConfig(**run, engine=engine, knobs=knobs)
+    return RunConfig(**run, engine=engine, fleet=fleet, knobs=knobs)
 
 
 def bundle(params: list[Param], build: Callable[[dict[str, Any]], Any], kw: str) -> Callable:

@@ -69,6 +69,7 @@ class KVCache:
         self.num_blocks = config.num_blocks
         self.block_size = config.block_size
         self.free_blocks = config.num_blocks
+        self.carried: dict[int, int] = {}  # request id -> tokens of KV moved in (P/D)
 
     @property
     def used_blocks(self) -> int:
@@ -82,12 +83,38 @@ class KVCache:
     def prefix_hit(self, req: Request, overlay: PlanOverlay | None = None) -> tuple[int, int]:
         """(cached tokens, cached-but-free blocks it would take out of the free pool) for
         admitting waiting `req` (as seen through a plan's `overlay`, if given). Without a
-        prefix cache: (0, 0)."""
+        prefix cache: (0, 0) (or its carried KV)."""
+        if self.carried:
+            return self.carried_hit(req)
         return 0, 0
 
     def overlay(self) -> PlanOverlay | None:
         """A scratch view for one plan (None: this cache needs none, nothing is shared)."""
         return None
+
+    def carry(self, req: Request, tokens: int) -> None:
+        """Waiting `req` brings `tokens` tokens of KV from elsewhere (a P/D prefill
+        instance): at admission it holds them without computing them, in blocks taken from
+        the free pool (so to policies it looks like a prefix hit whose blocks are all free:
+        `prefix_hit` reports (tokens, their full blocks))."""
+        self.carried[req.request_id] = tokens
+
+    def carried_hit(self, req: Request) -> tuple[int, int]:
+        tokens = self.carried.get(req.request_id)
+        return (0, 0) if tokens is None else (tokens, tokens // self.block_size)
+
+    def _admit_carried(self, req: Request) -> bool:
+        """Admit `req` with its carried KV, if any (True); its last partial block comes
+        with the step's `grow`."""
+        tokens = self.carried.pop(req.request_id, None)
+        if tokens is None:
+            return False
+        full = tokens // self.block_size
+        self.take(full)
+        req.num_computed_tokens = tokens
+        req.num_cached_tokens = 0
+        req.num_blocks = full
+        return True
 
     def blocks_freed_by(self, req: Request, pending: dict) -> int:
         """Blocks that freeing `req` would return to the free pool, given the holders
@@ -97,6 +124,8 @@ class KVCache:
 
     def admit(self, req: Request) -> None:
         """Take `req`'s prefix hits (call for each admitted request before any `grow`)."""
+        if self.carried:
+            self._admit_carried(req)
 
     def commit(self, req: Request, tokens: int | None = None) -> None:
         """Register the full blocks of `req`'s first `tokens` tokens (default: those
@@ -169,6 +198,8 @@ class PrefixKVCache(KVCache):
         return keys[j] if j < len(keys) else (-1 - req.spec.request_id, j)
 
     def prefix_hit(self, req: Request, overlay: PlanOverlay | None = None) -> tuple[int, int]:
+        if self.carried and req.request_id in self.carried:
+            return self.carried_hit(req)
         bs = self.block_size
         max_blocks = (req.num_tokens - 1) // bs  # the last token is always recomputed
         lru, refs = self.lru, self.refs
@@ -207,6 +238,9 @@ class PrefixKVCache(KVCache):
         return PlanOverlay(self)
 
     def admit(self, req: Request) -> None:
+        if self.carried and self._admit_carried(req):
+            self.keys[req.request_id] = []
+            return
         cached, _ = self.prefix_hit(req)
         self.query_tokens += req.num_tokens
         self.hit_tokens += cached

@@ -41,8 +41,10 @@ class Plan:
         (it samples the first token), and so is a preempted request re-admitted with a
         prefix hit covering all but its last token: vLLM V0 runs a resumed request as a
         prompt, and the prefill-only steps of `whole prefill-first` and `chunk alternate`
-        take it as one."""
-        return n == 1 and req.num_output_tokens > 0 and req not in self.admitted
+        take it as one. A request first admitted with KV moved in from a prefill instance (P/D,
+        `Request.kv_carried`) decodes."""
+        return n == 1 and req.num_output_tokens > 0 and (
+            req not in self.admitted or (req.kv_carried and not req.num_preemptions))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,9 @@ class Request:
     """Largest gap between two of its consecutive output tokens, seconds."""
     class_idx: int = 0
     """Index of its request class in the engine's sorted class list (for per-class ITL)."""
+    kv_carried: bool = False
+    """It arrived with its prompt's KV and first token from a prefill instance (P/D): its
+    first admission computes nothing of the prompt and its first step is a decode."""
     block_keys: tuple | None = None
     """Prefix-cache identities of its shareable prompt blocks (set by the cache on first use)."""
 

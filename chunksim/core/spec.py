@@ -25,6 +25,9 @@ class RequestSpec:
     """Traffic class name (e.g. `interactive`, `batch`) for per-class SLOs and metrics."""
     priority: int = 0
     """Scheduling priority; lower runs first (vLLM's convention)."""
+    conversation_id: str | None = None
+    """The conversation (session) the request belongs to, when the trace says; a fleet's
+    `conversation` router keeps a conversation on one replica."""
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1 or self.output_tokens < 1:

@@ -29,12 +29,44 @@ from chunksim.sim.records import (
 )
 
 
+class Inbox:
+    """The requests sent to one engine, in the order they reach it. A lone engine's inbox
+    is its workload; a fleet replica's is filled by the fleet's router as requests arrive
+    (`sim.fleet`), which also says when the next one may come."""
+
+    def __init__(self, specs) -> None:
+        self.specs = specs
+
+    def sync(self, now: float) -> None:
+        """Bring every request due by `now` into `specs`."""
+
+    def next_s(self, pulled: int) -> float | None:
+        """Earliest time a request after the first `pulled` may come (None: none will)."""
+        specs = self.specs
+        return specs[pulled].arrival_s if pulled < len(specs) else None
+
+    def next_read_s(self) -> float | None:
+        """Next time someone else reads the engine's state (a fleet's router), None if
+        nobody does: the engine's bulk decode ends every stretch before it."""
+        return None
+
+    def closed(self, pulled: int) -> bool:
+        """Nothing after the first `pulled` requests will ever come."""
+        return pulled >= len(self.specs)
+
+    def prepare(self, req: Request) -> None:
+        """Give `req` the state it brings along before it is queued (none here)."""
+
+
 class EngineCore:
     """Queues, KV cache, request counters and records for one run."""
 
     def __init__(self, workload: Workload, policy: Policy, kv: KVConfig,
-                 max_model_len: int | None = None, schedule_log: bool = False) -> None:
+                 max_model_len: int | None = None, schedule_log: bool = False,
+                 inbox: Inbox | None = None) -> None:
         self.workload = workload
+        self.inbox = inbox if inbox is not None else Inbox(workload.requests)
+        self.on_retire = None  # called with (request, end time) as it finishes (fleets)
         self.policy = policy
         self.max_model_len = max_model_len
         n = len(workload.requests)
@@ -99,13 +131,17 @@ class EngineCore:
 
     def pull_arrivals(self, now: float) -> None:
         """Queue every request that has arrived by `now` (or reject it)."""
-        specs = self.workload.requests
+        inbox = self.inbox
+        inbox.sync(now)
+        specs = inbox.specs
         i = self.next_arrival
         while i < len(specs) and specs[i].arrival_s <= now:
             spec = specs[i]
             rejection = self.rejection(spec)
             if rejection is None:
-                self._enqueue(Request(spec, class_idx=self.class_of[spec.request_class]))
+                req = Request(spec, class_idx=self.class_of[spec.request_class])
+                inbox.prepare(req)
+                self._enqueue(req)
             else:
                 kind, self.rejected[spec.request_id] = rejection
                 self.rejected_kinds[kind] = self.rejected_kinds.get(kind, 0) + 1
@@ -115,8 +151,7 @@ class EngineCore:
 
     @property
     def next_arrival_s(self) -> float | None:
-        specs = self.workload.requests
-        return specs[self.next_arrival].arrival_s if self.next_arrival < len(specs) else None
+        return self.inbox.next_s(self.next_arrival)
 
     @property
     def idle(self) -> bool:
@@ -126,7 +161,7 @@ class EngineCore:
     @property
     def done(self) -> bool:
         """Nothing in flight and nothing left to arrive."""
-        return self.idle and self.next_arrival >= len(self.workload.requests)
+        return self.idle and self.inbox.closed(self.next_arrival)
 
     def _enqueue(self, req: Request, front: bool = False) -> None:
         """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
@@ -235,7 +270,10 @@ class EngineCore:
             c = req.num_computed_tokens
             if caching:
                 kv.commit(req, c + n)
-            decode = n == 1 and req.num_output_tokens > 0 and not is_new
+            # as Plan.is_decode: a request admitted with KV carried from a P/D prefill
+            # instance decodes (unless it was preempted here and recomputes)
+            decode = n == 1 and req.num_output_tokens > 0 and (
+                not is_new or (req.kv_carried and not req.num_preemptions))
             if decode:
                 decodes += 1
                 kv_sum += c
@@ -357,6 +395,8 @@ class EngineCore:
                 else:
                     self.kv.free(req)
                 self._record(req, end_s)
+                if self.on_retire is not None:
+                    self.on_retire(req, end_s)
             else:
                 keep.append(req)
         self.running = keep

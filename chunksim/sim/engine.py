@@ -22,7 +22,7 @@ from chunksim.core.kv_cache import KVConfig
 from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.latency.base import StepCosts
-from chunksim.sim.core import EngineCore
+from chunksim.sim.core import EngineCore, Inbox
 from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
@@ -126,9 +126,24 @@ class Engine:
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
-        c = self.core = EngineCore(self.workload, self.policy, self.kv_config,
-                                   self.config.max_model_len, self.schedule_log)
-        self.noise = _Noise(self.config.seed) if self.config.jitter else None
+        env = simpy.Environment()
+        self.start(env)
+        env.run()
+        if self.progress is not None:
+            n = len(self.workload.requests)
+            self.progress(n, n)
+        return self.result()
+
+    def start(self, env: simpy.Environment, inbox: Inbox | None = None,
+              noise_key: int | None = None) -> None:
+        """Start this engine's processes on `env`. A fleet runs several engines on one
+        environment, each fed by its router through `inbox` (and waking it through
+        `wake_up`); `noise_key` gives each replica its own jitter stream."""
+        self.core = EngineCore(self.workload, self.policy, self.kv_config,
+                               self.config.max_model_len, schedule_log=self.schedule_log,
+                               inbox=inbox)
+        seed = self.config.seed if noise_key is None else [self.config.seed, noise_key]
+        self.noise = _Noise(seed) if self.config.jitter else None
         # only a policy that declares decode-all a fixed point is run in bulk (async
         # scheduling plans a step ahead of the state the bulk path extrapolates)
         self.async_ = self.config.async_scheduling
@@ -138,13 +153,21 @@ class Engine:
         self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
         self.idle_s = 0.0  # length of the engine's last idle wait
         self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
-        env = simpy.Environment()
-        env.process(self._arrivals(env))
+        self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
+        self.step_s = 0.0  # duration of the last step run one by one
+        if inbox is None:
+            env.process(self._arrivals(env))
         env.process(self._engine(env))
-        env.run()
-        if self.progress is not None:
-            n = len(self.workload.requests)
-            self.progress(n, n)
+
+    def wake_up(self) -> None:
+        """Wake the engine if it sleeps waiting for a request."""
+        if self.wake is not None:
+            self.wake.succeed()
+            self.wake = None
+
+    def result(self) -> SimResult:
+        """The records, once the environment has run out."""
+        c = self.core
         if not c.done:  # the engine returns only when nothing is left
             raise RuntimeError("engine stopped with requests in flight (a bug)")
         meta = c.meta()
@@ -165,9 +188,7 @@ class Engine:
             if t > env.now:
                 yield env.timeout(t - env.now)
             c.pull_arrivals(max(env.now, t))
-            if self.wake is not None:
-                self.wake.succeed()
-                self.wake = None
+            self.wake_up()
 
     def _engine(self, env: simpy.Environment):
         c = self.core
@@ -194,9 +215,8 @@ class Engine:
                 self.plan_at = None
                 continue
             # the wake-up steps run one by one (the bulk path prices steps warm)
-            if (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)):
-                yield from self._bulk_decode(env)
-            else:
+            if not (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)
+                    and (yield from self._bulk_decode(env))):
                 yield from self._step(env, plan)
 
     def _step(self, env: simpy.Environment, plan: Plan):
@@ -224,6 +244,7 @@ class Engine:
             # overhead after an idle wait slows by about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
+        self.busy_until, self.step_s = start + dur, dur
         yield env.timeout(dur)
         c.end_step(plan, shape, start, env.now, out, dur, defer_free=self.async_)
 
@@ -247,11 +268,16 @@ class Engine:
         """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
         hit; requests finishing on the way leave and the rest decode on (each such segment
         is what stepping one by one would plan, since nothing waits). Prices and times the
-        steps here; `EngineCore.end_decode_run` applies them."""
+        steps here; `EngineCore.end_decode_run` applies them. A fleet replica whose router
+        reads its state ends the stretch before the step that would end at or after the
+        next read; False if that left nothing to run in bulk (the caller steps instead)."""
         c = self.core
         now = t = env.now
         bs = c.kv.block_size
         arrival = c.next_arrival_s
+        read = c.inbox.next_read_s()
+        if read is not None and read - now < self.step_s:
+            return False  # the first step would likely cross the read: just step
         first_segment = True
         budget = _MAX_BULK_STEPS
         while True:
@@ -288,6 +314,13 @@ class Engine:
                 k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
                 if k_arr < k:
                     k = max(1, k_arr)
+            if read is not None:  # the steps that end before the read
+                k_read = int(np.searchsorted(times[1 : k + 1], read, side="left"))
+                if k_read == 0:
+                    if first_segment:
+                        return False
+                    break
+                k = min(k, k_read)
             if z is not None and self.guard is not None:  # the k steps that run
                 spread = (kv_max[:k],) if self.latency.prices_spread else ()
                 median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None, *spread)
@@ -296,10 +329,12 @@ class Engine:
                                  retire=k == k_left)
             budget -= k
             if (k < k_left or budget <= 0 or not c.running
-                    or (arrival is not None and arrival <= t)):
+                    or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
                 break
             first_segment = False
+        self.busy_until = t
         yield env.timeout(t - now)
+        return True
 
 
 def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from chunksim.latency.select import latency_model
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_ranges
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
+from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
@@ -66,6 +67,8 @@ class RunConfig:
                                 panel=_E)
     """vLLM V1 automatic prefix caching: cached full blocks cost no budget, freed blocks
     stay cached (LRU) so preempted requests re-prefill cheaply."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """Replicas and router, or P/D pools (default: one engine)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.knobs, tuple):  # a mapping given: normalize, hashable
@@ -118,39 +121,29 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
     return blocks
 
 
-def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
-             schedule_log: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict]:
-    """Run one configuration; returns the records and the summary dict. With
-    `schedule_log`, the records include every scheduling decision (`SimResult.schedule`).
-
-    Requests longer than --max-model-len (default: the profile model's maximum position)
-    are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
-    allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
-    than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
-    is called as progress(requests done, requests) now and then (`Engine`)."""
+def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig):
+    """(device name, latency model, KV config) of one engine of this configuration."""
     device = profile.provenance.get("device_name")
-    policy = cfg.make_policy(device)
-    mml = cfg.engine.max_model_len
-    if (not getattr(policy, "enable_chunked_prefill", True) and mml is not None
-            and mml > policy.max_num_batched_tokens):
-        raise ValueError(  # vLLM's SchedulerConfig refuses this too
-            f"--max-model-len {mml} exceeds --max-num-batched-tokens "
-            f"{policy.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt "
-            "that long could never be scheduled; raise the budget or lower --max-model-len")
     latency = latency_model(profile, cfg.step_overhead_s)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
+    return device, latency, kv
+
+
+def engine_config(profile: Profile, cfg: RunConfig) -> EngineConfig:
+    """The engine settings of one engine: --max-model-len defaults to the profile model's
+    maximum position, as vLLM rejects longer requests."""
     engine_cfg = cfg.engine
     if engine_cfg.max_model_len is None and profile.max_position is not None:
         engine_cfg = replace(engine_cfg, max_model_len=profile.max_position)
-    ranges = grid_ranges(profile.table)
-    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
-             if engine_cfg.jitter else None)
-    engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
-                    spread_guard=guard, progress=progress)
-    result = engine.run()
+    return engine_cfg
+
+
+def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
+                  latency, device: str | None) -> dict:
+    """The summary of a run's records (its meta completed with the profile's facts, and
+    a warning when many steps were priced outside the profile's grid)."""
     meta = dict(result.meta)
     meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
                 profile_kind=profile.kind,
@@ -161,8 +154,45 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
-    summary["warnings"] = extrapolation_warnings(result.steps, ranges)
-    return result, summary
+    summary["warnings"] = extrapolation_warnings(result.steps, grid_ranges(profile.table))
+    return summary
+
+
+def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
+             schedule_log: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict]:
+    """Run one configuration (one engine, or a fleet: `cfg.fleet`); returns the records and
+    the summary dict. With `schedule_log`, the records include every scheduling decision
+    (`SimResult.schedule`; one engine only).
+
+    Requests longer than --max-model-len (default: the profile model's maximum position)
+    are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
+    allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
+    than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
+    is called as progress(requests done, requests) now and then (`Engine`)."""
+    if cfg.fleet.active:
+        if schedule_log:
+            raise ValueError("--schedule-log logs one engine's decisions; drop it with "
+                             "--replicas / --pd")
+        from chunksim.sim.fleet_run import simulate_fleet
+
+        return simulate_fleet(workload, profile, cfg)
+    device, latency, kv = engine_parts(workload, profile, cfg)
+    policy = cfg.make_policy(device)
+    engine_cfg = engine_config(profile, cfg)
+    mml = engine_cfg.max_model_len
+    if (not getattr(policy, "enable_chunked_prefill", True) and cfg.engine.max_model_len
+            is not None and mml > policy.max_num_batched_tokens):
+        raise ValueError(  # vLLM's SchedulerConfig refuses this too
+            f"--max-model-len {mml} exceeds --max-num-batched-tokens "
+            f"{policy.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt "
+            "that long could never be scheduled; raise the budget or lower --max-model-len")
+    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(grid_ranges(
+        profile.table))) if engine_cfg.jitter else None)
+    engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
+                    spread_guard=guard, progress=progress)
+    result = engine.run()
+    return result, summarize_run(result, profile, cfg, latency, device)
 
 
 def nothing_completed(result: SimResult, summary: dict) -> str | None:

@@ -21,6 +21,7 @@ def workload_from_arrays(
     prefix_hashes: Sequence[tuple[int, ...]] | None = None,
     request_class: Sequence[str] | None = None,
     priority: Sequence[int] | np.ndarray | None = None,
+    conversation_id: Sequence[str | None] | None = None,
     prefix_block_tokens: int = 0,
     notes: Sequence[str] = (),
     params: dict | None = None,
@@ -57,6 +58,7 @@ def workload_from_arrays(
     hashes = [tuple(prefix_hashes[i]) for i in idx] if prefix_hashes is not None else None
     classes = [request_class[i] for i in idx] if request_class is not None else None
     prios = np.asarray(priority, dtype=np.int64)[order].tolist() if priority is not None else None
+    convs = [conversation_id[i] for i in idx] if conversation_id is not None else None
 
     requests = tuple(
         RequestSpec(
@@ -67,6 +69,7 @@ def workload_from_arrays(
             prefix_hashes=hashes[k] if hashes is not None else (),
             request_class=classes[k] if classes is not None else "default",
             priority=prios[k] if prios is not None else 0,
+            conversation_id=convs[k] if convs is not None else None,
         )
         for k in range(n)
     )

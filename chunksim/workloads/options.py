@@ -149,6 +149,9 @@ class WorkloadOptions:
     """Generic trace: column of each prompt's block hashes (a JSON list, or integers
     separated by spaces), each covering --hash-block-tokens tokens; enables prefix-cache
     hits between requests."""
+    conversation_column: str | None = knob(None, "--conversation-column", panel=_T)
+    """Generic trace: conversation (session) id column, for `--router conversation`
+    (BurstGPT's Session ID is read as one)."""
     trace_model: str | None = knob(None, "--trace-model", panel=_T)
     """BurstGPT: keep only this Model's rows (e.g. ChatGPT, GPT-4)."""
     start_s: float = knob(0.0, "--start", panel=_T, min=0.0)
@@ -246,6 +249,7 @@ def trace_options(opts: WorkloadOptions) -> TraceOptions:
         priority_column=opts.priority_column,
         hash_column=opts.hash_column,
         hash_block_tokens=opts.hash_block_tokens,
+        conversation_column=opts.conversation_column,
         model=opts.trace_model,
         start_s=opts.start_s,
         duration_s=opts.duration_s,
@@ -281,6 +285,7 @@ _TRACE_ONLY = (
     "class_column",
     "priority_column",
     "hash_column",
+    "conversation_column",
     "trace_model",
     "speedup",
 )

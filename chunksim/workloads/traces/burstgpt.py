@@ -1,7 +1,8 @@
 """BurstGPT (Azure OpenAI GPT-3.5/GPT-4 usage) CSV, read by header name.
 
 v1: `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`;
-v3 inserts `Session ID,Elapsed time` as columns 2-3, so columns are never read by position.
+v3 inserts `Session ID,Elapsed time` as columns 2-3, so columns are never read by position;
+`Session ID` becomes the conversation id.
 `Timestamp` is seconds from 0:00 of the first day. Failed requests have 0 response tokens;
 they are dropped and counted. `Log Type` becomes the request class (conversation / api).
 """
@@ -23,12 +24,13 @@ from chunksim.workloads.traces.columns import (
 )
 from chunksim.workloads.traces.raw import RawTrace
 
-TIME, MODEL, PROMPT, OUTPUT, LOG_TYPE = (
+TIME, MODEL, PROMPT, OUTPUT, LOG_TYPE, SESSION = (
     "Timestamp",
     "Model",
     "Request tokens",
     "Response tokens",
     "Log Type",
+    "Session ID",
 )
 REQUIRED = (TIME, PROMPT, OUTPUT)
 _CLASS = {"Conversation log": "conversation", "API log": "api"}
@@ -38,7 +40,7 @@ def read_burstgpt(path: Path, model: str | None = None) -> RawTrace:
     """Read a BurstGPT CSV (v1 or v3 layout); `model` keeps only that model's rows."""
     header = csv_header(path)
     require_columns(path, header, {c: "BurstGPT column" for c in REQUIRED})
-    wanted = [c for c in (TIME, MODEL, PROMPT, OUTPUT, LOG_TYPE) if c in header]
+    wanted = [c for c in (TIME, MODEL, PROMPT, OUTPUT, LOG_TYPE, SESSION) if c in header]
     df, lines, blanks = drop_blank_rows(read_csv(path, usecols=wanted))
     rows_read = len(lines)
     notes = [f"{blanks} blank line(s) skipped"] if blanks else []
@@ -60,6 +62,11 @@ def read_burstgpt(path: Path, model: str | None = None) -> RawTrace:
         if LOG_TYPE in df.columns
         else None
     )
+    sessions = (
+        [str(v) if v != "" else None for v in df[SESSION].tolist()]
+        if SESSION in df.columns
+        else None
+    )
     raw = RawTrace(
         str(path),
         "burstgpt",
@@ -68,6 +75,7 @@ def read_burstgpt(path: Path, model: str | None = None) -> RawTrace:
         output,
         lines,
         request_class=classes,
+        conversation_id=sessions,
         rows_read=rows_read,
     )
     keep_tok, note = drop_zero_tokens(prompt, output)

@@ -50,6 +50,8 @@ class TraceOptions:
     `RequestSpec.prefix_hashes`."""
     hash_block_tokens: int | None = None
     """Generic: tokens each entry of `hash_column` covers (required with it)."""
+    conversation_column: str | None = None
+    """Generic: optional conversation (session) id column -> `RequestSpec.conversation_id`."""
     model: str | None = None
     """BurstGPT: keep only rows whose `Model` equals this (e.g. `ChatGPT`, `GPT-4`)."""
     start_s: float = 0.0

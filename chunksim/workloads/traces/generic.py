@@ -62,7 +62,8 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
         opts.output_column or DEFAULT_OUTPUT: "--output-column",
     }
     flags = ((opts.class_column, "--class-column"), (opts.priority_column, "--priority-column"),
-             (opts.hash_column, "--hash-column"))
+             (opts.hash_column, "--hash-column"),
+             (opts.conversation_column, "--conversation-column"))
     optional = {c: flag for c, flag in flags if c is not None}
     wanted = {**cols, **optional}
     tcol, pcol, ocol = list(cols)
@@ -88,6 +89,10 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
     if opts.hash_column is not None:
         hashes = chained_hashes(path, get[opts.hash_column], lines, opts.hash_column, prompt,
                                 opts.hash_block_tokens)
+    conversations = None
+    if opts.conversation_column is not None:
+        conversations = [str(v) if v not in ("", None) else None
+                         for v in get[opts.conversation_column]]
     raw = RawTrace(
         str(path),
         "generic",
@@ -99,6 +104,7 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
         request_class=classes,
         priority=priority,
         prefix_block_tokens=opts.hash_block_tokens or 0,
+        conversation_id=conversations,
         rows_read=len(lines),
     )
     notes = [f"{blanks} blank line(s) skipped"] if blanks else []

@@ -58,8 +58,9 @@ def detect_format(path: Path) -> TraceFormat:
     )
 
 
-_NEW_OPTIONAL = ("hash_column", "hash_block_tokens")
-"""Trace options echoed into the workload's params only when given."""
+_NEW_OPTIONAL = ("hash_column", "hash_block_tokens", "conversation_column")
+"""Trace options echoed into the workload's params only when given (summaries written
+before they existed stay as they were)."""
 
 
 def read_trace(path: Path, opts: TraceOptions) -> RawTrace:
@@ -128,6 +129,7 @@ def _load(path: Path, opts: TraceOptions) -> Workload:
         prefix_hashes=raw.prefix_hashes,
         request_class=raw.request_class,
         priority=raw.priority,
+        conversation_id=raw.conversation_id,
         prefix_block_tokens=raw.prefix_block_tokens,
         notes=raw.notes,
         params=params,

@@ -29,6 +29,8 @@ class RawTrace:
     """Traffic class per row, else None."""
     priority: np.ndarray | None = None
     """Priority per row, else None."""
+    conversation_id: list[str | None] | None = None
+    """Conversation (session) id per row, else None."""
     prefix_block_tokens: int = 0
     """Tokens per hash block (Mooncake: 512)."""
     notes: tuple[str, ...] = field(default=())
@@ -55,6 +57,9 @@ class RawTrace:
             if self.request_class is not None
             else None,
             priority=self.priority[idx] if self.priority is not None else None,
+            conversation_id=[self.conversation_id[i] for i in idx_l]
+            if self.conversation_id is not None
+            else None,
         )
 
     def with_notes(self, *notes: str) -> RawTrace:

@@ -1,0 +1,101 @@
+"""Does a fleet cost about the sum of its replicas? The Azure conversation hour on one
+engine, and the same hour at 8x its arrival rate on 8 replicas behind `least-tokens`.
+
+Workload: the public Azure LLM 2023 conversation trace (../shared/traces, or --trace PATH)
+when present, else a synthetic hour with its statistics (as benchmarks/sim_speed.py: 19,366
+requests, Poisson 5.5 req/s, lognormal prompt 1,155 / 1,109 and output 211 / 163 tokens).
+The x8 hour superposes eight copies of the trace, copy k shifted by k/8 of the hour
+(wrapping around), so every replica sees about the original rate and the fleet simulates
+eight times the tokens. Budget policy, 2048 tokens, the bundled default profile.
+
+A linear fleet costs ~8x the single run; the goal is a ratio <= 10 (router and merging
+overhead small). Prints a table, then one JSON line.
+
+    python benchmarks/fleet_speed.py [--profile NAME] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from chunksim.latency.profile import load_profile
+from chunksim.sim.fleet_config import FleetConfig
+from chunksim.sim.run import RunConfig, simulate
+from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
+from chunksim.workloads.build import workload_from_arrays
+from chunksim.workloads.lengths import LogNormal
+from chunksim.workloads.synthetic import SyntheticConfig, generate
+
+AZURE_CONV = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / \
+    "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+SCALE = 8
+
+
+def hour(trace: Path):
+    if trace.is_file():
+        from chunksim.workloads import load_trace
+
+        return load_trace(trace), "azure_conv_trace"
+    return generate(SyntheticConfig(
+        arrivals=ArrivalProcess(ArrivalKind.POISSON, rate_per_s=5.5),
+        prompt=LogNormal(1155, 1109, 1, 16384), output=LogNormal(211, 163, 1, 1000),
+        num_requests=19366, seed=0)), "synthetic_azure_conv"
+
+
+def scaled(w, k: int):
+    """k copies of `w`, copy j shifted by j/k of its span (wrapping): k x the rate."""
+    t = np.array([s.arrival_s for s in w.requests])
+    span = float(t.max()) + 1e-9
+    arr = np.concatenate([(t + j * span / k) % span for j in range(k)])
+    p = np.tile([s.prompt_tokens for s in w.requests], k)
+    o = np.tile([s.output_tokens for s in w.requests], k)
+    return workload_from_arrays(f"{w.name}x{k}", arr, p, o)
+
+
+def timed(w, profile, cfg, repeats: int) -> dict:
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _, s = simulate(w, profile, cfg)
+        walls.append(time.perf_counter() - t0)
+    return {"wall_s": statistics.median(walls), "requests": s["completed"],
+            "steps": s["steps"], "simulated_s": s["duration"],
+            "p99_ttft_ms": s["p99_ttft_ms"], "p99_itl_ms": s["p99_itl_ms"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profile", default=None, help="profile name or CSV [bundled default]")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--trace", type=Path, default=AZURE_CONV)
+    args = ap.parse_args()
+    profile = load_profile(args.profile)
+    w, name = hour(args.trace)
+    cfg = RunConfig(policy="budget", chunk=2048)
+    single = timed(w, profile, cfg, args.repeats)
+    fleet_cfg = replace(cfg, fleet=FleetConfig(replicas=SCALE, router="least-tokens"))
+    fleet = timed(scaled(w, SCALE), profile, fleet_cfg, args.repeats)
+    print(f"profile: {profile.label}; workload: {name}")
+    print(f"{'run':<22}{'requests':>10}{'steps':>10}{'sim s':>8}{'wall s':>9}"
+          f"{'p99 TTFT ms':>13}{'p99 ITL ms':>12}")
+    for label, r in (("1 replica", single), (f"{SCALE} replicas, x{SCALE}", fleet)):
+        print(f"{label:<22}{r['requests']:>10}{r['steps']:>10}{r['simulated_s']:>8.0f}"
+              f"{r['wall_s']:>9.2f}{r['p99_ttft_ms']:>13.1f}{r['p99_itl_ms']:>12.1f}")
+    ratio = fleet["wall_s"] / single["wall_s"]
+    print(f"ratio {ratio:.2f} (goal <= 10; {SCALE} = linear)")
+    sys.stdout.flush()
+    print(json.dumps({"wall_s_fleet8": round(fleet["wall_s"], 3),
+                      "wall_s_single": round(single["wall_s"], 3), "ratio": round(ratio, 3),
+                      "workload": name, "profile_sha256": profile.sha256}))
+
+
+if __name__ == "__main__":
+    main()

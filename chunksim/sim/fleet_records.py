@@ -1,0 +1,114 @@
+"""A fleet's records: the replicas' records merged into one run's, plus per-replica rows.
+
+Each replica's `EngineCore` sizes its per-request arrays by the whole workload, so a
+request's row is taken from the replica that served it (`dest`). Steps keep their replica
+in a `replica` column, ordered by start time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from chunksim.sim.engine import SimResult
+
+
+def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
+    """One run's records from the replicas' (`dest`: each request's replica)."""
+    frames = [res.requests[dest == r] for r, res in enumerate(results)]
+    requests = pd.concat(frames).sort_values("request_id", kind="stable")
+    requests = requests.reset_index(drop=True)
+    requests["replica"] = dest
+    steps = merge_steps([res.steps for res in results])
+    itl = np.concatenate([res.itl_s for res in results])
+    by_class = {c: np.concatenate([res.itl_by_class_s[c] for res in results])
+                for c in results[0].itl_by_class_s}
+    return SimResult(requests, steps, itl, merged_meta([res.meta for res in results]),
+                     by_class)
+
+
+def merge_steps(frames: list) -> pd.DataFrame:
+    """Every replica's steps with a `replica` column, by start time (ties: replica)."""
+    parts = []
+    for r, f in enumerate(frames):
+        f = f.copy()
+        f["replica"] = r
+        parts.append(f)
+    steps = pd.concat(parts).sort_values("start_s", kind="stable")
+    return steps.reset_index(drop=True)
+
+
+def merged_meta(metas: list[dict]) -> dict:
+    """Replica 0's run facts, counters summed; KV blocks are per replica."""
+    meta = dict(metas[0])
+    meta["preemption_only_steps"] = sum(m["preemption_only_steps"] for m in metas)
+    return meta
+
+
+def replica_rows(results: list[SimResult], dest: np.ndarray, duration_s: float,
+                 label: str = "replica") -> list[dict]:
+    """Per replica: requests served, busy fraction (of the fleet run's duration),
+    preemptions, P99 TTFT and ITL."""
+    rows = []
+    for r, res in enumerate(results):
+        req = res.requests[(dest == r) & ~res.requests["rejected"].to_numpy()]
+        ttft = (req["first_token_s"] - req["arrival_s"]).to_numpy() * 1000.0
+        busy = float(res.steps["duration_s"].sum())
+        rows.append({
+            label: r,
+            "requests": int((dest == r).sum()),
+            "completed": len(req),
+            "busy_fraction": busy / max(duration_s or 0.0, 1e-12),
+            "steps": len(res.steps),
+            "preemptions": int(req["preemptions"].sum()),
+            "p99_ttft_ms": float(np.percentile(ttft, 99)) if len(ttft) else 0.0,
+            "p99_itl_ms": (float(np.percentile(res.itl_s, 99)) * 1000.0
+                           if len(res.itl_s) else 0.0),
+            "peak_kv_blocks_used": (int(res.steps["kv_blocks_used"].max())
+                                    if len(res.steps) else 0),
+        })
+    return rows
+
+
+def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult],
+             ddest: np.ndarray, transfer_s: np.ndarray, kv_bytes: np.ndarray,
+             output_tokens: np.ndarray) -> SimResult:
+    """One run's records from a P/D fleet's: each request's prefill-instance row (TTFT)
+    and decode-instance row (the rest), with `prefill_replica`, `decode_replica` (-1:
+    none, a one-token request or one rejected before), `kv_transfer_s`, `kv_bytes`. Steps
+    number the instances prefill first: replica P + j is decode instance j."""
+    p = merge_results(prefill, pdest)
+    has_d = ddest >= 0
+    d = merge_results(decode, np.where(has_d, ddest, 0)) if decode else None
+    req = p.requests.drop(columns="replica")
+    req["output_tokens"] = output_tokens
+    if d is not None:
+        dr = d.requests
+        for col in ("finish_s", "generated_tokens", "max_itl_s"):
+            req[col] = np.where(has_d, dr[col], req[col])
+        for col in ("computed_tokens", "recomputed_tokens", "cached_tokens", "preemptions"):
+            req[col] = req[col] + np.where(has_d, dr[col], 0)
+        rej = has_d & dr["rejected"].to_numpy()
+        req["rejected"] = req["rejected"].to_numpy() | rej
+        req["reject_reason"] = np.where(rej, dr["reject_reason"], req["reject_reason"])
+    req["prefill_replica"] = pdest
+    req["decode_replica"] = ddest
+    req["kv_transfer_s"] = transfer_s
+    req["kv_bytes"] = kv_bytes
+    steps = merge_steps([r.steps for r in prefill] + [r.steps for r in decode])
+    itl = np.concatenate([r.itl_s for r in prefill + decode])
+    by_class = {c: np.concatenate([r.itl_by_class_s[c] for r in prefill + decode])
+                for c in prefill[0].itl_by_class_s}
+    meta = merged_meta([r.meta for r in prefill + decode])
+    return SimResult(req, steps, itl, meta, by_class)
+
+
+def transfer_stats(transfer_s: np.ndarray, kv_bytes: np.ndarray) -> dict:
+    """KV handoffs of a P/D run: count, bytes moved, transfer time percentiles (ms)."""
+    t = transfer_s[np.isfinite(transfer_s)] * 1000.0
+    out = {"transfers": len(t), "kv_bytes_moved": int(kv_bytes.sum())}
+    if len(t):
+        out.update(mean_transfer_ms=float(t.mean()), median_transfer_ms=float(np.median(t)),
+                   p99_transfer_ms=float(np.percentile(t, 99)),
+                   max_transfer_ms=float(t.max()))
+    return out

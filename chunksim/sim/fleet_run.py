@@ -1,0 +1,101 @@
+"""`simulate` for fleets: build the replicas and router of a `RunConfig`, run them, and
+summarize the fleet as one run (vLLM bench keys over every request) plus per-replica rows.
+
+A one-replica fleet returns exactly what the lone engine does (same records, same summary):
+the `replica` columns and `replicas` rows appear from two replicas on.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chunksim.core.spec import Workload
+from chunksim.latency.profile import Profile
+from chunksim.sim.engine import Engine, SimResult
+from chunksim.sim.fleet import Fleet
+from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
+from chunksim.sim.pd import Disaggregated, first_tokens
+from chunksim.sim.routers import make_router
+from chunksim.sim.run import RunConfig, engine_config, engine_parts, summarize_run
+
+
+def simulate_fleet(workload: Workload, profile: Profile,
+                   cfg: RunConfig) -> tuple[SimResult, dict]:
+    f = cfg.fleet
+    device, latency, kv = engine_parts(workload, profile, cfg)
+    if f.pd is not None:
+        return _simulate_pd(workload, profile, cfg, device, latency, kv)
+    n = f.replicas or 1
+    engines = [Engine(workload, cfg.make_policy(device), latency, kv,
+                      engine_config(profile, cfg)) for _ in range(n)]
+    router = make_router(f.router or "round-robin", n, cfg.engine.seed, f.prefix_load_cap)
+    fleet = Fleet(workload, engines, router, f.router_staleness_s)
+    results = fleet.run()
+    if n == 1:
+        return results[0], summarize_run(results[0], profile, cfg, latency, device)
+    result = merge_results(results, fleet.dest)
+    hits = sum(e.core.kv.hit_tokens for e in engines if e.core.kv.prefix_caching)
+    queries = sum(e.core.kv.query_tokens for e in engines if e.core.kv.prefix_caching)
+    if result.meta.get("prefix_caching"):
+        result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
+    result.meta.update(fleet={"replicas": n, "router": router.name,
+                              "router_staleness_ms": f.router_staleness_s * 1000.0})
+    summary = summarize_run(result, profile, cfg, latency, device)
+    # busy fraction of the fleet: the mean over its replicas
+    if summary["busy_fraction"] is not None:  # None: the run completed nothing
+        summary["busy_fraction"] /= n
+    summary["replicas"] = replica_rows(results, fleet.dest, summary["duration"])
+    return result, summary
+
+
+def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, latency,
+                 kv) -> tuple[SimResult, dict]:
+    f = cfg.fleet
+    p, d = f.pd_counts
+    try:
+        per_token = float(profile.provenance["kv_bytes_per_token"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            f"--pd {f.pd}: profile {profile.path} has no kv_bytes_per_token in its "
+            "provenance, needed to time KV transfers; use a profile written by `sim "
+            "profile`") from None
+    prompts = first_tokens(workload)
+    engine_cfg = engine_config(profile, cfg)
+    prefill = [Engine(prompts, cfg.make_policy(device), latency, kv, engine_cfg)
+               for _ in range(p)]
+    decode = [Engine(workload, cfg.make_policy(device), latency, kv, engine_cfg)
+              for _ in range(d)]
+    seed = cfg.engine.seed
+    prouter = make_router(f.router or "round-robin", p, seed, f.prefix_load_cap)
+    drouter = make_router(f.decode_router or "least-tokens", d, seed + 1, f.prefix_load_cap,
+                          flag="--decode-router")
+    bw, lat = f.link
+    pd = Disaggregated(workload, prefill, decode, prouter, drouter, f.router_staleness_s,
+                       per_token, bw, lat)
+    pres, dres = pd.run()
+    outputs = np.array([s.output_tokens for s in workload.requests])
+    result = merge_pd(pres, pd.prefill.dest, dres, pd.ddest, pd.transfer_s, pd.kv_bytes,
+                      outputs)
+    engines = prefill + decode
+    if result.meta.get("prefix_caching"):
+        hits = sum(e.core.kv.hit_tokens for e in engines)
+        queries = sum(e.core.kv.query_tokens for e in engines)
+        result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
+    result.meta.update(fleet={
+        "prefill_instances": p, "decode_instances": d, "router": prouter.name,
+        "decode_router": drouter.name, "router_staleness_ms": f.router_staleness_s * 1000.0,
+        "kv_link": f.kv_link, "kv_link_gbps": bw * 8 / 1e9, "kv_link_latency_us": lat * 1e6,
+        "kv_bytes_per_token": per_token})
+    summary = summarize_run(result, profile, cfg, latency, device)
+    if summary["busy_fraction"] is not None:  # None: the run completed nothing
+        summary["busy_fraction"] /= p + d
+    rows = replica_rows(pres, pd.prefill.dest, summary["duration"])
+    for row in rows:
+        row["pool"] = "prefill"
+    drows = replica_rows(dres, pd.ddest, summary["duration"])
+    for row in drows:
+        row["pool"] = "decode"
+        row["replica"] += p
+    summary["replicas"] = rows + drows
+    summary["kv_transfer"] = transfer_stats(pd.transfer_s, pd.kv_bytes)
+    return result, summary

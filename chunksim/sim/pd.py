@@ -1,0 +1,192 @@
+"""Prefill/decode disaggregation (`--pd P:D`), as DistServe and Splitwise split a model's
+serving: P prefill instances run prompts under the policy and emit each request's first
+token (its TTFT ends there); the request's KV then moves to one of D decode instances,
+which makes the rest of its tokens.
+
+How a handoff is modelled:
+- The prefill pool is a `Fleet` over the workload with every output cut to its first
+  token; a request that wants one token never leaves it.
+- When a request's first token is out, the decode router (reading the decode instances'
+  state at that moment) picks its decode instance, and its prompt's KV starts over the
+  link: transfer = prompt tokens x the profile's kv_bytes_per_token / bandwidth +
+  latency. The prefill instance frees the blocks at once (the KV is copied out as the
+  step ends); transfers overlap with compute on both sides and with each other (no link
+  contention).
+- The KV lands in the decode instance's waiting queue; the decode instance admits it
+  when its blocks are free, without computing it (`KVCache.carry`: to the policy it is a
+  request whose prompt is all cached), and its first step there is a decode. The second
+  token therefore comes one transfer plus any queueing plus one decode step after the
+  first: the first ITL shows the handoff.
+
+Bulk decode stays exact: a decode instance's stretch ends before the earliest moment a
+prefill step can end (the decode router may read it then), and its own next landing
+bounds it as an arrival does.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import replace
+
+import numpy as np
+import simpy
+
+from chunksim.core.request import Request
+from chunksim.core.spec import Workload
+from chunksim.sim.core import Inbox
+from chunksim.sim.engine import Engine, SimResult
+from chunksim.sim.fleet import Fleet, Replica
+from chunksim.sim.routers import Router
+
+
+class DecodeInbox(Inbox):
+    """A decode instance's inbox: requests whose KV has landed, first token included."""
+
+    def __init__(self, pd: Disaggregated, replica: int) -> None:
+        super().__init__([])
+        self.pd = pd
+        self.replica = replica
+        self.engine: Engine | None = None
+
+    def sync(self, now: float) -> None:
+        self.pd.land_due(now)
+
+    def next_s(self, pulled: int) -> float | None:
+        if pulled < len(self.specs):
+            return self.specs[pulled].arrival_s
+        return self.pd.next_landing(self.replica)
+
+    def next_read_s(self) -> float | None:
+        return self.pd.next_handoff_s()
+
+    def closed(self, pulled: int) -> bool:
+        return pulled >= len(self.specs) and self.pd.closed_for(self.replica)
+
+    def prepare(self, req: Request) -> None:
+        """The request arrives with its prompt's KV and its first token."""
+        rid = req.request_id
+        req.num_output_tokens = 1
+        req.kv_carried = True
+        req.first_token_s = req.last_token_s = float(self.pd.first_token_s[rid])
+        self.engine.core.kv.carry(req, req.spec.prompt_tokens)
+
+
+def first_tokens(workload: Workload) -> Workload:
+    """`workload` with every output cut to its first token: the prefill pool's work."""
+    return Workload(workload.name,
+                    tuple(replace(s, output_tokens=1) for s in workload.requests),
+                    workload.prefix_block_tokens, workload.notes, workload.params)
+
+
+class Disaggregated:
+    """A prefill `Fleet` (engines built on `first_tokens(workload)`) and a pool of
+    decode engines (on `workload`) linked by KV transfers."""
+
+    def __init__(self, workload: Workload, prefill: list[Engine], decode: list[Engine],
+                 prefill_router: Router, decode_router: Router, staleness_s: float,
+                 kv_bytes_per_token: float, link_bytes_per_s: float,
+                 link_latency_s: float) -> None:
+        self.workload = workload
+        n = len(workload.requests)
+        self.prefill = Fleet(prefill[0].workload, prefill, prefill_router, staleness_s)
+        self.decoders = [Replica(e, DecodeInbox(self, r)) for r, e in enumerate(decode)]
+        for rep in self.decoders:
+            rep.inbox.engine = rep.engine
+        self.decode_router = decode_router
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.link = (link_bytes_per_s, link_latency_s)
+        self.first_token_s = np.full(n, np.nan)
+        self.transfer_s = np.full(n, np.nan)
+        self.kv_bytes = np.zeros(n, dtype=np.int64)
+        self.ddest = np.full(n, -1, dtype=np.int64)
+        self.landings: list[tuple[float, int]] = []  # heap of (time, request id)
+        self.next_landing_of: list[list[tuple[float, int]]] = [[] for _ in decode]
+        self.landing = False
+
+    # ------------------------------------------------------------------ handoff
+    def _handoff(self, req: Request, end_s: float) -> None:
+        """A prefill instance emitted `req`'s first token at `end_s`: pick its decode
+        instance and start the KV transfer."""
+        rid = req.request_id
+        spec = self.workload.requests[rid]
+        self.first_token_s[rid] = end_s
+        if spec.output_tokens <= 1:
+            return
+        views = self.decoders
+        r = self.decode_router.pick(spec, views) if len(views) > 1 else 0
+        nbytes = spec.prompt_tokens * self.kv_bytes_per_token
+        bw, lat = self.link
+        t = nbytes / bw + lat
+        self.ddest[rid], self.kv_bytes[rid], self.transfer_s[rid] = r, nbytes, t
+        when = end_s + t
+        heapq.heappush(self.landings, (when, rid))
+        heapq.heappush(self.next_landing_of[r], (when, rid))
+        env = self.env
+        env.process(self._land_at(env, when))
+
+    def _land_at(self, env: simpy.Environment, when: float):
+        if when > env.now:
+            yield env.timeout(when - env.now)
+        self.land_due(max(env.now, when))
+
+    def land_due(self, now: float) -> None:
+        """Deliver every transfer that has landed by `now`, in landing order."""
+        if self.landing:
+            return
+        self.landing = True
+        try:
+            while self.landings and self.landings[0][0] <= now:
+                _, rid = heapq.heappop(self.landings)
+                r = int(self.ddest[rid])
+                heapq.heappop(self.next_landing_of[r])
+                rep = self.decoders[r]
+                rep.inbox.specs.append(self.workload.requests[rid])
+                rep.engine.core.pull_arrivals(now)
+                rep.engine.wake_up()
+        finally:
+            self.landing = False
+
+    def next_landing(self, r: int) -> float | None:
+        q = self.next_landing_of[r]
+        return q[0][0] if q else None
+
+    def next_handoff_s(self) -> float | None:
+        """Earliest time a prefill step can end (and the decode router read): the end of
+        a step in flight, else the next arrival at the prefill pool."""
+        now = self.env.now
+        t = None
+        for rep in self.prefill.replicas:
+            e = rep.engine
+            if e.busy_until >= now:
+                b = e.busy_until
+            elif not e.core.idle:  # between steps: the next one starts now
+                b = now
+            else:  # asleep: woken by an arrival
+                continue
+            if t is None or b < t:
+                t = b
+        f = self.prefill
+        if f.delivered < f.n:
+            a = f.arrival[f.delivered]
+            t = a if t is None or a < t else t
+        return t
+
+    def closed_for(self, r: int) -> bool:
+        """Nothing in flight to r and no prefill instance left to hand anything off."""
+        return not self.next_landing_of[r] and all(
+            rep.engine.core.done for rep in self.prefill.replicas)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> tuple[list[SimResult], list[SimResult]]:
+        env = self.env = simpy.Environment()
+        self.prefill.start(env)
+        for rep in self.prefill.replicas:
+            rep.engine.core.on_retire = self._handoff
+        for r, rep in enumerate(self.decoders):
+            rep.engine.start(env, rep.inbox, noise_key=len(self.prefill.replicas) + r)
+        # a request no decode instance could ever hold is refused before its prefill
+        core = self.decoders[0].engine.core
+        self.prefill.gate = lambda spec: core.reject_reason(self.workload.requests[
+            spec.request_id])
+        env.run()
+        return self.prefill.results(), [rep.engine.result() for rep in self.decoders]
