@@ -97,6 +97,7 @@ def test_auto_window_holds_enough_requests_for_a_p99():
     assert not search_params(WorkloadOptions(workload=WorkloadKind.TRACE)).auto_window
 
 
+@pytest.mark.slow
 def test_md1_capacity_matches_pollaczek_khinchine(const_profile):
     """One seat, constant 10 ms steps, one step per request, Poisson arrivals: an M/D/1
     queue. Its mean wait is rho S / (2 (1 - rho)), so the bound W <= 20 ms holds up to

@@ -43,6 +43,7 @@ def test_json_flag_prints_the_summary_last(prof_path):
     assert last["policy"] == "whole" and last["workload"].startswith("long-prompt")
 
 
+@pytest.mark.slow  # each case runs the sim command in a fresh process
 @pytest.mark.parametrize("args,message", [
     (["--policy", "whole", "--variant", "alternate"], "does not apply to --policy whole"),
     (["--policy", "budget", "--chunk", "512", "--max-num-batched-tokens", "256"], "disagree"),

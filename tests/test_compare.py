@@ -104,6 +104,7 @@ def test_cli_writes_every_report_file(linear_profile, tmp_path):
     assert "budget 512" in res.output and "Recommended:" in res.output
 
 
+@pytest.mark.slow
 def test_reproduce_line_resolves_every_default(linear_profile, tmp_path):
     out = tmp_path / "r"
     res = cli.invoke(app, ["compare", "--profile", linear_profile.path, *SMALL_ARGS,

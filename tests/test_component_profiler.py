@@ -106,6 +106,7 @@ def micro_profile(tmp_path_factory):
     return load_profile(str(tmp / "c.csv"))
 
 
+@pytest.mark.slow  # times a small model
 def test_a_component_run_writes_a_profile_sim_run_loads(micro_profile):
     p = micro_profile
     assert p.kind == "components" and p.provenance["format"] == "chunksim-components/1"
@@ -123,6 +124,7 @@ def test_a_component_run_writes_a_profile_sim_run_loads(micro_profile):
     assert s["completed"] == 2 and s["profile_kind"] == "components"
 
 
+@pytest.mark.slow  # times a small model
 def test_the_calibration_reports_the_models_own_predictions(micro_profile):
     """The stored predictions are what `sim run`'s model prices for those steps."""
     from chunksim.latency.composed import ComponentModel
@@ -138,6 +140,7 @@ def test_the_calibration_reports_the_models_own_predictions(micro_profile):
                                                              rel=1e-12)
 
 
+@pytest.mark.slow  # times a small model
 def test_tp_run_adds_two_allreduces_per_layer(tmp_path):
     mini = preset_config("llama-3.1-70b-mini")
     link = link_settings(4, "nvlink-h100", None, None)

@@ -63,6 +63,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.slow  # every router x scenario through the whole CLI output
 @pytest.mark.parametrize("router", list(ROUTERS))
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_one_replica_reproduces_the_lone_engine_byte_for_byte(router, scenario, tmp_path):

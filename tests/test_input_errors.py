@@ -22,6 +22,8 @@ from chunksim.core.errors import InputError
 from chunksim.latency.profile import load_profile
 from chunksim.workloads import load_trace
 
+pytestmark = pytest.mark.slow  # each case runs the sim command in a fresh process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

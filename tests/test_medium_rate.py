@@ -22,6 +22,7 @@ def _median_delay_ms(profile, rate: float) -> float:
     return s[SCHED_DELAY_KEY]
 
 
+@pytest.mark.slow
 def test_medium_rate_is_a_share_of_the_capacity_edge(const_profile):
     # 10-ms steps of at most 512 tokens serve at most 51200 / (200 + 55) = 201 req/s for
     # good; a finite run tolerates some overload before its median delay passes 2 s.

@@ -13,6 +13,8 @@ import pytest
 
 import chunksim
 
+pytestmark = pytest.mark.slow  # each case runs the sim command in a fresh process
+
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = re.compile(r"\b(rate_per_s|duration_s|long_arrival_s|max_tokens|min_tokens|"
                     r"mean_tokens|std_tokens|num_requests|start_s|max_requests)\b")

@@ -479,6 +479,7 @@ def test_command_module_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_every_phase_runs_under_a_progress_bar(tmp_path, monkeypatch):
     import chunksim.profiler.run as prun
 
