@@ -12,9 +12,13 @@ from chunksim import atomic
 from chunksim.latency.profile import Profile
 from chunksim.reports import style
 from chunksim.reports.capacity_plot import metric_name
-from chunksim.reports.definitions import DEFINITIONS
 from chunksim.reports.document import Document
-from chunksim.reports.provenance import DEMO_BANNER, is_demo_profile, provenance_rows, run_facts
+from chunksim.reports.provenance import (
+    DEMO_BANNER,
+    closing_sections,
+    is_demo_profile,
+    run_facts,
+)
 from chunksim.reports.tables import fmt
 from chunksim.reports.verdict_text import num, ranged, verdict_lines
 from chunksim.sweep.capacity import CapacityEntry
@@ -121,14 +125,7 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
              "under the SLOs? Each configuration's rate is searched separately; every probe "
              "replays the workload at that rate under every seed.")
     capacity_section(doc, entries, verdict.slos, len(verdict.seeds), window)
-    doc.heading("Profile provenance")
-    doc.table(["field", "value"], provenance_rows(profile.label, profile.path, profile.sha256,
-                                                  profile.provenance), numeric=False)
-    doc.heading("Metric definitions")
-    doc.definitions(list(DEFINITIONS))
-    if command:
-        doc.heading("Reproduce")
-        doc.code(command)
+    closing_sections(doc, profile, command)
     md, page = out / "report.md", out / "report.html"
     atomic.write_text(md, doc.to_markdown())
     atomic.write_text(page, doc.to_html(out))

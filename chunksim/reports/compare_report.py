@@ -17,9 +17,13 @@ import numpy as np
 from chunksim import atomic
 from chunksim.latency.profile import Profile
 from chunksim.reports import style
-from chunksim.reports.definitions import DEFINITIONS
 from chunksim.reports.document import Document
-from chunksim.reports.provenance import DEMO_BANNER, is_demo_profile, provenance_rows, run_facts
+from chunksim.reports.provenance import (
+    DEMO_BANNER,
+    closing_sections,
+    is_demo_profile,
+    run_facts,
+)
 from chunksim.reports.tables import SEED_COLUMNS, class_rows, seed_rows
 from chunksim.reports.verdict_text import verdict_lines
 from chunksim.sweep.capacity import CapacityEntry
@@ -199,12 +203,5 @@ def _document(comp: Comparison, verdict: Verdict, capacity, profile: Profile, ti
                                    ["completed / rejected (median seed)",
                                     f"{s0.get('completed')} / {s0.get('rejected')}"]]
               + [["note", n_] for n_ in s0.get("workload_notes", [])], numeric=False)
-    doc.heading("Profile provenance")
-    doc.table(["field", "value"], provenance_rows(profile.label, profile.path, profile.sha256,
-                                                  profile.provenance), numeric=False)
-    doc.heading("Metric definitions")
-    doc.definitions(list(DEFINITIONS))
-    if command:
-        doc.heading("Reproduce")
-        doc.code(command)
+    closing_sections(doc, profile, command)
     return doc

@@ -67,3 +67,18 @@ DEMO_BANNER = (
     "milliseconds into a design. Profile your own model on your GPU, e.g. `sim profile "
     "--model llama-3.1-8b --device cuda --out profiles/my-gpu.csv`, then rerun with "
     "`--profile profiles/my-gpu.csv`.")
+
+
+def closing_sections(doc, profile, command: str | None) -> None:
+    """The sections every report ends with: the profile's provenance, the metric
+    definitions, and the command that reproduces the page."""
+    from chunksim.reports.definitions import DEFINITIONS
+
+    doc.heading("Profile provenance")
+    doc.table(["field", "value"], provenance_rows(profile.label, profile.path, profile.sha256,
+                                                  profile.provenance), numeric=False)
+    doc.heading("Metric definitions")
+    doc.definitions(list(DEFINITIONS))
+    if command:
+        doc.heading("Reproduce")
+        doc.code(command)
