@@ -48,3 +48,28 @@ def test_lone_request_ttft_is_the_table_point_plus_overhead(name):
     expected_ms = (float(row.median_s.iloc[0]) + lat.overhead(1)) * 1e3
     assert summary["mean_ttft_ms"] == pytest.approx(expected_ms, rel=1e-9)
 
+
+
+def test_the_bundled_component_profile_is_a_measured_component_table():
+    p = load_profile("tiny-cpu-components")
+    prov = p.provenance
+    assert p.kind == "components" and prov["format"] == "chunksim-components/1"
+    assert (prov["model"]["name"], prov["device"], prov["dtype"], prov["threads"]) == (
+        "tiny", "cpu", "float32", 1)
+    assert prov["points"] == len(p.table)
+    # its calibration against whole-model steps is stored, per step kind, and finite
+    alone = prov["calibration"]["alone"]
+    for kind in ("prefill", "decode", "mixed", "all"):
+        assert 0 <= alone[kind]["median_abs_error_pct"] <= alone[kind]["p90_abs_error_pct"] < 100
+
+
+@pytest.mark.parametrize("policy", ["whole", "chunk", "budget", "sjf"])
+def test_every_policy_runs_on_the_component_profile(policy):
+    from chunksim.workloads.scenarios import LongPromptConfig, long_prompt
+
+    w = long_prompt(LongPromptConfig(duration_s=12.0, long_arrival_s=4.0,
+                                     long_prompt_tokens=4096))
+    cfg = RunConfig(policy=policy, chunk=None if policy == "whole" else 512)
+    res, summary = simulate(w, load_profile("tiny-cpu-components"), cfg)
+    assert summary["profile_kind"] == "components" and summary["completed"] == len(w)
+    assert (res.steps.duration_s > 0).all()
