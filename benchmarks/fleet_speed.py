@@ -29,25 +29,19 @@ import numpy as np
 from chunksim.latency.profile import load_profile
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.build import workload_from_arrays
-from chunksim.workloads.lengths import LogNormal
-from chunksim.workloads.synthetic import SyntheticConfig, generate
 
-AZURE_CONV = Path(__file__).resolve().parents[1] / ".." / "shared" / "traces" / \
-    "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_speed import AZURE_CONV, real_trace, synthetic  # noqa: E402  the same hour
+
 SCALE = 8
 
 
 def hour(trace: Path):
+    """The Azure conversation trace, or sim_speed's synthetic hour with its statistics."""
     if trace.is_file():
-        from chunksim.workloads import load_trace
-
-        return load_trace(trace), "azure_conv_trace"
-    return generate(SyntheticConfig(
-        arrivals=ArrivalProcess(ArrivalKind.POISSON, rate_per_s=5.5),
-        prompt=LogNormal(1155, 1109, 1, 16384), output=LogNormal(211, 163, 1, 1000),
-        num_requests=19366, seed=0)), "synthetic_azure_conv"
+        return real_trace(trace), "azure_conv_trace"
+    return synthetic(), "synthetic_azure_conv"
 
 
 def scaled(w, k: int):

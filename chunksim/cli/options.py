@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from chunksim.core.knobs import Flag, field_docs
+from chunksim.core.knobs import Flag, field_docs, flag_of
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.fleet_config import FleetConfig
@@ -114,7 +114,6 @@ def _policy_knob_options(skip: tuple[str, ...]) -> list[Param]:
         if name in skip:
             continue
         cls = POLICIES[fams[0]]
-        f = next(f for f in fields(cls) if f.name == name)
         by_doc: dict[str, list[str]] = {}
         for fam in fams:
             by_doc.setdefault(field_docs(POLICIES[fam]).get(name, ""), []).append(fam)
@@ -123,7 +122,7 @@ def _policy_knob_options(skip: tuple[str, ...]) -> list[Param]:
         else:
             doc = " ".join(f"{', '.join(fs)}: {d}" for d, fs in by_doc.items())
         hint = typing.get_type_hints(cls)[name]
-        out.append(_option(name, hint, None, f.metadata["flag"], doc, POLICY_PANEL,
+        out.append(_option(name, hint, None, flag_of(cls, name), doc, POLICY_PANEL,
                            optional=True))
     return out
 
@@ -147,7 +146,7 @@ def run_params(single_policy: bool = True) -> list[Param]:
     params = options_of(RunConfig, POLICY_PANEL, skip, {"policy": PolicyChoice})
     if single_policy:
         name, hint, default = params[0]
-        base, opt = typing.get_args(hint)
+        _, opt = typing.get_args(hint)
         opt.help = _policy_help()
         params[0] = (name, hint, PolicyChoice(default))
     params += options_of(EngineConfig, "Engine and KV cache", _ENGINE_SKIP)
@@ -164,17 +163,11 @@ def build_run_config(picked: dict[str, Any]) -> RunConfig:
         run["policy"] = PolicyChoice(run["policy"]).value
     engine = EngineConfig(**_values(EngineConfig, picked))
     fleet = FleetConfig(**_values(FleetConfig, picked))
-    owners = knob_owners()
     knobs = {}
-    for name, fams in owners.items():
-        if picked.get(name) is None or name in run:
-            continue
-        f = next(f for f in fields(POLICIES[fams[0]]) if f.name == name)
-        v = picked[name]
-        if isinstance(v, list) and not v:
-            continue
-        flag: Flag = f.metadata["flag"]
-        knobs[name] = flag.parse(v) if flag.parse is not None else v
+    for name, fams in knob_owners().items():  # a knob's flag is the same in every family
+        if name not in run:
+            knobs.update(_values(POLICIES[fams[0]], {name: picked.get(name)}))
+    knobs = {k: v for k, v in knobs.items() if v is not None}  # unset: the family's default
     return RunConfig(**run, engine=engine, fleet=fleet, knobs=knobs)
 
 

@@ -40,7 +40,7 @@ class KVLedger:
         if ov is not None:
             if need > ov.uncached:
                 ov.allocate(need)
-            else:
+            elif need:
                 ov.uncached -= need
             if req.block_keys:  # shareable blocks: those this step fills get registered
                 ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)

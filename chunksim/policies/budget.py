@@ -152,6 +152,7 @@ class TokenBudgetPolicy(PolicyBase):
         preempted: list = []
         partial = 0
         max_partial = self.max_num_partial_prefills or 1 << 30
+        queue = self.queue  # a property: read once, not per running request
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -165,7 +166,7 @@ class TokenBudgetPolicy(PolicyBase):
             want = min(want, budget)
             n_preempted = len(preempted)
             ok, removed = preempt_until_fits(
-                req, want, running, ledger, scheduled, preempted, self.queue)
+                req, want, running, ledger, scheduled, preempted, queue)
             budget += sum(n for _, n in removed)
             if not ok:
                 break

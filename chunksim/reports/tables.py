@@ -8,21 +8,6 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-# (summary key, header, format)
-HEADLINE: tuple[tuple[str, str, str], ...] = (
-    ("median_ttft_ms", "P50 TTFT ms", "{:.1f}"),
-    ("p99_ttft_ms", "P99 TTFT ms", "{:.1f}"),
-    ("median_itl_ms", "P50 ITL ms", "{:.1f}"),
-    ("p99_itl_ms", "P99 ITL ms", "{:.1f}"),
-    ("max_decode_stall_ms", "max stall ms", "{:.0f}"),
-    ("p99_tpot_ms", "P99 TPOT ms", "{:.1f}"),
-    ("request_throughput", "req/s", "{:.2f}"),
-    ("output_throughput", "out tok/s", "{:.0f}"),
-    ("request_goodput", "goodput req/s", "{:.2f}"),
-    ("preemptions", "preempt", "{:d}"),
-    ("extrapolated_steps", "extrap. steps", "{:d}"),
-)
-
 
 def fmt(value: object, spec: str = "{}") -> str:
     if value is None:
@@ -31,14 +16,6 @@ def fmt(value: object, spec: str = "{}") -> str:
         return spec.format(value)
     except (ValueError, TypeError):
         return str(value)
-
-
-def headline_rows(labels: Sequence[str], summaries: Sequence[dict]) -> tuple[list[str],
-                                                                            list[list[str]]]:
-    headers = ["configuration"] + [h for _, h, _ in HEADLINE]
-    rows = [[lab] + [fmt(s.get(k), f) for k, _, f in HEADLINE]
-            for lab, s in zip(labels, summaries, strict=True)]
-    return headers, rows
 
 
 def ranged_cell(med: object, lo: object, hi: object, spec: str) -> str:
