@@ -82,8 +82,8 @@ def capacity(
     layouts (repeat it) are searched side by side.
     """
     from chunksim import atomic
+    from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity, print_verdict
     from chunksim.sweep.capacity import (
@@ -115,7 +115,7 @@ def capacity(
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
     params = search_params(workload_opts, max_rate, tol)
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
-    profile = load_profile(profile)
+    profile = load_run_profile(profile, run_cfg)
     if target_rate is not None:
         _fewest_gpus(target_rate, max_gpus or 64, specs, chunk_list, template, workload_opts,
                      run_cfg, slos, params, seed_values, profile, workers, ray, out)

@@ -71,8 +71,8 @@ def compare(
     4,router=least-tokens --fleet pd=1:3 --fleet pd=2:2 --out reports/fleets`.
     """
     from chunksim import atomic
+    from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison, print_verdict
     from chunksim.sweep.capacity import capacity_search, search_params, window_note
@@ -101,7 +101,7 @@ def compare(
         from chunksim.reports.compare_report import timeline_configs
 
         timeline_configs(configs, timeline_chunk)
-    profile = load_profile(profile)
+    profile = load_run_profile(profile, run_cfg)
     entries, window = None, None
     with Runner(profile, workers, ray) as runner, \
             ProgressBar("compare", total=len(configs) * len(seed_values)) as bar:

@@ -170,7 +170,8 @@ def gpu_splits(gpus: int, template: FleetSpec | None = None) -> list[FleetSpec]:
 
 def refuse_fleet_flags(fleet: FleetConfig, flag: str) -> None:
     """`flag` lays out the fleet: refuse the single-fleet flags that would fight it."""
-    given = [f for f, v in (("--replicas", fleet.replicas), ("--pd", fleet.pd)) if v is not None]
+    given = [f for f, v in (("--replicas", fleet.replicas), ("--pd", fleet.pd),
+                            ("--replica-groups", fleet.replica_groups)) if v is not None]
     if given:
         raise ValueError(f"{' and '.join(given)} and {flag} both size the fleet; give the "
                          f"layouts with {flag} only")
