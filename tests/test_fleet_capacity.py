@@ -180,7 +180,7 @@ def test_capacity_gpus_cli_ranks_and_writes_the_splits(tmp_path):
     res = RUNNER.invoke(app, ["capacity", "-n", "40", "--gpus", "2", "--policies", "budget",
                               "--chunks", "512", "--seeds", "0", "--tol", "0.3",
                               "--workers", "1", "--fleet", "router=least-tokens",
-                              "--no-report", "--no-svg", "--out", str(out)])
+                              "--no-svg", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rows = (out / "splits.csv").read_text().splitlines()
     assert rows[0].startswith("rank,config,policy,chunk,fleet_layout,gpus,max_rate")
@@ -189,6 +189,10 @@ def test_capacity_gpus_cli_ranks_and_writes_the_splits(tmp_path):
                                                          "P/D 1:1 least-tokens"]
     rates = [float(r.split(",")[6]) for r in rows[1:]]
     assert rates == sorted(rates, reverse=True)
+    report = (out / "report.md").read_text()
+    best = rows[1].split(",")[1]
+    assert "Splits of 2 GPUs, ranked" in report
+    assert report.index(f"| {best} |") < report.index("Capacity under the SLOs")
     doc = json.loads((out / "capacity.json").read_text())
     assert {c["fleet_layout"] for c in doc["configurations"]} == {"2x least-tokens",
                                                                   "P/D 1:1 least-tokens"}

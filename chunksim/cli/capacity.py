@@ -134,14 +134,15 @@ def capacity(
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
     print_capacity(entries, best, slos)
     print_verdict(verdict, capacity_searched=True, trace=trace)
-    split_table = None
+    split_table = split_list = None
     if sized:
         from chunksim.reports.console import print_splits
         from chunksim.sweep.gpus import split_ranking
         from chunksim.sweep.gpus_io import split_rows, splits_csv
 
         ranked = split_ranking(entries)
-        print_splits(split_rows(ranked), gpus)
+        split_list = split_rows(ranked)
+        print_splits(split_list, gpus)
         split_table = splits_csv(ranked)
     if out is not None:
         doc = capacity_document(entries, best, slos, params, profile,
@@ -160,7 +161,8 @@ def capacity(
             workload = next((p.summary.get("workload") for e in entries for p in e.probes), "?")
             name = str(workload).split("-")[0] + " (rate varied)"
             paths = write_capacity_report(out, entries, verdict, profile, window, name,
-                                          resolved_command(ctx), formats, trace)
+                                          resolved_command(ctx), formats, trace,
+                                          splits=split_list)
         else:
             from chunksim.reports.capacity_report import write_capacity_plots
 
