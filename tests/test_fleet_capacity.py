@@ -163,6 +163,7 @@ def test_fewest_gpus_meets_the_target_and_one_fewer_does_not(heavy_kv_profile):
     (["--gpus", "2", "--replicas", "2"], "--replicas and --gpus both size the fleet"),
     (["--target-rate", "5", "--pd", "1:1"], "--pd and --target-rate both size the fleet"),
     (["--target-rate", "5", "--rate", "3"], "drop --rate"),
+    (["--target-rate", "5", "--tol", "0.1"], "--tol shapes the rate search"),
     (["--gpus", "2", "--fleet", "4"], "--gpus generates the layouts"),
     (["--gpus", "2", "--fleet", "router=x"], "--fleet 'router=x': router 'x' is unknown"),
     (["--gpus", "2", "--fleet", "router=random", "--fleet", "router=least-tokens"],

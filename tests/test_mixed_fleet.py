@@ -3,6 +3,7 @@ and routers that weigh work by each replica's speed."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pandas as pd
@@ -126,3 +127,13 @@ def test_replica_groups_from_the_cli(tmp_path):
     assert res.exit_code == 0, res.output
     req = pd.read_csv(out / "requests.csv")
     assert set(req["replica"]) == {0, 1}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["warnings"] == []  # both profiles are of the `tiny` model
+    assert [g["replicas"] for g in summary["fleet"]["groups"]] == [1, 1]
+
+
+def test_a_fleet_of_two_models_is_warned_about(linear_profile, tmp_path):
+    other = make_profile(tmp_path, provenance={"model": {"name": "another"}}, name="other")
+    _, s = simulate(_traffic(n=10), linear_profile, replace(CFG, fleet=FleetConfig(
+        replica_groups=f"{linear_profile.path}:1,{other.path}:1")))
+    assert any("different models (another, synthetic)" in w for w in s["warnings"])

@@ -117,6 +117,12 @@ def capacity(
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     profile = load_run_profile(profile, run_cfg)
     if target_rate is not None:
+        given = [f for f, v, d in (("--max-rate", max_rate, 1024.0), ("--tol", tol, 0.03))
+                 if v != d]
+        if given:
+            verb = "shape" if len(given) > 1 else "shapes"
+            raise ValueError(f"{' and '.join(given)} {verb} the rate search; --target-rate "
+                             "probes the target rate only: drop them")
         _fewest_gpus(target_rate, max_gpus or 64, specs, chunk_list, template, workload_opts,
                      run_cfg, slos, params, seed_values, profile, workers, ray, out)
         return

@@ -52,7 +52,7 @@ def parse_replica_groups(text: str) -> tuple[tuple[str, int], ...]:
             raise ValueError(
                 f"--replica-groups {text!r}: {part.strip()!r} is not PROFILE:COUNT; give a "
                 "comma list of profile:replicas, each count >= 1 (e.g. --replica-groups "
-                "llama-3.1-8b-h200:2,tiny-cpu:2)")
+                "llama-3.1-8b-h200:2,runs/a100.csv:2)")
         groups.append((name.strip(), n))
     return tuple(groups)
 
@@ -77,9 +77,10 @@ class FleetConfig:
     outstanding requests more than the least-loaded one."""
     replica_groups: str | None = knob(None, "--replica-groups", panel=_F)
     """A mixed fleet: PROFILE:COUNT,... replicas per latency profile (a bundled name or a
-    CSV, as --profile takes), numbered in group order, each with its profile's speed, KV
-    capacity and length cap; replaces --profile (and sets --replicas to the total). E.g.
-    --replica-groups llama-3.1-8b-h200:2,tiny-cpu:2."""
+    CSV, as --profile takes: the same model measured on each kind of GPU), numbered in
+    group order, each with its profile's speed, KV capacity and length cap; replaces
+    --profile (and sets --replicas to the total). E.g. --replica-groups
+    llama-3.1-8b-h200:2,runs/a100.csv:2."""
     pd: str | None = knob(None, "--pd", panel=_F)
     """Prefill/decode disaggregation, P:D instances: prefill instances run prompts and emit
     the first token, the KV moves over --kv-link, decode instances make the rest."""

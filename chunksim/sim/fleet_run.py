@@ -94,7 +94,18 @@ def simulate_fleet(workload: Workload, profile: Profile,
                                 strict=True):
             row["profile"] = name
             row["relative_token_time"] = t
+        models = sorted({_model_name(group_profile(name)) for name, _ in f.groups})
+        if len(models) > 1:
+            summary["warnings"].append(
+                f"--replica-groups mixes profiles of different models ({', '.join(models)}): "
+                "a router sends any request to any replica, so the fleet serves one model; "
+                "give profiles of the same model on each GPU")
     return result, summary
+
+
+def _model_name(profile: Profile) -> str:
+    model = profile.provenance.get("model")
+    return str(model.get("name") if isinstance(model, dict) else model)
 
 
 def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, latency,
