@@ -45,7 +45,8 @@ FleetOpt = Annotated[list[str] | None, typer.Option(
         "LAYOUT[,KEY=VALUE...], LAYOUT = N (N replicas) or pd=P:D (P prefill, D decode "
         "instances); keys router=R, decode-router=R, kv-link=L (the last two P/D only). "
         "E.g. --fleet 4,router=least-tokens --fleet pd=2:2,kv-link=ib-400g. Replaces "
-        "--replicas / --pd."))]
+        "--replicas / --pd / --replica-groups. With capacity --gpus / --target-rate: one "
+        "entry without a layout (router=R,kv-link=L) for every generated split."))]
 RayOpt = Annotated[str | None, typer.Option(
     "--ray", metavar="ADDRESS", rich_help_panel=_G, help=(
         "Run on Ray (pip install 'chunksim\\[ray]'): 'auto' = a running cluster, 'local' = "
