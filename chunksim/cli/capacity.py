@@ -12,6 +12,7 @@ from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
     ChunksOpt,
+    FleetOpt,
     PoliciesOpt,
     RayOpt,
     SeedsOpt,
@@ -43,6 +44,19 @@ def capacity(
         "Stop doubling the rate here, req/s."))] = 1024.0,
     tol: Annotated[float, typer.Option("--tol", min=0.0, help=(
         "Stop bisecting when the bracket is within this relative width (0.03 = 3 %)."))] = 0.03,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, rich_help_panel="Fleet", help=(
+        "Which split of this many GPUs sustains the highest rate: G colocated replicas "
+        "and every P/D split P + D = G, each under every --policies x --chunks "
+        "configuration; prints them ranked (--out adds splits.csv)."))] = None,
+    target_rate: Annotated[float | None, typer.Option(
+        "--target-rate", min=0.0, rich_help_panel="Fleet", help=(
+            "The fewest GPUs that meet the SLOs at this rate, req/s: for G = 1, 2, 4, ... "
+            "then bisecting, every split of G is judged at this rate (one probe under "
+            "every seed); --out writes gpus.json and gpu_probes.csv."))] = None,
+    max_gpus: Annotated[int | None, typer.Option(
+        "--max-gpus", min=1, rich_help_panel="Fleet", help=(
+            "With --target-rate: the most GPUs tried (default 64)."))] = None,
+    fleet: FleetOpt = None,
     svg: Annotated[bool, typer.Option("--svg/--no-svg", help="Also write SVG plots.")] = True,
     report: Annotated[bool, typer.Option("--report/--no-report", help=(
         "Write report.md/.html with the verdict (off: data and plots only)."))] = True,
@@ -60,10 +74,16 @@ def capacity(
     that rate under every seed (default 3, --seeds); synthetic workloads without --duration
     or --num-requests span max(60 s, 1000 requests / rate). Example: `sim capacity --slo
     p99_itl_ms=100 --slo p99_ttft_ms=2000 --out runs/cap`.
+
+    Fleets: `--gpus 4` ranks 4 colocated replicas against P/D 1:3, 2:2 and 3:1;
+    `--target-rate 40` finds the fewest GPUs (and their split) that meet the SLOs at 40
+    req/s. With either, one --fleet entry without a layout sets the routers and KV link of
+    every split (e.g. --fleet router=least-tokens,kv-link=ib-400g); without them, --fleet
+    layouts (repeat it) are searched side by side.
     """
     from chunksim import atomic
+    from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity, print_verdict
     from chunksim.sweep.capacity import (
@@ -75,6 +95,7 @@ def capacity(
     )
     from chunksim.sweep.capacity_io import capacity_document, probes_csv
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
+    from chunksim.sweep.fleets import gpu_splits
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
     from chunksim.sweep.slos import parse_capacity_slos
@@ -85,12 +106,26 @@ def capacity(
     slos = parse_capacity_slos(slo)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
-    configs = make_configs(specs, parse_ints(chunks, "--chunks"))
+    chunk_list = parse_ints(chunks, "--chunks")
+    sized = gpus is not None or target_rate is not None
+    layouts, template = _fleets(fleet, gpus, target_rate, max_gpus, workload_opts, run_cfg)
+    configs = make_configs(specs, chunk_list,
+                           gpu_splits(gpus, template) if gpus is not None else layouts or None)
     if not 0 < tol < 1:
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
     params = search_params(workload_opts, max_rate, tol)
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
-    profile = load_profile(profile)
+    profile = load_run_profile(profile, run_cfg)
+    if target_rate is not None:
+        given = [f for f, v, d in (("--max-rate", max_rate, 1024.0), ("--tol", tol, 0.03))
+                 if v != d]
+        if given:
+            verb = "shape" if len(given) > 1 else "shapes"
+            raise ValueError(f"{' and '.join(given)} {verb} the rate search; --target-rate "
+                             "probes the target rate only: drop them")
+        _fewest_gpus(target_rate, max_gpus or 64, specs, chunk_list, template, workload_opts,
+                     run_cfg, slos, params, seed_values, profile, workers, ray, out)
+        return
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
         entries = capacity_search(configs, workload_opts, run_cfg, slos, runner, params, bar,
                                   seeds=seed_values)
@@ -105,6 +140,16 @@ def capacity(
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
     print_capacity(entries, best, slos)
     print_verdict(verdict, capacity_searched=True, trace=trace)
+    split_table = split_list = None
+    if sized:
+        from chunksim.reports.console import print_splits
+        from chunksim.sweep.gpus import split_ranking
+        from chunksim.sweep.gpus_io import split_rows, splits_csv
+
+        ranked = split_ranking(entries)
+        split_list = split_rows(ranked)
+        print_splits(split_list, gpus)
+        split_table = splits_csv(ranked)
     if out is not None:
         doc = capacity_document(entries, best, slos, params, profile,
                                 probe_workload(workload_opts, params.start, workload_opts.seed,
@@ -113,16 +158,81 @@ def capacity(
         atomic.write_text(out / "capacity_probes.csv", probes_csv(entries))
         formats = ("png", "svg") if svg else ("png",)
         names = ["capacity.json", "capacity_probes.csv"]
+        if split_table is not None:
+            atomic.write_text(out / "splits.csv", split_table)
+            names.append("splits.csv")
         if report:
             from chunksim.reports.capacity_report import write_capacity_report
 
             workload = next((p.summary.get("workload") for e in entries for p in e.probes), "?")
             name = str(workload).split("-")[0] + " (rate varied)"
             paths = write_capacity_report(out, entries, verdict, profile, window, name,
-                                          resolved_command(ctx), formats, trace)
+                                          resolved_command(ctx), formats, trace,
+                                          splits=split_list)
         else:
             from chunksim.reports.capacity_report import write_capacity_plots
 
             paths = write_capacity_plots(out, entries, best, slos, profile, formats)
         names += [p.name for p in paths]
         typer.echo(f"wrote {out}/: {', '.join(names)}")
+
+
+def _fleets(entries: list[str] | None, gpus: int | None, target_rate: float | None,
+            max_gpus: int | None, workload: WorkloadOptions, run_cfg: RunConfig):
+    """(--fleet layouts, --fleet template): layouts searched side by side, or, with --gpus
+    / --target-rate, the one layout-less entry that sets every split's routers and link.
+    Refuses the combinations that would leave a flag unused."""
+    from chunksim.sweep.fleets import parse_fleet, parse_fleets, refuse_fleet_flags
+
+    if max_gpus is not None and target_rate is None:
+        raise ValueError("--max-gpus bounds the --target-rate search; give --target-rate R")
+    if gpus is not None and target_rate is not None:
+        raise ValueError(f"--gpus {gpus} ranks the splits of {gpus} GPUs; --target-rate "
+                         f"{target_rate:g} finds the fewest GPUs (bounded by --max-gpus): "
+                         "give one")
+    sized = "--gpus" if gpus is not None else "--target-rate" if target_rate is not None \
+        else None
+    if sized is None:
+        layouts = parse_fleets(entries)
+        if layouts:
+            refuse_fleet_flags(run_cfg.fleet, "--fleet")
+        return layouts, None
+    refuse_fleet_flags(run_cfg.fleet, sized)
+    if target_rate is not None and workload.rate is not None:
+        raise ValueError(f"--rate {workload.rate:g} and --target-rate {target_rate:g}: the "
+                         "GPU search probes the target rate only; drop --rate")
+    if len(entries or []) > 1:
+        raise ValueError(f"{sized} generates the layouts: give at most one --fleet entry, "
+                         "without a layout, for their routers and link (e.g. --fleet "
+                         "router=least-tokens,kv-link=ib-400g)")
+    template = parse_fleet(entries[0], "--fleet", layout=False) if entries else None
+    return [], template
+
+
+def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], template,
+                 workload: WorkloadOptions, run_cfg: RunConfig, slos: dict[str, float],
+                 params, seeds: list[int], profile, workers: int | None, ray: str | None,
+                 out: Path | None) -> None:
+    """`--target-rate`: the fewest GPUs meeting the SLOs at `target`, and their split."""
+    from chunksim import atomic
+    from chunksim.progress import ProgressBar
+    from chunksim.reports.console import print_gpu_search
+    from chunksim.sweep.capacity import capacity_search
+    from chunksim.sweep.capacity_io import probes_csv
+    from chunksim.sweep.configs import make_configs
+    from chunksim.sweep.fleets import gpu_splits
+    from chunksim.sweep.gpus import fewest_gpus, pinned
+    from chunksim.sweep.gpus_io import gpu_search_document
+    from chunksim.sweep.runner import Runner
+
+    at_target = pinned(params, target)
+    with Runner(profile, workers, ray) as runner, ProgressBar("GPU search probes") as bar:
+        search = fewest_gpus(target, max_gpus, lambda g: capacity_search(
+            make_configs(specs, chunks, gpu_splits(g, template)), workload, run_cfg, slos,
+            runner, at_target, bar, seeds=seeds))
+    print_gpu_search(search, slos)
+    if out is not None:
+        entries = [e for _, t in sorted(search.trials.items()) for e in t.entries]
+        atomic.write_json(out / "gpus.json", gpu_search_document(search, slos, seeds))
+        atomic.write_text(out / "gpu_probes.csv", probes_csv(entries))
+        typer.echo(f"wrote {out}/: gpus.json, gpu_probes.csv")

@@ -11,6 +11,7 @@ from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
     ChunksOpt,
+    FleetOpt,
     PoliciesOpt,
     RayOpt,
     SeedsOpt,
@@ -33,6 +34,7 @@ def compare(
         "Directory for comparison.csv/.json, the plots, report.md and report.html."))],
     policies: PoliciesOpt = DEFAULT_POLICIES,
     chunks: ChunksOpt = DEFAULT_CHUNKS,
+    fleet: FleetOpt = None,
     seeds: SeedsOpt = None,
     slo: SloOpt = None,
     capacity: Annotated[bool | None, typer.Option(
@@ -60,18 +62,24 @@ def compare(
     [min–max] and the verdict (recommendation, runner-up, trade-offs) uses what holds across
     seeds, against --slo or the default SLOs. With --slo the capacity search runs too.
 
+    With --fleet (repeat it), every configuration runs on every fleet layout given, side
+    by side, and the report adds a per-replica load plot.
+
     Example: `sim compare -w long-prompt --policies whole,chunk,budget --chunks
-    256,512,1024,2048 --out reports/long-prompt`.
+    256,512,1024,2048 --out reports/long-prompt`; fleets: `sim compare -w long-prompt
+    --rate 32 --profile llama-3.1-8b-h200 --policies budget --chunks 2048,8192 --fleet
+    4,router=least-tokens --fleet pd=1:3 --fleet pd=2:2 --out reports/fleets`.
     """
     from chunksim import atomic
+    from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison, print_verdict
     from chunksim.sweep.capacity import capacity_search, search_params, window_note
     from chunksim.sweep.capacity_io import verdict_document
     from chunksim.sweep.compare import run_comparison
     from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
+    from chunksim.sweep.fleets import parse_fleets, refuse_fleet_flags
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
     from chunksim.sweep.slos import parse_capacity_slos
@@ -85,12 +93,15 @@ def compare(
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
-    configs = make_configs(specs, parse_ints(chunks, "--chunks"))
+    fleets = parse_fleets(fleet)
+    if fleets:
+        refuse_fleet_flags(run_cfg.fleet, "--fleet")
+    configs = make_configs(specs, parse_ints(chunks, "--chunks"), fleets or None)
     if report:  # fail on a bad --timeline-chunk before simulating, not after
         from chunksim.reports.compare_report import timeline_configs
 
         timeline_configs(configs, timeline_chunk)
-    profile = load_profile(profile)
+    profile = load_run_profile(profile, run_cfg)
     entries, window = None, None
     with Runner(profile, workers, ray) as runner, \
             ProgressBar("compare", total=len(configs) * len(seed_values)) as bar:

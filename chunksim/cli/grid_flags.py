@@ -39,12 +39,21 @@ SloOpt = Annotated[list[str] | None, typer.Option(
         "p99_ttft_ms=2000. median_sched_delay_ms=2000 (Sarathi-Serve) is added unless given "
         "(=off drops it). None given: p99_itl_ms=100, p99_ttft_ms=2000 and "
         "median_sched_delay_ms=2000."))]
+FleetOpt = Annotated[list[str] | None, typer.Option(
+    "--fleet", rich_help_panel=_G, help=(
+        "A fleet layout to run every configuration on (repeat the flag for several): "
+        "LAYOUT[,KEY=VALUE...], LAYOUT = N (N replicas) or pd=P:D (P prefill, D decode "
+        "instances); keys router=R, decode-router=R, kv-link=L (the last two P/D only). "
+        "E.g. --fleet 4,router=least-tokens --fleet pd=2:2,kv-link=ib-400g. Replaces "
+        "--replicas / --pd / --replica-groups. With capacity --gpus / --target-rate: one "
+        "entry without a layout (router=R,kv-link=L) for every generated split."))]
 RayOpt = Annotated[str | None, typer.Option(
     "--ray", metavar="ADDRESS", rich_help_panel=_G, help=(
         "Run on Ray (pip install 'chunksim\\[ray]'): 'auto' = a running cluster, 'local' = "
         "start one here, or ray://HOST:PORT."))]
 
-__all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "PoliciesOpt", "RayOpt",
+__all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "PoliciesOpt",
+           "RayOpt",
            "SeedsOpt", "SloOpt", "WorkersOpt", "command_line", "resolved_command"]
 
 

@@ -171,6 +171,25 @@ def build_run_config(picked: dict[str, Any]) -> RunConfig:
     return RunConfig(**run, engine=engine, fleet=fleet, knobs=knobs)
 
 
+def load_run_profile(profile: str | None, run_cfg: RunConfig):
+    """The profile a command runs on: --profile, or under --replica-groups the first
+    group's (which stands for the fleet in summaries); refuses both at once, since
+    --profile would then price nothing."""
+    from chunksim.latency.profile import load_profile
+
+    groups = run_cfg.fleet.groups
+    if groups is None:
+        return load_profile(profile)
+    if profile is not None:
+        raise ValueError(f"--profile {profile} and --replica-groups "
+                         f"{run_cfg.fleet.replica_groups} both choose the profile; name each "
+                         "group's profile in --replica-groups (PROFILE:COUNT,...) and drop "
+                         "--profile")
+    from chunksim.sim.fleet_run import group_profile
+
+    return group_profile(groups[0][0])
+
+
 def bundle(params: list[Param], build: Callable[[dict[str, Any]], Any], kw: str) -> Callable:
     """Decorator adding `params` to a command's signature and passing `kw=build(values)`."""
     names = [name for name, _, _ in params]

@@ -38,8 +38,8 @@ def run(
     `sim run --policy whole --workload long-prompt --out runs/whole`.
     """
     from chunksim import atomic
+    from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
     from chunksim.reports.console import print_summary
     from chunksim.sim.run import OUTPUT_FILES, nothing_completed, simulate, write_outputs
 
@@ -52,7 +52,7 @@ def run(
         raise ValueError(f"--out {out} holds {', '.join(foreign[:5])}, which a run's output "
                          "(summary.json, requests.csv, steps.csv, schedule.csv) would "
                          "replace; give a new or empty directory")
-    profile = load_profile(profile)
+    profile = load_run_profile(profile, run_cfg)
     workload = build_workload(workload_opts)
     with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
         result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed),

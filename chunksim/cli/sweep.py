@@ -48,8 +48,8 @@ def sweep(
     Example: `sim sweep --policies whole,budget --chunks 512,2048 --rates 2,4,8 --seeds
     0,1,2 --workloads poisson,long-prompt --out runs/sweep.csv`.
     """
+    from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_file
-    from chunksim.latency.profile import load_profile
     from chunksim.progress import ProgressBar
     from chunksim.sweep.configs import (
         make_configs,
@@ -77,7 +77,7 @@ def sweep(
     seed_list = (parse_ints(seeds, "--seeds", minimum=0, example="0,1,2") if seeds is not None
                  else [workload_opts.seed])
     kinds = parse_workloads(workloads, workload_opts)
-    profile = load_profile(profile)
+    profile = load_run_profile(profile, run_cfg)
     points = grid_points(workload_opts, run_cfg, profile.sha256, kinds, configs, rate_list,
                          seed_list)
     for kind in kinds:  # bad workload flags fail here, once, not in every worker

@@ -70,6 +70,9 @@ def validate(
     from chunksim.latency.profile import load_profile
     from chunksim.live.settings import LiveSettings
 
+    if run_cfg.fleet.active:
+        raise ValueError("sim validate serves one live engine; drop --replicas / --pd / "
+                         "--replica-groups (validate a fleet's policy on one engine)")
     check_out_dir(out)
     from chunksim.validate.output import write_validation
     from chunksim.validate.run import validate as run_validation

@@ -109,8 +109,10 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
                           verdict: Verdict, profile: Profile, window: str | None,
                           workload_name: str, command: str | None = None,
                           formats: tuple[str, ...] = ("png", "svg"),
-                          trace: bool = False) -> list[Path]:
-    """The figures and report.{md,html} of `sim capacity`; returns the paths written."""
+                          trace: bool = False,
+                          splits: list[dict] | None = None) -> list[Path]:
+    """The figures and report.{md,html} of `sim capacity`; returns the paths written.
+    `splits` (`sweep.gpus_io.split_rows`, `--gpus`) adds the ranked splits."""
     out = Path(out_dir)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
@@ -124,9 +126,30 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
     doc.para("How many requests per second can each prefill policy and chunk size sustain "
              "under the SLOs? Each configuration's rate is searched separately; every probe "
              "replays the workload at that rate under every seed.")
+    if splits:
+        _splits_section(doc, splits)
     capacity_section(doc, entries, verdict.slos, len(verdict.seeds), window)
     closing_sections(doc, profile, command)
     md, page = out / "report.md", out / "report.html"
     atomic.write_text(md, doc.to_markdown())
     atomic.write_text(page, doc.to_html(out))
     return paths + [md, page]
+
+
+def _splits_section(doc: Document, rows: list[dict]) -> None:
+    """`--gpus`: every split of the GPUs, best first."""
+    gpus = rows[0]["gpus"]
+    doc.heading(f"Splits of {gpus} GPUs, ranked")
+
+    def ms(v):
+        return "–" if v is None else f"{v:.1f}"
+
+    doc.table(["configuration (best first)", "max rate req/s", "req/s per GPU",
+               "P99 TTFT ms", "P99 ITL ms"],
+              [[r["config"], ("≥" if r["capped"] else "") + f"{r['max_rate']:.3g}",
+                f"{r['max_rate_per_gpu']:.3g}", ms(r["p99_ttft_ms"]), ms(r["p99_itl_ms"])]
+               for r in rows])
+    doc.para(f"{gpus} colocated replicas against every prefill:decode split of the same "
+             "GPUs, each under every policy and chunk size of the grid; ranked by capacity, "
+             "ties by P99 TTFT at capacity. Metrics are the median seed's at the capacity. "
+             "Also in `splits.csv`.")

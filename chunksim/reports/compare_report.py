@@ -31,7 +31,8 @@ from chunksim.sweep.compare import Comparison
 from chunksim.sweep.configs import Config
 from chunksim.sweep.verdict import Verdict, swamped
 
-FIGURE_STEMS = ("latency_cdf", "tradeoff", "step_timeline", "throughput", "latency_table")
+FIGURE_STEMS = ("latency_cdf", "tradeoff", "step_timeline", "throughput", "replica_load",
+                "latency_table")
 SATURATION_SPREAD = 0.02
 """Throughputs within 2 % of each other: every configuration kept up with the load."""
 
@@ -45,6 +46,18 @@ def timeline_configs(configs: Sequence[Config], chunk: int | None = None) -> lis
     elif chunk is not None and chunk not in chunks:
         raise ValueError(f"--timeline-chunk {chunk} is not among --chunks {chunks}")
     return [c for c in configs if c.chunk is None or c.chunk == chunk]
+
+
+def served_steps(requests, steps):
+    """The steps of the replica that served the longest prompt (its prefill instance under
+    P/D): a fleet's timeline shows that engine, not every replica's steps overlaid."""
+    from chunksim.reports.timeline import longest_request
+
+    col = next((c for c in ("replica", "prefill_replica") if c in requests.columns), None)
+    if col is None or "replica" not in steps.columns:
+        return steps
+    r = int(requests[col].iloc[longest_request(requests)])
+    return steps[steps["replica"].to_numpy() == r]
 
 
 def saturated(summaries: Sequence[dict]) -> bool:
@@ -88,12 +101,19 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
         "latency_cdf": cdf_figure(configs, pooled_req, pooled_itl, title),
         "tradeoff": tradeoff_figure(configs, summaries, title, stats=comp.stats),
         "step_timeline": timeline_figure(shown, [records[i].requests for i in pick],
-                                         [records[i].steps for i in pick], title),
+                                         [served_steps(records[i].requests, records[i].steps)
+                                          for i in pick], title),
         "latency_table": heatmap_figure(step_table(profile), profile.label, steps=steps_all),
     }
     sat = saturated(summaries)
     if sat:
         figs["throughput"] = throughput_figure(configs, summaries, title)
+    fleets = any(c.fleet is not None for c in configs)
+    if fleets:
+        from chunksim.reports.replica_load import replica_load, replica_load_figure
+
+        figs["replica_load"] = replica_load_figure(
+            configs, [replica_load(r) for r in records], title)
     paths: list[Path] = []
     for stem in FIGURE_STEMS:
         if stem in figs:
@@ -105,7 +125,7 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
         best = by_label.get(verdict.recommended.label) if verdict.recommended else None
         paths += write_capacity_plots(out, capacity, best, verdict.slos, profile, formats)
     doc = _document(comp, verdict, capacity, profile, title, shown, command, sat, window,
-                    trace)
+                    trace, fleets)
     md, page = out / "report.md", out / "report.html"
     atomic.write_text(md, doc.to_markdown())
     atomic.write_text(page, doc.to_html(out))
@@ -132,7 +152,7 @@ def _findings(configs: Sequence[Config], summaries: Sequence[dict], shown) -> li
 
 def _document(comp: Comparison, verdict: Verdict, capacity, profile: Profile, title: str,
               shown, command: str | None, sat: bool, window: str | None,
-              trace: bool) -> Document:
+              trace: bool, fleets: bool = False) -> Document:
     configs, summaries, stats = comp.configs, comp.summaries, comp.stats
     labels = [c.label for c in configs]
     n = len(comp.seeds)
@@ -175,7 +195,9 @@ def _document(comp: Comparison, verdict: Verdict, capacity, profile: Profile, ti
     doc.figure("step_timeline.png",
                f"Steps around the longest prompt's arrival ({shown_txt}; seed {comp.seeds[0]}):"
                " bar width = step duration; grey = decode tokens, colour = prefill tokens. A "
-               "tall, wide step is a decode stall: every running request waits for it.")
+               "tall, wide step is a decode stall: every running request waits for it."
+               + (" A fleet shows the replica that served the longest prompt (its prefill "
+                  "instance under P/D)." if fleets else ""))
     doc.figure("latency_cdf.png", "CDFs of TTFT (per request) and ITL (pooled gaps), every "
                f"seed pooled ({n} run{'s' if n > 1 else ''} per configuration); log x, logit "
                "y down to what the sample supports; the curves run to the slowest request.")
@@ -183,6 +205,12 @@ def _document(comp: Comparison, verdict: Verdict, capacity, profile: Profile, ti
                "TTFT across chunk sizes, one colour per policy, one marker per chunk size; "
                "points are medians, whiskers the range over seeds; labels give the chunk "
                "size and the change vs `whole`. Down-left is better.")
+    if fleets:
+        doc.figure("replica_load.png", "Per replica (seed "
+                   f"{comp.seeds[0]}): the fraction of the run it spent in steps, and the "
+                   "requests routed to it; colour = pool (colocated replica, P/D prefill, "
+                   "P/D decode). An uneven row is a router that herds or a pool that is "
+                   "the bottleneck.")
     if sat:
         doc.figure("throughput.png", "Request throughput (and goodput, if SLOs were given) "
                    "and token throughput per configuration.")

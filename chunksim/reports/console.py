@@ -139,3 +139,52 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
     else:
         con.print(f"recommended: [bold]{recommended.config.label}[/bold] "
                   f"({recommended.max_rate:.3g} req/s)")
+
+
+def print_splits(rows: list[dict], gpus: int, console: Console | None = None) -> None:
+    """`sim capacity --gpus G`: every split of the G GPUs, best first (`gpus_io.split_rows`)."""
+    con = console or Console()
+    t = Table(title=f"{gpus} GPUs: splits ranked by capacity", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("#", "configuration", "max rate req/s", "req/s per GPU", "P99 TTFT ms",
+                "P99 ITL ms"):
+        t.add_column(col, justify="left" if col == "configuration" else "right")
+    for r in rows:
+        rate = ("≥" if r["capped"] else "") + f"{r['max_rate']:.3g}"
+        cells = ([f"{r['p99_ttft_ms']:.1f}", f"{r['p99_itl_ms']:.1f}"]
+                 if r["p99_ttft_ms"] is not None else ["–", "–"])
+        t.add_row(str(r["rank"]), r["config"], rate, f"{r['max_rate_per_gpu']:.3g}", *cells)
+    con.print(t)
+    if rows and rows[0]["max_rate"] > 0:
+        con.print(f"best split of {gpus} GPUs: [bold]{rows[0]['config']}[/bold] "
+                  f"({rows[0]['max_rate']:.3g} req/s)")
+    else:
+        con.print(f"[red]no split of {gpus} GPUs met the SLOs at any probed rate[/red]")
+
+
+def print_gpu_search(search, slos: dict[str, float], console: Console | None = None) -> None:
+    """`sim capacity --target-rate R`: each GPU count judged, and the fewest that meet R."""
+    con = console or Console()
+    slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
+    t = Table(title=f"GPUs for {search.target:g} req/s under {slo_txt}", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("GPUs", "meets", "configurations meeting", "best", "P99 TTFT ms",
+                "P99 ITL ms"):
+        t.add_column(col, justify="left" if col in ("best", "meets") else "right")
+    for g, trial in sorted(search.trials.items()):
+        best = trial.meeting[0] if trial.meeting else None
+        s = best.at_max if best else None
+        t.add_row(str(g), "yes" if trial.met else "no",
+                  f"{len(trial.meeting)}/{len(trial.entries)}",
+                  best.config.label if best else "–",
+                  f"{s['p99_ttft_ms']:.1f}" if s else "–", f"{s['p99_itl_ms']:.1f}" if s else "–")
+    con.print(t)
+    if search.answer is None:
+        con.print(f"[red]no split of up to {search.max_gpus} GPUs meets {search.target:g} "
+                  "req/s under the SLOs[/red] (raise --max-gpus, or relax --slo)")
+    else:
+        best = search.trials[search.answer].meeting[0]
+        miss = search.answer - 1
+        con.print(f"fewest GPUs: [bold]{search.answer}[/bold], as {best.config.label}"
+                  + (f" ({miss} GPU{'s' if miss > 1 else ''} missed the target)" if miss
+                     else ""))

@@ -5,7 +5,10 @@ Colours: each policy family (and variant) owns one distinct hue (`family_color`)
 line style; the chunk size picks a marker (`marker`) and a shade of the hue on a fixed
 log2 scale (bigger chunk = darker; `color`), so a configuration looks the same in every
 figure and every report, and two chunk sizes of one family differ by marker, not only by
-a shade. PNGs are written at 2x (`PNG_SCALE`) so they stay sharp on high-density screens.
+a shade. In a fleet grid (`Config.fleet` set) the hue is the layout's instead: blues for
+colocated replicas, one hue per prefill count for P/D splits (`_fleet_cmap`); the chunk
+size still picks the marker and shade. PNGs are written at 2x (`PNG_SCALE`) so they stay
+sharp on high-density screens.
 """
 
 from __future__ import annotations
@@ -60,13 +63,25 @@ def pyplot():
     return plt
 
 
+_FLEET_PD_CMAPS = ("Reds", "Greens", "Purples", "Oranges", "RdPu", "Greys", "YlOrBr")
+
+
+def _fleet_cmap(config: Config) -> str | None:
+    """The layout's colormap: Blues for colocated replicas, P/D by its prefill count (1:3
+    and 1:7 share a hue, 2:2 gets another); None outside fleet grids."""
+    f = config.fleet
+    if f is None:
+        return None
+    return "Blues" if f.pd is None else _FLEET_PD_CMAPS[(f.pd[0] - 1) % len(_FLEET_PD_CMAPS)]
+
+
 def color(config: Config) -> tuple[float, float, float, float]:
-    """The configuration's colour (family hue, chunk-size shade)."""
+    """The configuration's colour (family or fleet-layout hue, chunk-size shade)."""
     from matplotlib import colormaps
 
     p = config.policy
-    cmap = colormaps[_CMAPS.get((p.family, p.variant),
-                                _CMAPS.get((p.family, None), _DEFAULT_CMAP))]
+    cmap = colormaps[_fleet_cmap(config) or _CMAPS.get(
+        (p.family, p.variant), _CMAPS.get((p.family, None), _DEFAULT_CMAP))]
     if config.chunk is None:
         shade = 0.75
     else:  # 64 -> 0.35 ... 4096 -> 0.95, fixed so it never depends on the grid
@@ -75,7 +90,13 @@ def color(config: Config) -> tuple[float, float, float, float]:
 
 
 def family_color(config: Config) -> str:
-    """The family's (and variant's) one hue, whatever the chunk size."""
+    """The family's (and variant's) one hue, whatever the chunk size (in a fleet grid,
+    the layout's)."""
+    if (fleet_cmap := _fleet_cmap(config)) is not None:
+        from matplotlib import colormaps
+        from matplotlib.colors import to_hex
+
+        return to_hex(colormaps[fleet_cmap](0.75))
     p = config.policy
     return _FAMILY_COLORS.get((p.family, p.variant),
                               _FAMILY_COLORS.get((p.family, None), _DEFAULT_FAMILY_COLOR))

@@ -63,11 +63,15 @@ def tradeoff_figure(configs: Sequence[Config], summaries: Sequence[dict], title:
     """`stats` (`sweep.seeds.SeedStats` per configuration) adds the range whiskers."""
     plt = style.pyplot()
     fig, axes = plt.subplots(1, len(y_keys), figsize=(6.4 * len(y_keys), 5.0), squeeze=False)
-    whole = next((s for c, s in zip(configs, summaries, strict=True)
-                  if c.policy.family == "whole" and c.policy.variant is None), None)
-    by_policy: dict = {}
+    wholes: dict = {}  # the `whole` point of each fleet layout (None: not a fleet grid)
+    for c, s in zip(configs, summaries, strict=True):
+        if c.policy.family == "whole" and c.policy.variant is None:
+            wholes.setdefault(c.fleet, s)
+    by_policy: dict = {}  # one line per policy (per fleet layout and policy in fleet grids)
     for i, (cfg, s) in enumerate(zip(configs, summaries, strict=True)):
-        by_policy.setdefault(cfg.policy, []).append((cfg, s, i))
+        by_policy.setdefault((cfg.fleet, cfg.policy), []).append((cfg, s, i))
+    layouts = list(dict.fromkeys(c.fleet for c in configs))
+    dashes = ["-", "--", ":", "-."]
     for ax, y_key in zip(axes[0], y_keys, strict=True):
         labels = []
         for pts in by_policy.values():
@@ -75,8 +79,12 @@ def tradeoff_figure(configs: Sequence[Config], summaries: Sequence[dict], title:
             xs = [s[x_key] for _, s, _ in pts]
             ys = [s[y_key] for _, s, _ in pts]
             first = pts[0][0]
-            ax.plot(xs, ys, color=style.family_color(first), ls=style.linestyle(first),
-                    lw=1.2, zorder=1, label=first.policy.label)
+            ls = (style.linestyle(first) if len(layouts) == 1
+                  else dashes[layouts.index(first.fleet) % len(dashes)])
+            name = (first.policy.label if first.fleet is None
+                    else f"{first.fleet.label} · {first.policy.label}")
+            ax.plot(xs, ys, color=style.family_color(first), ls=ls, lw=1.2, zorder=1,
+                    label=name)
             for (cfg, _, i), x, y in zip(pts, xs, ys, strict=True):
                 if stats is not None and stats[i].n > 1:
                     st = stats[i]
@@ -87,6 +95,9 @@ def tradeoff_figure(configs: Sequence[Config], summaries: Sequence[dict], title:
                 ax.scatter([x], [y], color=style.color(cfg), marker=style.marker(cfg), s=55,
                            edgecolor="black", linewidth=0.5, zorder=2)
                 text = str(cfg.chunk) if cfg.chunk is not None else cfg.policy.label
+                if len(layouts) > 1 and cfg.fleet is not None:
+                    text = f"{cfg.fleet.label} {text}"
+                whole = wholes.get(cfg.fleet)
                 if whole is not None and cfg.chunk is not None and whole[y_key] > 0:
                     text += f" ({(y / whole[y_key] - 1) * 100:+.0f} %)"
                 labels.append((x, y, text))
@@ -99,7 +110,7 @@ def tradeoff_figure(configs: Sequence[Config], summaries: Sequence[dict], title:
         ax.set_ylabel(style.axis_label(f"{_name(y_key)} (ms", ylog))
         ax.set_title(f"{_name(y_key)} vs {_name(x_key)} (down-left is better)\n"
                      f"labels: chunk tokens ({_name(y_key)} change vs whole)", fontsize=9)
-    axes[0, 0].legend(title="policy", loc="best")
+    axes[0, 0].legend(title="fleet · policy" if len(layouts) > 1 else "policy", loc="best")
     fig.suptitle(f"Trade-off across chunk sizes (median; whiskers = range over seeds) · {title}")
     fig.tight_layout()
     return fig

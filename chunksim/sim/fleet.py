@@ -57,9 +57,13 @@ class ReplicaInbox(Inbox):
 class Replica:
     """One engine of the fleet, and what a router may read of it (`routers.ReplicaView`)."""
 
-    def __init__(self, engine: Engine, inbox: ReplicaInbox) -> None:
+    def __init__(self, engine: Engine, inbox: ReplicaInbox, token_time: float = 1.0) -> None:
         self.engine = engine
         self.inbox = inbox
+        self.token_time = token_time
+
+    def relative_token_time(self) -> float:
+        return self.token_time
 
     def outstanding_requests(self) -> int:
         c = self.engine.core
@@ -89,14 +93,18 @@ class Fleet:
     and `dest`, the replica of every request."""
 
     def __init__(self, workload: Workload, engines: list[Engine], router: Router,
-                 staleness_s: float = 0.0) -> None:
+                 staleness_s: float = 0.0, token_times: list[float] | None = None) -> None:
+        """`token_times`: each replica's time per token relative to the fastest (a mixed
+        fleet, `routers.ReplicaView.relative_token_time`); None: all equal, 1.0."""
         router.check(workload)
         self.workload = workload
         self.router = router
         self.specs = workload.requests
         self.n = len(self.specs)
         self.arrival = [s.arrival_s for s in self.specs]
-        self.replicas = [Replica(e, ReplicaInbox(self, r)) for r, e in enumerate(engines)]
+        times = token_times or [1.0] * len(engines)
+        self.replicas = [Replica(e, ReplicaInbox(self, r), times[r])
+                         for r, e in enumerate(engines)]
         self.dest = np.full(self.n, -1, dtype=np.int64)
         self.pending: list[deque[int]] = [deque() for _ in engines]
         self.delivered = 0

@@ -38,6 +38,25 @@ def parse_pd(text: str) -> tuple[int, int]:
     return pn, dn
 
 
+def parse_replica_groups(text: str) -> tuple[tuple[str, int], ...]:
+    """`"h200:2,a100:2"` -> (("h200", 2), ("a100", 2)): each group's profile (a bundled
+    name or a profile CSV, as --profile takes) and replica count; a clear error otherwise."""
+    groups = []
+    for part in str(text).split(","):
+        name, sep, count = part.strip().rpartition(":")
+        try:
+            n = int(count)
+        except ValueError:
+            n = -1
+        if not sep or not name.strip() or n < 1:
+            raise ValueError(
+                f"--replica-groups {text!r}: {part.strip()!r} is not PROFILE:COUNT; give a "
+                "comma list of profile:replicas, each count >= 1 (e.g. --replica-groups "
+                "llama-3.1-8b-h200:2,runs/a100.csv:2)")
+        groups.append((name.strip(), n))
+    return tuple(groups)
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     """Replicas behind a router, or prefill and decode pools (unset: one engine)."""
@@ -56,6 +75,12 @@ class FleetConfig:
     prefix_load_cap: int = knob(8, "--prefix-load-cap", panel=_F, min=0)
     """prefix router: a cache hit may send a request to a replica with at most this many
     outstanding requests more than the least-loaded one."""
+    replica_groups: str | None = knob(None, "--replica-groups", panel=_F)
+    """A mixed fleet: PROFILE:COUNT,... replicas per latency profile (a bundled name or a
+    CSV, as --profile takes: the same model measured on each kind of GPU), numbered in
+    group order, each with its profile's speed, KV capacity and length cap; replaces
+    --profile (and sets --replicas to the total). E.g. --replica-groups
+    llama-3.1-8b-h200:2,runs/a100.csv:2."""
     pd: str | None = knob(None, "--pd", panel=_F)
     """Prefill/decode disaggregation, P:D instances: prefill instances run prompts and emit
     the first token, the KV moves over --kv-link, decode instances make the rest."""
@@ -72,6 +97,15 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if self.replicas is not None and self.replicas < 1:
             raise ValueError(f"--replicas {self.replicas}: a fleet needs at least 1 replica")
+        if self.replica_groups is not None:
+            total = sum(n for _, n in parse_replica_groups(self.replica_groups))
+            if self.pd is not None:
+                raise ValueError(f"--replica-groups and --pd {self.pd}: mixed fleets are "
+                                 "colocated replicas; drop one")
+            if self.replicas is not None and self.replicas != total:
+                raise ValueError(
+                    f"--replicas {self.replicas} but --replica-groups {self.replica_groups} "
+                    f"holds {total}; drop --replicas (the groups size the fleet)")
         if self.router is not None:
             check_router_name(self.router)
         if self.decode_router is not None:
@@ -119,7 +153,20 @@ class FleetConfig:
     @property
     def active(self) -> bool:
         """True when the run is a fleet (else one engine, today's `sim run`)."""
-        return self.replicas is not None or self.pd is not None
+        return self.replicas is not None or self.pd is not None or self.groups is not None
+
+    @property
+    def groups(self) -> tuple[tuple[str, int], ...] | None:
+        """--replica-groups as (profile, count) pairs (None: every replica on --profile)."""
+        return (parse_replica_groups(self.replica_groups)
+                if self.replica_groups is not None else None)
+
+    @property
+    def replica_count(self) -> int:
+        """Colocated replicas: --replicas, or the groups' total (1 for one engine)."""
+        if self.groups is not None:
+            return sum(n for _, n in self.groups)
+        return self.replicas or 1
 
     @property
     def pd_counts(self) -> tuple[int, int] | None:

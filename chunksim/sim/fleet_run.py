@@ -3,20 +3,47 @@ summarize the fleet as one run (vLLM bench keys over every request) plus per-rep
 
 A one-replica fleet returns exactly what the lone engine does (same records, same summary):
 the `replica` columns and `replicas` rows appear from two replicas on.
+
+A mixed fleet (`--replica-groups`) builds each replica from its group's profile: its
+latency model, KV capacity (from that profile unless --kv-blocks), length cap and the
+policy defaults of its device. The `profile` passed in stands for the fleet in the
+summary (the CLI passes the first group's); `fleet.groups` and each replica row name the
+profiles. Routers weigh work by each replica's time per token (`_token_times`).
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from chunksim.core.shape import BatchShape
 from chunksim.core.spec import Workload
-from chunksim.latency.profile import Profile
+from chunksim.latency.profile import Profile, load_profile
 from chunksim.sim.engine import Engine, SimResult
 from chunksim.sim.fleet import Fleet
 from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
 from chunksim.sim.pd import Disaggregated, first_tokens
 from chunksim.sim.routers import make_router
 from chunksim.sim.run import RunConfig, engine_config, engine_parts, summarize_run
+
+TOKEN_TIME_SHAPE = BatchShape(prefill_tokens=1024)
+"""The step that measures a profile's time per token for routing: one 1024-token prefill
+chunk (compute-bound on a GPU, where replicas of different hardware differ most)."""
+
+
+@functools.lru_cache(maxsize=16)
+def group_profile(name: str) -> Profile:
+    """A --replica-groups profile, loaded once per process (workers run many jobs)."""
+    return load_profile(name)
+
+
+def _token_times(latencies: list) -> list[float] | None:
+    """Each replica's time per token over the fastest's (None when all are equal)."""
+    times = [lat.step_s(TOKEN_TIME_SHAPE)[0] for lat in latencies]
+    fastest = min(times)
+    rel = [t / fastest for t in times]
+    return None if all(r == 1.0 for r in rel) else rel
 
 
 def simulate_fleet(workload: Workload, profile: Profile,
@@ -25,11 +52,24 @@ def simulate_fleet(workload: Workload, profile: Profile,
     device, latency, kv = engine_parts(workload, profile, cfg)
     if f.pd is not None:
         return _simulate_pd(workload, profile, cfg, device, latency, kv)
-    n = f.replicas or 1
-    engines = [Engine(workload, cfg.make_policy(device), latency, kv,
-                      engine_config(profile, cfg)) for _ in range(n)]
+    n = f.replica_count
+    token_times = None
+    if f.groups is None:
+        engines = [Engine(workload, cfg.make_policy(device), latency, kv,
+                          engine_config(profile, cfg)) for _ in range(n)]
+    else:
+        engines, latencies, names = [], [], []
+        for name, count in f.groups:
+            prof = group_profile(name)
+            dev, lat, kv_g = engine_parts(workload, prof, cfg)
+            for _ in range(count):
+                engines.append(Engine(workload, cfg.make_policy(dev), lat, kv_g,
+                                      engine_config(prof, cfg)))
+                latencies.append(lat)
+                names.append(prof.label)
+        token_times = _token_times(latencies)
     router = make_router(f.router or "round-robin", n, cfg.engine.seed, f.prefix_load_cap)
-    fleet = Fleet(workload, engines, router, f.router_staleness_s)
+    fleet = Fleet(workload, engines, router, f.router_staleness_s, token_times)
     results = fleet.run()
     if n == 1:
         return results[0], summarize_run(results[0], profile, cfg, latency, device)
@@ -40,12 +80,32 @@ def simulate_fleet(workload: Workload, profile: Profile,
         result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
     result.meta.update(fleet={"replicas": n, "router": router.name,
                               "router_staleness_ms": f.router_staleness_s * 1000.0})
+    if f.groups is not None:
+        result.meta["fleet"]["groups"] = [
+            {"profile": group_profile(name).label, "sha256": group_profile(name).sha256,
+             "replicas": count} for name, count in f.groups]
     summary = summarize_run(result, profile, cfg, latency, device)
     # busy fraction of the fleet: the mean over its replicas
     if summary["busy_fraction"] is not None:  # None: the run completed nothing
         summary["busy_fraction"] /= n
     summary["replicas"] = replica_rows(results, fleet.dest, summary["duration"])
+    if f.groups is not None:
+        for row, name, t in zip(summary["replicas"], names, token_times or [1.0] * n,
+                                strict=True):
+            row["profile"] = name
+            row["relative_token_time"] = t
+        models = sorted({_model_name(group_profile(name)) for name, _ in f.groups})
+        if len(models) > 1:
+            summary["warnings"].append(
+                f"--replica-groups mixes profiles of different models ({', '.join(models)}): "
+                "a router sends any request to any replica, so the fleet serves one model; "
+                "give profiles of the same model on each GPU")
     return result, summary
+
+
+def _model_name(profile: Profile) -> str:
+    model = profile.provenance.get("model")
+    return str(model.get("name") if isinstance(model, dict) else model)
 
 
 def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, latency,

@@ -32,6 +32,11 @@ class ReplicaView(Protocol):
     def cached_prefix_tokens(self, spec: RequestSpec) -> int:
         """Prompt tokens of `spec` its prefix cache holds now (0 without prefix caching)."""
 
+    def relative_token_time(self) -> float:
+        """Its time per token over the fastest replica's (1.0 in a fleet of one profile;
+        a mixed fleet's slower GPU > 1): a static fact of its hardware, as a router's
+        configuration would state it."""
+
 
 class Router:
     """Base: the registry name, whether the router reads replica state, and tie-breaking."""
@@ -100,13 +105,15 @@ class LeastRequests(Router):
 
 
 class LeastTokens(Router):
-    """Least outstanding work in tokens (prefill still to run plus decodes still to come)."""
+    """Least outstanding work (prefill still to run plus decodes still to come), in tokens
+    times the replica's relative time per token: in a mixed fleet a replica twice as fast
+    takes twice the tokens (in a fleet of one profile every weight is 1.0, plain tokens)."""
 
     name = "least-tokens"
     reads_state = True
 
     def pick(self, spec, views):
-        return self._argmin([v.outstanding_tokens() for v in views])
+        return self._argmin([v.outstanding_tokens() * v.relative_token_time() for v in views])
 
 
 class PrefixAffinity(Router):

@@ -6,8 +6,9 @@ import dataclasses
 
 from chunksim.latency.profile import Profile
 from chunksim.sweep.capacity import CapacityEntry, SearchParams
+from chunksim.sweep.compare import config_keys
 from chunksim.sweep.slos import violations
-from chunksim.sweep.table import cell, csv_text, flatten
+from chunksim.sweep.table import cell, columns_of, csv_text, flatten
 from chunksim.sweep.verdict import Verdict
 from chunksim.workloads.options import WorkloadOptions
 
@@ -28,7 +29,7 @@ def _probe(p, slos: dict[str, float], seeds: list[int]) -> dict:
 def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int]) -> dict:
     lo, hi = e.capacity_range
     return {
-        "config": e.config.label, "policy": e.config.policy.label, "chunk": e.config.chunk,
+        **config_keys(e.config),
         "max_rate": e.max_rate, "capped": e.capped,
         "max_rate_by_seed": dict(zip(map(str, seeds), e.seed_capacities(), strict=True)),
         "max_rate_range": [lo, hi],
@@ -75,8 +76,7 @@ def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
     rec = None
     if best is not None:
         ties = [e.config.label for e in entries if e.max_rate == best.max_rate]
-        rec = {"config": best.config.label, "policy": best.config.policy.label,
-               "chunk": best.config.chunk, "max_rate": best.max_rate,
+        rec = {**config_keys(best.config), "max_rate": best.max_rate,
                "p99_ttft_ms": best.at_max["p99_ttft_ms"],
                "reason": "highest max_rate" + (f"; tied with {', '.join(ties)} -> lowest "
                                                "P99 TTFT" if len(ties) > 1 else "")}
@@ -103,10 +103,9 @@ def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
 def probes_csv(entries: list[CapacityEntry]) -> str:
     """Every probe and seed: configuration, rate, whether the median seed met the SLOs
     (`met`), whether this seed did (`seed_met`), then the seed's summary."""
-    rows = [flatten(s, {"config": e.config.label, "policy": e.config.policy.label,
-                        "chunk": e.config.chunk, "rate": p.rate, "met": p.met,
+    rows = [flatten(s, {**config_keys(e.config), "rate": p.rate, "met": p.met,
                         "seed_met": ok})
             for e in entries for p in e.probes
             for s, ok in zip(p.runs or [p.summary], p.seeds_met or [p.met], strict=True)]
-    cols = list(rows[0]) if rows else ["config", "policy", "chunk", "rate", "met", "seed_met"]
+    cols = columns_of(rows) if rows else ["config", "policy", "chunk", "rate", "met", "seed_met"]
     return csv_text(rows, cols)

@@ -19,10 +19,11 @@ from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.seeds import SeedStats, fold
-from chunksim.sweep.table import Row, csv_text, flatten
+from chunksim.sweep.table import Row, columns_of, csv_text, flatten
 from chunksim.workloads.options import WorkloadOptions
 
 KEY_COLUMNS = ("config", "policy", "chunk")
+"""Every row's key columns; a fleet grid's rows add `fleet_layout` (`config_keys`)."""
 
 
 @dataclass
@@ -54,8 +55,7 @@ class Comparison:
                           [self.run_records[i] for i in indices], self.seeds)
 
     def keys(self, i: int) -> dict[str, object]:
-        c = self.configs[i]
-        return {"config": c.label, "policy": c.policy.label, "chunk": c.chunk}
+        return config_keys(self.configs[i])
 
     def rows(self) -> list[Row]:
         """Flat text rows, one per configuration and seed: configuration keys, then every
@@ -63,8 +63,8 @@ class Comparison:
         return [flatten(s, self.keys(i)) for i, runs in enumerate(self.runs) for s in runs]
 
     def csv(self) -> str:
-        rows = self.rows()
-        return csv_text(rows, list(rows[0]))
+        rows = self.rows()  # fleet rows differ in keys (P/D adds kv_transfer): the union
+        return csv_text(rows, columns_of(rows))
 
     def json_rows(self) -> list[dict]:
         """One row per configuration with native types (nested values kept) for
@@ -73,7 +73,7 @@ class Comparison:
         out = []
         for i, st in enumerate(self.stats):
             row = {**self.keys(i), **{k: v for k, v in st.median.items()
-                                      if k not in KEY_COLUMNS}}
+                                      if k not in KEY_COLUMNS and k != "fleet_layout"}}
             row["seed"] = self.seeds if len(self.seeds) > 1 else self.seeds[0]
             row["range"] = {k: [st.lo[k], st.hi[k]] for k in st.median
                             if k != "seed" and isinstance(st.lo[k], (int, float))
@@ -88,6 +88,15 @@ class Comparison:
         rows = [{k: v for k, v in r.items() if not isinstance(v, (dict, list))}
                 for r in self.json_rows()]
         return pd.DataFrame(rows)
+
+
+def config_keys(c: Config) -> dict[str, object]:
+    """A configuration's key columns: config, policy, chunk, and fleet_layout for fleet
+    grids."""
+    keys: dict[str, object] = {"config": c.label, "policy": c.policy.label, "chunk": c.chunk}
+    if c.fleet is not None:
+        keys["fleet_layout"] = c.fleet.label
+    return keys
 
 
 def run_comparison(configs: list[Config], workload: WorkloadOptions, run: RunConfig,

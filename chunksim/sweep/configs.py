@@ -1,7 +1,8 @@
 """Configuration identity for comparisons, capacity searches and sweeps.
 
-A configuration is a policy (family plus optional variant) and a chunk size. `whole`
-ignores the chunk size, so it appears once per grid, with `chunk=None`. Every table and
+A configuration is a policy (family plus optional variant), a chunk size and, for fleet
+grids, a fleet layout (`sweep.fleets.FleetSpec`). `whole` ignores the chunk size, so it
+appears once per grid, with `chunk=None`. Every table and
 figure orders configurations by `Config.sort_key`, never by completion order.
 """
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from chunksim.core.knobs import flag_name
 from chunksim.policies import POLICIES, VARIANTS, knob_owners
+from chunksim.sweep.fleets import FleetSpec
 
 FAMILIES: tuple[str, ...] = tuple(POLICIES)
 """Policy families in display order (the registry's)."""
@@ -62,17 +64,28 @@ class Config:
     policy: PolicySpec
     chunk: int | None = None
     """chunk: prefill tokens per request per step; budget: tokens per step."""
+    fleet: FleetSpec | None = None
+    """The fleet layout it runs on (None: the run's own flags, one engine by default)."""
+
+    @property
+    def policy_label(self) -> str:
+        """The policy and chunk size, without the fleet: `budget 512`."""
+        return self.policy.label if self.chunk is None else f"{self.policy.label} {self.chunk}"
 
     @property
     def label(self) -> str:
-        return self.policy.label if self.chunk is None else f"{self.policy.label} {self.chunk}"
+        """`budget 512`, or with a fleet `4x · budget 512`, `P/D 2:2 · budget 512`."""
+        if self.fleet is None:
+            return self.policy_label
+        return f"{self.fleet.label} · {self.policy_label}"
 
     @property
     def sort_key(self) -> tuple:
         p = self.policy
         variants = VARIANTS[p.family]
-        return (FAMILIES.index(p.family),
-                variants.index(p.variant) if p.variant else 0, self.chunk or 0)
+        own = (FAMILIES.index(p.family), variants.index(p.variant) if p.variant else 0,
+               self.chunk or 0)
+        return own if self.fleet is None else (*self.fleet.sort_key, *own)
 
 
 def parse_policies(text: str, flag: str = "--policies") -> list[PolicySpec]:
@@ -115,13 +128,16 @@ def parse_floats(text: str, flag: str) -> list[float]:
     return sorted(values)
 
 
-def make_configs(policies: list[PolicySpec], chunks: list[int]) -> list[Config]:
-    """The grid policies x chunks, `whole` once, sorted by configuration."""
+def make_configs(policies: list[PolicySpec], chunks: list[int],
+                 fleets: list[FleetSpec] | None = None) -> list[Config]:
+    """The grid policies x chunks (x fleets, when given), `whole` once per fleet, sorted
+    by configuration."""
     if not policies:
         raise ValueError("--policies: give at least one policy (e.g. whole,chunk,budget)")
     if not chunks and any(p.chunked for p in policies):
         raise ValueError("--chunks: give at least one chunk size (e.g. 256,512)")
-    out = {Config(p, c if p.chunked else None) for p in policies for c in chunks or [None]}
+    out = {Config(p, c if p.chunked else None, f) for p in policies for c in chunks or [None]
+           for f in fleets or [None]}
     return sorted(out, key=lambda c: c.sort_key)
 
 

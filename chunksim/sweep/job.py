@@ -8,6 +8,7 @@ under many configurations generates it once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -49,7 +50,10 @@ class JobResult:
 def run_config(job: SimJob) -> RunConfig:
     """The RunConfig this job simulates (the seed also drives jitter, as in `sim run`)."""
     spec = job.config.policy
-    return job.run.variant(spec.family, job.config.chunk, job.workload.seed, spec.variant)
+    cfg = job.run.variant(spec.family, job.config.chunk, job.workload.seed, spec.variant)
+    if job.config.fleet is not None:
+        cfg = dataclasses.replace(cfg, fleet=job.config.fleet.apply(cfg.fleet))
+    return cfg
 
 
 _worker_profile: Profile | None = None
