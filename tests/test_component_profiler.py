@@ -122,7 +122,11 @@ def test_a_component_run_writes_a_profile_sim_run_loads(micro_profile):
     assert cal["alone_looks"] == 2 and cal["repeatability"]["all"]["steps"] == 6
     assert all(s["alone_s"] == min(s["alone_looks_s"]) and len(s["alone_looks_s"]) == 2
                for s in cal["sample"])
-    assert p.provenance["components"]["evict_bytes"] > 0
+    # the rest of the model: its weights less one layer's
+    one, two = (replace(SMALL, n_layers=n, max_position=2048).weights_bytes("float32")
+                for n in (1, 2))
+    whole = replace(SMALL, max_position=2048).weights_bytes("float32")
+    assert p.provenance["components"]["evict_bytes"] == whole - (two - one)
     assert p.provenance["components"]["layers"] == SMALL.n_layers
     _, s = simulate(workload([(0.0, 50, 5), (0.001, 30, 8)]), p,
                     RunConfig(policy="budget", chunk=64, kv_blocks=100))
@@ -205,12 +209,9 @@ def test_measure_runs_between_before_every_run_outside_the_clock():
 def test_evict_bytes_is_the_rest_of_the_model_capped():
     from chunksim.profiler.components import EVICT_CAP_BYTES, evict_bytes
 
-    # 2 layers and the embedding/head as a third share: two shares are read in between
-    assert evict_bytes(3_000, 2) == 2_000
-    assert evict_bytes(10 * EVICT_CAP_BYTES, 80) == EVICT_CAP_BYTES
-    tiny = preset_config("tiny")
-    got = evict_bytes(tiny.weights_bytes("float32"), tiny.n_layers)
-    assert 0 < got < tiny.weights_bytes("float32")
+    assert evict_bytes(3_000, 700) == 2_300
+    assert evict_bytes(10 * EVICT_CAP_BYTES, 1_000) == EVICT_CAP_BYTES
+    assert evict_bytes(500, 500) == 0
 
 
 def test_a_cold_bench_reads_its_eviction_buffer_before_every_run():

@@ -134,7 +134,9 @@ def _evict(s: ComponentSettings, shard: ModelConfig) -> int:
     if not s.cold:
         return 0
     full = replace(shard, n_layers=s.model.n_layers)
-    return evict_bytes(full.weights_bytes(s.dtype), s.model.n_layers)
+    layer = (replace(shard, n_layers=2).weights_bytes(s.dtype)
+             - replace(shard, n_layers=1).weights_bytes(s.dtype))
+    return evict_bytes(full.weights_bytes(s.dtype), layer)
 
 
 def _row(component: str, t: Timing, **keys) -> dict:

@@ -39,12 +39,11 @@ EVICT_CAP_BYTES = 128 * 2**20
 layer of a model whose weights exceed it is cold anyway."""
 
 
-def evict_bytes(weights_bytes: int, layers: int) -> int:
+def evict_bytes(weights_bytes: int, layer_bytes: int) -> int:
     """What the rest of a forward pass reads between two uses of one layer's weights:
-    the whole model's weights but that layer's share (embedding and head included),
-    capped at `EVICT_CAP_BYTES`."""
-    rest = weights_bytes - weights_bytes // (layers + 1)
-    return max(0, min(EVICT_CAP_BYTES, rest))
+    the whole model's weights (embedding and head included) but that layer's, capped at
+    `EVICT_CAP_BYTES`."""
+    return max(0, min(EVICT_CAP_BYTES, weights_bytes - layer_bytes))
 
 
 class LayerBench:
