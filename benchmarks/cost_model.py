@@ -7,9 +7,12 @@ steps: several chunks, unequal decodes, mixed) and `sim profile` (whole steps). 
 prices the calibration's measured steps with both models: the component model as
 `sim run` loads it, and the whole-step table (chunks merged into one of the summed
 length at an effective prior, decodes at their mean context). Prints a table of |error|
-per step kind, then one JSON line:
-{"median_abs_error_pct", "p90_abs_error_pct" (the composed model, all steps, against the
-steps timed alone), "profile_s_components", "profile_s_whole_step" (wall seconds), ...}.
+per step kind and the calibration's noise floor (the same steps timed alone twice: how
+far the two looks differ; an error below it cannot be told from noise), then one JSON
+line: {"median_abs_error_pct", "p90_abs_error_pct" (the composed model, all steps,
+against the steps timed alone), "profile_s_components", "profile_s_whole_step" (wall
+seconds), "noise_floor_median_pct", "noise_floor_p90_pct", "by_kind" ([median, P90] of
+the composed model per kind), ...}.
 
     python benchmarks/cost_model.py [--model tiny] [--out-dir out/cost_model]
 """
@@ -81,6 +84,10 @@ def main() -> None:
         for kind, st in by_kind.items():
             print(f"{label:<27}{kind:<9}{st['steps']:>6}{st['median_abs_error_pct']:>16.1f}"
                   f"{st['p90_abs_error_pct']:>13.1f}{st['median_error_pct']:>14.1f}")
+    rep = cal.get("repeatability") or {}
+    for kind, st in rep.items():
+        print(f"{'noise floor (look 2 vs 1)':<27}{kind:<9}{st['steps']:>6}"
+              f"{st['median_abs_error_pct']:>16.1f}{st['p90_abs_error_pct']:>13.1f}")
     print(f"profile wall time: components {comp_s:.1f} s, whole-step {whole_s:.1f} s")
     head = stats["composed vs alone"]["all"]
     print(json.dumps({
@@ -91,6 +98,10 @@ def main() -> None:
             "median_abs_error_pct"],
         "in_sequence_ratio_median": cal["in_sequence_ratio"]["median"],
         "drift_factor": cal["drift"]["factor"],
+        "noise_floor_median_pct": (rep.get("all") or {}).get("median_abs_error_pct"),
+        "noise_floor_p90_pct": (rep.get("all") or {}).get("p90_abs_error_pct"),
+        "by_kind": {k: [v["median_abs_error_pct"], v["p90_abs_error_pct"]]
+                    for k, v in stats["composed vs alone"].items()},
         "steps": len(kinds), "unequal_decode_steps": int(np.sum(
             [len(set(s["step"][1])) > 1 for s in cal["sample"]]))}))
 

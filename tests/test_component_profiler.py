@@ -118,6 +118,15 @@ def test_a_component_run_writes_a_profile_sim_run_loads(micro_profile):
     cal = p.provenance["calibration"]
     assert cal["steps"] == 6 and {"all", "prefill", "decode", "mixed"} <= set(cal["alone"])
     assert all(s["alone_s"] > 0 and s["in_sequence_s"] > 0 for s in cal["sample"])
+    # alone: each step's lower look of two, and their spread is the noise floor
+    assert cal["alone_looks"] == 2 and cal["repeatability"]["all"]["steps"] == 6
+    assert all(s["alone_s"] == min(s["alone_looks_s"]) and len(s["alone_looks_s"]) == 2
+               for s in cal["sample"])
+    # the rest of the model: its weights less one layer's
+    one, two = (replace(SMALL, n_layers=n, max_position=2048).weights_bytes("float32")
+                for n in (1, 2))
+    whole = replace(SMALL, max_position=2048).weights_bytes("float32")
+    assert p.provenance["components"]["evict_bytes"] == whole - (two - one)
     assert p.provenance["components"]["layers"] == SMALL.n_layers
     _, s = simulate(workload([(0.0, 50, 5), (0.001, 30, 8)]), p,
                     RunConfig(policy="budget", chunk=64, kv_blocks=100))
@@ -174,3 +183,58 @@ def test_cli_profiles_the_70b_mini_at_tp4(tmp_path):
     assert res.exit_code == 0, res.output
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["components"]["tp"] == 4 and "composed vs whole-model" in res.output
+
+
+def test_measure_runs_between_before_every_run_outside_the_clock():
+    """`between` (the eviction read) runs before each warm-up and timed run and is never
+    timed: a clock that only `fn` advances by 1 and `between` by 100 reads 1 per run."""
+    from chunksim.profiler.timing import measure
+
+    now = [0.0]
+    log: list[str] = []
+
+    def fn():
+        log.append("fn")
+        now[0] += 1.0
+
+    def between():
+        log.append("between")
+        now[0] += 100.0
+
+    t = measure(fn, warmup=2, repeats=4, clock=lambda: now[0], between=between)
+    assert t.repeats == 4 and t.median_s == t.p10_s == t.p90_s == 1.0
+    assert log == ["between", "fn"] * 6
+
+
+def test_evict_bytes_is_the_rest_of_the_model_capped():
+    from chunksim.profiler.components import EVICT_CAP_BYTES, evict_bytes
+
+    assert evict_bytes(3_000, 700) == 2_300
+    assert evict_bytes(10 * EVICT_CAP_BYTES, 1_000) == EVICT_CAP_BYTES
+    assert evict_bytes(500, 500) == 0
+
+
+def test_a_cold_bench_reads_its_eviction_buffer_before_every_run():
+    cfg = preset_config("tiny")
+    timing = {"warmup": 1, "repeats": 3, "point_budget_s": 1.0, "point_min_s": 0.0,
+              "clock": __import__("time").perf_counter}
+    with torch.inference_mode():
+        cold = LayerBench(cfg, "cpu", torch.float32, 0, lambda: None, timing, evict=4096)
+        assert cold._evict.numel() * 4 == 4096
+        reads = []
+        cold._cold = lambda: reads.append(1)
+        t = cold.dense(16)
+        assert len(reads) == 1 + t.repeats
+        warm = LayerBench(cfg, "cpu", torch.float32, 0, lambda: None, timing)
+        assert warm._evict is None and warm.dense(16).median_s > 0
+
+
+def test_repeatability_is_look_two_against_look_one():
+    from chunksim.profiler.calibration import repeatability
+
+    kinds = ["decode", "decode", "prefill"]
+    got = repeatability(kinds, [[1.0, 2.0, 4.0], [1.1, 2.0, 3.0]])
+    assert got["decode"]["median_abs_error_pct"] == pytest.approx(5.0)
+    assert got["prefill"]["median_abs_error_pct"] == pytest.approx(25.0)
+    assert got["all"]["steps"] == 3 and "median_error_pct" not in got["all"]
+    assert repeatability(kinds, [[1.0, 2.0, 4.0]]) is None

@@ -276,3 +276,21 @@ def test_profile_on_the_fly(tmp_path):
     prefill = p3.table.chunk_len > 0  # later looks: cold (1 run) with a prefill, else warm
     assert (p3.table.repeats[~prefill] >= 3 * 3).all() and (p3.table.median_s > 0).all()
     assert (p3.table.repeats[prefill] >= 3 + 2).all()
+
+
+def test_replay_steps_default_follows_the_profile_kind():
+    from chunksim.cli.validate import replay_steps_for
+
+    assert replay_steps_for("whole-step", None) == 180
+    assert replay_steps_for("components", None) == 0
+    assert replay_steps_for("components", 12) == 12  # then refused by validate, by name
+    assert replay_steps_for("whole-step", 0) == 0
+
+
+def test_validate_refuses_replay_steps_with_a_component_profile(tmp_path):
+    from chunksim.latency.profile import load_profile
+    from chunksim.validate.run import validate as run_validation
+
+    with pytest.raises(ValueError, match="--replay-steps 5"):
+        run_validation(workload([(0.0, 10, 2)]), load_profile("tiny-cpu-components"),
+                       RunConfig(policy="budget", chunk=64), replay_steps=5)

@@ -222,6 +222,10 @@ def calibration_lines(cal: dict | None) -> str:
                      f"{q['p90_abs_error_pct']:>12.1f}")
     r = cal["in_sequence_ratio"]
     lines.append(f"in sequence / alone: median {r['median']:.3f}, P25 {r['p25']:.3f}")
+    rep = (cal.get("repeatability") or {}).get("all")
+    if rep:
+        lines.append(f"noise floor: the same steps timed alone twice differ by median "
+                     f"{rep['median_abs_error_pct']:.1f} %, P90 {rep['p90_abs_error_pct']:.1f} %")
     d = cal["drift"]
     if abs(d["factor"] - 1) > 0.05:
         a = cal["alone_drift_corrected"]["all"]

@@ -44,9 +44,12 @@ def validate(
     idle_wait: Annotated[str, typer.Option("--idle-wait", rich_help_panel=_V, help=(
         "How the idle live loop waits for traffic: sleep (as a server does) or spin "
         "(keeps the CPU core awake)."))] = "sleep",
-    replay_steps: Annotated[int, typer.Option("--replay-steps", min=0, rich_help_panel=_V, help=(
+    replay_steps: Annotated[int | None, typer.Option("--replay-steps", min=0,
+                                                     rich_help_panel=_V, help=(
         "Live steps re-timed alone after the run, to split the step error into "
-        "interpolation, machine drift and in-sequence costs (0 = skip)."))] = 180,
+        "interpolation, machine drift and in-sequence costs (0 = skip). Default 180 with a "
+        "whole-step profile; 0 with a component profile, whose points are not whole "
+        "steps to re-time."))] = None,
     live_runs: Annotated[int, typer.Option("--live-runs", min=1, rich_help_panel=_V, help=(
         "Serve the workload live this many times and report how far the runs differ "
         "from each other: the machine's own noise, below which the simulator's error "
@@ -90,6 +93,10 @@ def validate(
         profile = profile_now(out / "profile.csv", model=model, device=device, dtype=dtype,
                               threads=threads or 1, grid=grid, seed=workload_opts.seed,
                               passes=passes)
+    replay_steps = replay_steps_for(profile.kind, replay_steps)
+    if profile.kind == "components" and replay_steps == 0:
+        typer.echo("component profile: the step-error decomposition (--replay-steps) is "
+                   "skipped", err=True)
     settings = LiveSettings.from_profile(profile.provenance, threads=threads,
                                          seed=workload_opts.seed, idle_wait=idle_wait)
     workload = build_workload(workload_opts)
@@ -108,3 +115,11 @@ def validate(
 
     print_validation(v.report)
     typer.echo(f"wrote {out}/validation.json and the records next to it")
+
+
+def replay_steps_for(profile_kind: str, given: int | None) -> int:
+    """--replay-steps as given, else 180 for a whole-step profile and 0 for a component
+    profile (an explicit count with a component profile is refused by `validate`)."""
+    if given is not None:
+        return given
+    return 0 if profile_kind == "components" else 180

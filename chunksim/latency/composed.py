@@ -57,7 +57,9 @@ class _Axis:
 
     def cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         v = self.arr
-        i = np.clip(np.searchsorted(v, x, side="right") - 1, 0, self.last)
+        i = np.searchsorted(v, x, side="right") - 1
+        # minimum/maximum, not np.clip: the same integers without clip's per-call overhead
+        i = np.minimum(np.maximum(i, 0, out=i), self.last, out=i)
         return i, (x - v[i]) / (v[i + 1] - v[i])
 
     def clamp(self, x: float) -> float:
@@ -101,48 +103,67 @@ class _Plane:
 
     def __init__(self, ax0: _Axis, ax1: _Axis, med: np.ndarray, sig: np.ndarray) -> None:
         self.ax0, self.ax1 = ax0, ax1
-        self.med, self.sig = med, sig
+        self.med, self.sig = np.ascontiguousarray(med), np.ascontiguousarray(sig)
+        # nested lists for the scalar path: Python floats, the same IEEE operations as
+        # numpy's element-wise ones (so `at` and `at_many` agree bit for bit), without
+        # numpy's per-scalar overhead
+        self.medl, self.sigl = med.tolist(), sig.tolist()
 
     @staticmethod
     def _bilerp(g: np.ndarray, i, ti, j, tj):
-        return ((1.0 - ti) * ((1.0 - tj) * g[i, j] + tj * g[i, j + 1])
-                + ti * ((1.0 - tj) * g[i + 1, j] + tj * g[i + 1, j + 1]))
+        """Arrays: gathers from the flattened table (one index array, not 2-D fancy
+        indexing), the same four corners and operations as `_bilerp1`."""
+        n = g.shape[1]
+        f = g.ravel()
+        k = i * n + j
+        k1 = k + n
+        return ((1.0 - ti) * ((1.0 - tj) * f[k] + tj * f[k + 1])
+                + ti * ((1.0 - tj) * f[k1] + tj * f[k1 + 1]))
+
+    @staticmethod
+    def _bilerp1(g: list, i: int, ti: float, j: int, tj: float) -> float:
+        r0, r1 = g[i], g[i + 1]
+        return ((1.0 - ti) * ((1.0 - tj) * r0[j] + tj * r0[j + 1])
+                + ti * ((1.0 - tj) * r1[j] + tj * r1[j + 1]))
 
     def at(self, x: float, y: float) -> tuple[float, float, bool]:
         a0, a1 = self.ax0, self.ax1
         i, ti = a0.cell(x)
         j, tj = a1.cell(y)
-        v = float(self._bilerp(self.med, i, ti, j, tj))
+        v = self._bilerp1(self.medl, i, ti, j, tj)
         out = x < a0.lo or x > a0.hi or y < a1.lo or y > a1.hi
         if out:
             xc, yc = a0.clamp(x), a1.clamp(y)
             i, ti = a0.cell(xc)
             j, tj = a1.cell(yc)
             if x > a0.hi or y > a1.hi:
-                edge = float(self._bilerp(self.med, i, ti, j, tj))
+                edge = self._bilerp1(self.medl, i, ti, j, tj)
                 v = v if v > edge else edge
             else:
                 v = v if v > 0.0 else 0.0
-        return v, float(self._bilerp(self.sig, i, ti, j, tj)), out
+        return v, self._bilerp1(self.sigl, i, ti, j, tj), out
 
-    def at_many(self, x: np.ndarray, y: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`at` element-wise over arrays (bit-identical to it per element)."""
+    def at_many(self, x: np.ndarray, y: np.ndarray, sigma: bool = True
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """`at` element-wise over arrays (bit-identical to it per element); the spread
+        only when `sigma` (None otherwise: the bulk path without --jitter skips it)."""
         a0, a1 = self.ax0, self.ax1
         i, ti = a0.cells(x)
         j, tj = a1.cells(y)
         v = self._bilerp(self.med, i, ti, j, tj)
         far = (x > a0.hi) | (y > a1.hi)
         near = ((x < a0.lo) | (y < a1.lo)) & ~far
-        xc, yc = np.clip(x, a0.lo, a0.hi), np.clip(y, a1.lo, a1.hi)
-        i, ti = a0.cells(xc)
-        j, tj = a1.cells(yc)
-        if far.any():
-            edge = self._bilerp(self.med, i, ti, j, tj)
-            v = np.where(far & (v < edge), edge, v)
-        if near.any():
-            v = np.where(near & (v < 0.0), 0.0, v)
-        return v, self._bilerp(self.sig, i, ti, j, tj), far | near
+        out = far | near
+        if out.any():  # inside the grid the clamped cells are these very ones
+            xc, yc = np.clip(x, a0.lo, a0.hi), np.clip(y, a1.lo, a1.hi)
+            i, ti = a0.cells(xc)
+            j, tj = a1.cells(yc)
+            if far.any():
+                edge = self._bilerp(self.med, i, ti, j, tj)
+                v = np.where(far & (v < edge), edge, v)
+            if near.any():
+                v = np.where(near & (v < 0.0), 0.0, v)
+        return v, (self._bilerp(self.sig, i, ti, j, tj) if sigma else None), out
 
 
 class _DecodeLine:
@@ -217,7 +238,7 @@ class ComponentModel(StepCosts):
     def _decode(self, line: _DecodeLine, kv, spread, jitter_z):
         """Decode-only step(s): floats or arrays, the same ops either way."""
         if isinstance(kv, np.ndarray):
-            att, satt, out = line.plane.at_many(kv, spread)
+            att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None)
         else:
             att, satt, out = line.plane.at(kv, spread)
         per_layer = (line.dense + att) + line.ar

@@ -6,6 +6,12 @@ unequal contexts, both together) is run through the whole model twice: each step
 serving-like order, each run once as it comes, for a few rounds (a serving loop meets a
 new shape every step). The composed model's error against both is reported per step kind.
 The same machinery fits the per-step fixed cost on a few small steps.
+
+Each step is timed alone twice, before and after the in-sequence rounds (seconds to a
+minute apart): other work on the machine only ever adds time, and on a shared machine a
+burst of it can lift a small step's median by tens of % for seconds, so the reference
+is the lower look, and how far the two looks differ (`repeatability`) is the noise floor
+the composed model's error is to be read against.
 """
 
 from __future__ import annotations
@@ -187,17 +193,29 @@ def in_sequence_scale(alone: list[float], seq: list[float]) -> tuple[float, dict
 
 
 def run_whole(model, steps: list[SampleStep], device: str, dtype: torch.dtype, seed: int,
-              sync: Callable[[], None], timing: dict, rounds: int
-              ) -> tuple[list[float], list[float] | None]:
-    """(alone medians, in-sequence medians or None when `rounds` is 0)."""
+              sync: Callable[[], None], timing: dict, rounds: int, looks: int = 1
+              ) -> tuple[list[float], list[float] | None, list[list[float]]]:
+    """(alone: each step's lowest look, in-sequence medians or None when `rounds` is 0,
+    every look). The first look is taken before the in-sequence rounds, the others
+    after."""
     whole = WholeSteps(model, steps, device, dtype, seed)
     with torch.inference_mode():  # forward_step picks its SDPA kernels itself
-        alone = time_alone(whole.fns, sync, timing)
+        seen = [time_alone(whole.fns, sync, timing)]
         seq = (time_in_sequence(whole.fns, sync, rounds, seed, timing["clock"]) if rounds
                else None)
+        seen += [time_alone(whole.fns, sync, timing) for _ in range(looks - 1)]
     del whole
     gc.collect()
-    return alone, seq
+    return [min(v) for v in zip(*seen, strict=True)], seq, seen
+
+
+def repeatability(kinds: list[str], seen: list[list[float]]) -> dict | None:
+    """Per kind: median and P90 of |second look / first look - 1| in % (None with one
+    look): what the same steps' timing moves by on its own."""
+    if len(seen) < 2:
+        return None
+    return {k: {n: v for n, v in st.items() if n != "median_error_pct"}
+            for k, st in error_stats(kinds, seen[1], seen[0]).items()}
 
 
 FIXED_PROBES = (SampleStep((), (16,)), SampleStep((), (16,) * 4), SampleStep((), (256,) * 2),

@@ -42,12 +42,13 @@ from chunksim.profiler.calibration import (
     SampleStep,
     error_stats,
     in_sequence_scale,
+    repeatability,
     run_whole,
     sample_steps,
 )
 from chunksim.profiler.collective import layer_allreduce_s
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
-from chunksim.profiler.components import LayerBench
+from chunksim.profiler.components import LayerBench, evict_bytes
 from chunksim.profiler.timing import Timing
 from chunksim.progress import ProgressBar
 
@@ -75,6 +76,9 @@ class ComponentSettings:
     live_costs: bool = True
     """Measure the live loop's per-step overhead and the wake-up table."""
     memory_fraction: float = 0.9
+    cold: bool = True
+    """Time each component cold, as in a whole step (`profiler.components`); False times
+    it warm, back to back (what profiles before this setting measured)."""
     clock: str = "wall"
     """`wall` (perf_counter; what CUDA timing needs) or `thread-cpu` (the profiling thread's
     CPU time: on a one-thread CPU run, what the work costs whatever else the machine runs;
@@ -125,6 +129,16 @@ def _axes(s: ComponentSettings, shard: ModelConfig) -> dict:
             "logits": g.logits}
 
 
+def _evict(s: ComponentSettings, shard: ModelConfig) -> int:
+    """Bytes read between two runs of a component (0 when timed warm)."""
+    if not s.cold:
+        return 0
+    full = replace(shard, n_layers=s.model.n_layers)
+    layer = (replace(shard, n_layers=2).weights_bytes(s.dtype)
+             - replace(shard, n_layers=1).weights_bytes(s.dtype))
+    return evict_bytes(full.weights_bytes(s.dtype), layer)
+
+
 def _row(component: str, t: Timing, **keys) -> dict:
     row = dict.fromkeys(COLUMNS[1:8], 0)
     row.update(keys)
@@ -150,7 +164,7 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
             + [("head", n) for n in axes["logits"]])
     rows: list[dict] = []
     with torch.inference_mode():
-        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing)
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard))
         with ProgressBar("components", total=len(work), enabled=show_progress) as bar:
             for name, key in work:
                 bar.describe(f"{name} {key if name != 'decode_attn' else key[:3]}")
@@ -203,6 +217,7 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
         "wake_up": wake_up,
         "components": {"layers": s.model.n_layers, "timed_layers": 1,
                        "in_sequence_scale": scale, "tp": s.tp, "link": s.link,
+                       "evict_bytes": _evict(s, shard),
                        "shard": {k: getattr(shard, k) for k in (
                            "n_heads", "n_kv_heads", "intermediate_size", "vocab_size")},
                        "grid": g.as_dict()},
@@ -255,15 +270,15 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
     with ProgressBar("calibration", total=3, enabled=show_progress) as bar:
         model = build_model(full, s.device, dtype, seed=s.seed)
         bar.describe("fixed cost")
-        probes, _ = run_whole(model, list(FIXED_PROBES), s.device, dtype, s.seed, sync,
-                              timing, 0)
+        probes, _, _ = run_whole(model, list(FIXED_PROBES), s.device, dtype, s.seed, sync,
+                                 timing, 0, looks=2)
         bar.advance()
         bare = composed_model(rows, layers)
         fixed_s = max(0.0, statistics.median(
             m - p for m, p in zip(probes, _predict(bare, list(FIXED_PROBES)), strict=True)))
         bar.describe(f"{len(steps)} whole steps, alone and in sequence")
-        alone, seq = run_whole(model, steps, s.device, dtype, s.seed, sync, timing,
-                               s.grid.sequence_rounds)
+        alone, seq, seen = run_whole(model, steps, s.device, dtype, s.seed, sync, timing,
+                                     s.grid.sequence_rounds, looks=2)
         bar.advance(2)
     del model
     gc.collect()
@@ -277,14 +292,17 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
         "alone": error_stats(kinds, predicted, alone),
         "in_sequence": error_stats(kinds, [p * scale for p in predicted], seq),
         "in_sequence_ratio": ratio,
+        "alone_looks": len(seen),
+        "repeatability": repeatability(kinds, seen),
         "drift": drift,
         "alone_drift_corrected": error_stats(kinds, [p * drift["factor"] for p in predicted],
                                              alone),
         "fixed_fit": {"probes": [p.as_list() for p in FIXED_PROBES],
                       "whole_s": probes},
         "sample": [{"kind": st.kind, "step": st.as_list(), "predicted_s": p,
-                    "alone_s": a, "in_sequence_s": q}
-                   for st, p, a, q in zip(steps, predicted, alone, seq, strict=True)],
+                    "alone_s": a, "in_sequence_s": q, "alone_looks_s": list(looks)}
+                   for st, p, a, q, looks in zip(steps, predicted, alone, seq,
+                                                 zip(*seen, strict=True), strict=True)],
         "note": ("tensor-parallel: the whole steps run one shard's compute; all-reduces "
                  "are modelled, not in the calibration" if s.tp > 1 else None),
     }
@@ -309,7 +327,7 @@ def _drift(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype, sy
         table[(r["component"], key)] = r["median_s"]
     ratios = []
     with torch.inference_mode():
-        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing)
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard))
         for name, key in DRIFT_POINTS:
             old = table.get((name, key))
             if old is None or not old > 0:

@@ -12,6 +12,13 @@ profiler's warm-up-and-repeat `measure`:
 
 The closures run exactly the model code a whole forward pass runs, so the composition
 prices the same kernels.
+
+Cold, as in a whole step: between two runs of a closure, untimed, the bench reads an
+eviction buffer as large as what the rest of a forward pass reads (the other layers'
+weights and the LM head: `evict_bytes`, capped at `EVICT_CAP_BYTES`). Timed back to back,
+one layer's weights and a small step's KV stay in the processor's cache; in a whole
+model they do not (the next use of layer i's weights comes a whole step later), so a
+warm small step's layer is timed cheaper than it runs inside the model.
 """
 
 from __future__ import annotations
@@ -27,12 +34,24 @@ from chunksim.decoder.model import build_model
 from chunksim.decoder.step import SeqSlice, StepBatch, prepare_step
 from chunksim.profiler.timing import Timing, measure
 
+EVICT_CAP_BYTES = 128 * 2**20
+"""Largest eviction read between two runs: above every GPU's L2 and a CPU core's L2; a
+layer of a model whose weights exceed it is cold anyway."""
+
+
+def evict_bytes(weights_bytes: int, layer_bytes: int) -> int:
+    """What the rest of a forward pass reads between two uses of one layer's weights:
+    the whole model's weights (embedding and head included) but that layer's, capped at
+    `EVICT_CAP_BYTES`."""
+    return max(0, min(EVICT_CAP_BYTES, weights_bytes - layer_bytes))
+
 
 class LayerBench:
     """A one-layer model of `cfg`'s shapes and reusable KV pools, on `device`."""
 
     def __init__(self, cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int,
-                 sync: Callable[[], None], timing: dict) -> None:
+                 sync: Callable[[], None], timing: dict, evict: int = 0) -> None:
+        """`evict`: bytes read between two runs of a timed closure (0: none, warm)."""
         from dataclasses import replace
 
         self.cfg = replace(cfg, n_layers=1)
@@ -42,6 +61,12 @@ class LayerBench:
         self.block = self.model.layers[0]
         self.pools: dict[str, KVPool] = {}
         self.gen = torch.Generator(device=device).manual_seed(seed)
+        self.evict_bytes = evict
+        self._evict = (torch.ones(max(1, evict // 4), dtype=torch.float32, device=device)
+                       if evict > 0 else None)
+
+    def _cold(self) -> None:
+        self._evict.sum()
 
     def _pool(self, name: str, slots: int, capacity: int) -> KVPool:
         cur = self.pools.get(name)
@@ -61,7 +86,8 @@ class LayerBench:
         with sdpa_kernels(self.model.sdpa_backends if self.device == "cuda" else None):
             return measure(fn, t["warmup"], t["repeats"], self.sync, min_repeats=3,
                            budget_s=t["point_budget_s"], min_timed_s=t["point_min_s"],
-                           clock=t["clock"])
+                           clock=t["clock"],
+                           between=self._cold if self._evict is not None else None)
 
     def _step(self, seqs: list[SeqSlice], pools: list[KVPool]):
         return prepare_step(StepBatch(tuple(seqs)), pools, self.device)
@@ -107,4 +133,5 @@ class LayerBench:
 
     def close(self) -> None:
         self.pools.clear()
+        self._evict = None
         del self.model, self.block

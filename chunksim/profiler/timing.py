@@ -48,19 +48,25 @@ def measure(fn: Callable[[], object], warmup: int, repeats: int,
             sync: Callable[[], None] = lambda: None, min_repeats: int = 3,
             budget_s: float | None = None, min_timed_s: float = 0.0,
             max_repeats: int | None = None,
-            clock: Callable[[], float] = time.perf_counter) -> Timing:
+            clock: Callable[[], float] = time.perf_counter,
+            between: Callable[[], object] | None = None) -> Timing:
     """Time `fn()`: `warmup` untimed runs, then `repeats` timed ones, except that a slow
     step stops once the timed runs exceed `budget_s` (never below `min(min_repeats,
     repeats)`), and a fast one keeps going until `min_timed_s` of timed work (up to
     `max_repeats`, default 10 x `repeats`): a 1-ms step timed 5 times has a median that one
     burst of interference can move; timed 100 times it does not. `clock` reads seconds
     (default wall time; `time.thread_time` times a one-thread CPU run by the work it did,
-    whatever else the machine runs)."""
+    whatever else the machine runs). `between`, when given, runs before every run (warm-up
+    and timed), outside the clock and synchronized: what else a step would have done since
+    the timed work last ran (`profiler.components` reads the rest of the model's bytes
+    there, so a layer's weights come cold as in a whole forward pass)."""
     if warmup < 0 or repeats < 1:
         raise ValueError(f"warmup={warmup}, repeats={repeats}; need warmup >= 0 and "
                          f"repeats >= 1 (--warmup / --repeats)")
     cap = max(repeats, max_repeats if max_repeats is not None else 10 * repeats)
     for _ in range(warmup):
+        if between is not None:
+            between()
         fn()
     sync()
     floor = min(min_repeats, repeats)
@@ -72,6 +78,9 @@ def measure(fn: Callable[[], object], warmup: int, repeats: int,
     gc.disable()
     try:
         while len(samples) < cap:
+            if between is not None:
+                between()
+                sync()
             start = clock()
             fn()
             sync()
