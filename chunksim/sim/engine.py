@@ -22,7 +22,7 @@ from chunksim.core.kv_cache import KVConfig
 from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.latency.base import StepCosts
-from chunksim.sim.core import EngineCore, Inbox
+from chunksim.sim.core import DecodeStretch, EngineCore, Inbox, _steps
 from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
@@ -273,47 +273,52 @@ class Engine:
         next read; False if that left nothing to run in bulk (the caller steps instead)."""
         c = self.core
         now = t = env.now
-        bs = c.kv.block_size
         arrival = c.next_arrival_s
         read = c.inbox.next_read_s()
         if read is not None and read - now < self.step_s:
             return False  # the first step would likely cross the read: just step
         first_segment = True
         budget = _MAX_BULK_STEPS
+        st = DecodeStretch(c.running, c.kv.block_size)
+        latency = self.latency
+        spread = latency.prices_spread
+        overhead = latency.overhead(len(st.reqs))
         while True:
-            running = c.running
-            n = len(running)
-            ctx = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
-            held = np.array([r.num_blocks for r in running], dtype=np.int64)
-            k_left = min(r.spec.output_tokens - r.num_output_tokens for r in running)
+            n = len(st.reqs)
+            k_left = int(st.left.min())
             k = min(k_left, budget)
-            grown = _block_growth(ctx, held, bs, k)  # grown[j-1]: extra blocks in step j
-            k_kv = int(np.searchsorted(grown, c.kv.free_blocks, side="right"))
-            if k_kv == 0:
-                if not first_segment:
-                    # after a finish the next step does not fit: the policy must plan it
-                    # (preempt); the first segment's first step the policy has vetted
-                    break
-                k_kv = 1
-            k = min(k, k_kv)
-            steps = np.arange(k, dtype=np.int64)
-            kv_mean = (int(ctx.sum()) + steps * n) / n
+            grown = st.growth(k)  # grown[j-1]: extra blocks in step j
+            free = c.kv.free_blocks
+            if int(grown[k - 1]) > free:
+                k_kv = int(np.searchsorted(grown, free, side="right"))
+                if k_kv == 0:
+                    if not first_segment:
+                        # after a finish the next step does not fit: the policy must plan
+                        # it (preempt); the first segment's first step the policy has vetted
+                        break
+                    k_kv = 1
+                k = k_kv
+            steps = _steps(k)
+            kv_mean = (st.ctx_sum + steps * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
-            if self.latency.prices_spread:
+            if spread:
                 # every context grows by one a step: the longest stays the longest
-                kv_max = (int(ctx.max()) + steps).astype(np.float64)
-                dur, out = self.latency.decode_steps_s(n, kv_mean, z, kv_max)
+                kv_max = (int(st.ctx.max()) + steps).astype(np.float64)
+                dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max)
             else:
-                dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+                dur, out = latency.decode_steps_s(n, kv_mean, z)
             fwd = dur
-            overhead = self.latency.overhead(n)
+            if not first_segment:
+                overhead = latency.overhead(n)
             if overhead:
                 dur = dur + overhead  # the same float op as the step-by-step path
-            times = np.cumsum(np.concatenate(((t,), dur)))  # sequential, as step-by-step
-            if arrival is not None:  # a step sees arrivals up to its start time
-                k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
-                if k_arr < k:
-                    k = max(1, k_arr)
+            times = np.empty(k + 1)
+            times[0] = t
+            times[1:] = dur
+            np.cumsum(times, out=times)  # sequential, as step-by-step
+            if arrival is not None and arrival <= times[k - 1]:
+                # a step sees arrivals up to its start time
+                k = max(1, int(np.searchsorted(times[:k], arrival, side="left")))
             if read is not None:  # the steps that end before the read
                 k_read = int(np.searchsorted(times[1 : k + 1], read, side="left"))
                 if k_read == 0:
@@ -322,35 +327,17 @@ class Engine:
                     break
                 k = min(k, k_read)
             if z is not None and self.guard is not None:  # the k steps that run
-                spread = (kv_max[:k],) if self.latency.prices_spread else ()
-                median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None, *spread)
+                sp = (kv_max[:k],) if spread else ()
+                median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp)
                 self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
             t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
-                                 retire=k == k_left)
+                                 retire=k == k_left, stretch=st)
             budget -= k
-            if (k < k_left or budget <= 0 or not c.running
+            if (k < k_left or budget <= 0 or not st.reqs
                     or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
                 break
             first_segment = False
+        c.close_stretch(st)
         self.busy_until = t
         yield env.timeout(t - now)
         return True
-
-
-def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
-    """Extra KV blocks the running set holds during decode step j = 1..k (slots for step
-    j's token are allocated before it): sum_i max(ceil((ctx_i + j) / bs) - held_i, 0)."""
-    j = np.arange(1, k + 1, dtype=np.int64)
-    if len(ctx) * k <= 65536:  # small: one broadcast is cheapest
-        need = -(-(ctx[:, None] + j) // block_size) - held[:, None]
-        return np.maximum(need, 0).sum(axis=0)
-    if np.array_equal(held, -(-ctx // block_size)):
-        # each request needs a new block whenever ctx_i + j - 1 is a multiple of bs, i.e.
-        # at j = first_i, first_i + bs, ...: a periodic pattern counted once per phase
-        first = (-ctx) % block_size + 1
-        per_phase = np.bincount(first, minlength=block_size + 1)
-        return np.cumsum(per_phase[(j - 1) % block_size + 1])
-    out = np.zeros(k, dtype=np.int64)
-    for c, h in zip(ctx.tolist(), held.tolist(), strict=True):
-        out += np.maximum(-(-(c + j) // block_size) - h, 0)
-    return out
