@@ -397,7 +397,7 @@ class EngineCore:
                         "hit: the plan saw another cache than the engine (a bug)")
             kv.grow(req, n)
             c = req.num_computed_tokens
-            if caching:
+            if caching and req.block_keys != ():  # () : nothing it holds is shareable
                 kv.commit(req, c + n)
             # as Plan.is_decode: a request admitted with KV carried from a P/D prefill
             # instance decodes (unless it was preempted here and recomputes)
