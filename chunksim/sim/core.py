@@ -50,6 +50,20 @@ class Inbox:
         nobody does: the engine's bulk decode ends every stretch before it."""
         return None
 
+    def live_reads(self) -> bool:
+        """Whether someone else (a fleet's router) reads the engine's request counts at
+        any moment, mid-step included. The engine then runs its bulk decode one segment at
+        a time, applied at its end; meanwhile the reader subtracts the steps done
+        (`Engine.decoded_by`), and a request delivered mid-segment cuts it after the step
+        in flight (`Engine.wake_up`)."""
+        return False
+
+    def read_tie(self, start_s: float, ends) -> int:
+        """Index of the first of `ends` (ascending ends of steps starting at `start_s`) at
+        which someone reads the engine (`live_reads`): which of the two comes first there
+        is SimPy's event order, so the bulk path stops before it. len(ends) if none."""
+        return len(ends)
+
     def closed(self, pulled: int) -> bool:
         """Nothing after the first `pulled` requests will ever come."""
         return pulled >= len(self.specs)

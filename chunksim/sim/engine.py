@@ -155,15 +155,35 @@ class Engine:
         self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
         self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
         self.step_s = 0.0  # duration of the last step run one by one
+        self.env = env
+        self.live = inbox is not None and inbox.live_reads()
+        self.segment: list | None = None  # live reads: [times, steps, requests] in flight
         if inbox is None:
             env.process(self._arrivals(env))
-        env.process(self._engine(env))
+        self.process = env.process(self._engine(env))
 
     def wake_up(self) -> None:
-        """Wake the engine if it sleeps waiting for a request."""
+        """Wake the engine if it sleeps waiting for a request; a bulk segment in flight
+        (live reads, `core.Inbox.live_reads`) stops after the step in flight, so that the
+        next step sees the request (a step sees the arrivals up to its start)."""
         if self.wake is not None:
             self.wake.succeed()
             self.wake = None
+        elif self.segment is not None:
+            times, k, _ = self.segment
+            cut = max(1, int(np.searchsorted(times[:k], self.env.now, side="left")))
+            if cut < k:
+                self.segment[1] = cut
+                self.process.interrupt()
+
+    def decoded_by(self) -> int:
+        """Tokens the bulk segment in flight has computed by now (its steps that ended)
+        that the requests' own counters do not show yet, 0 outside one (live reads)."""
+        seg = self.segment
+        if seg is None:
+            return 0
+        times, k, n = seg
+        return n * int(np.searchsorted(times[1 : k + 1], self.env.now, side="left"))
 
     def result(self) -> SimResult:
         """The records, once the environment has run out."""
@@ -281,9 +301,17 @@ class Engine:
         budget = _MAX_BULK_STEPS
         st = DecodeStretch(c.running, c.kv.block_size)
         latency = self.latency
+        live = self.live
         spread = latency.prices_spread
         overhead = latency.overhead(len(st.reqs))
         while True:
+            if live and not first_segment:
+                # as a step boundary: take what the router sent by now, stop if anything
+                # waits, else bound the segment by what it has sent for later
+                c.pull_arrivals(t)
+                if c.waiting:
+                    break
+                arrival = c.next_arrival_s
             n = len(st.reqs)
             k_left = int(st.left.min())
             k = min(k_left, budget)
@@ -326,18 +354,41 @@ class Engine:
                         return False
                     break
                 k = min(k, k_read)
+            elif live:  # the steps before one that ends exactly at a read
+                k_tie = c.inbox.read_tie(t, times[1 : k + 1])
+                if k_tie == 0:
+                    if first_segment:
+                        return False
+                    break
+                k = min(k, k_tie)
             if z is not None and self.guard is not None:  # the k steps that run
                 sp = (kv_max[:k],) if spread else ()
                 median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp)
                 self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
+            if live:
+                # applied at its end; until then readers subtract the steps done, and a
+                # delivery may cut it short (`wake_up`)
+                self.segment = seg = [times, k, n]
+                self.busy_until = float(times[k])
+                while True:
+                    try:
+                        yield env.timeout(float(times[seg[1]]) - env.now)
+                        break
+                    except simpy.Interrupt:
+                        continue  # cut: wait for the end of the step in flight
+                self.segment = None
+                k = seg[1]
             t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
                                  retire=k == k_left, stretch=st)
+            if live:
+                c.close_stretch(st)
             budget -= k
             if (k < k_left or budget <= 0 or not st.reqs
                     or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
                 break
             first_segment = False
-        c.close_stretch(st)
-        self.busy_until = t
-        yield env.timeout(t - now)
+        if not live:
+            c.close_stretch(st)
+            self.busy_until = t
+            yield env.timeout(t - now)
         return True
