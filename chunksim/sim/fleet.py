@@ -199,8 +199,12 @@ class Fleet:
         hi = bisect_right(reads, float(ends[-1]), lo)
         if lo == hi:
             return len(ends)
-        tied = np.flatnonzero(np.isin(ends, reads[lo:hi]))
-        return int(tied[0]) if len(tied) else len(ends)
+        k = len(ends)
+        for i, r in zip(np.searchsorted(ends, reads[lo:hi]).tolist(), reads[lo:hi],
+                        strict=True):
+            if i < k and ends[i] == r:
+                return i  # the reads ascend: the first tie is the earliest
+        return k
 
     def closed_for(self, r: int) -> bool:
         return self.decided >= self.n and not self.pending[r]
