@@ -451,21 +451,25 @@ class EngineCore:
         token, in batch order."""
         emitted: list[Request] = []
         finished = False
+        computed = self.computed
+        add_gap = self.gaps.add
         for req, n in plan.scheduled:
-            req.num_computed_tokens += n
-            self.computed[req.request_id] += n
-            if req.num_computed_tokens == req.num_tokens:
+            c = req.num_computed_tokens + n
+            req.num_computed_tokens = c
+            spec = req.spec
+            computed[spec.request_id] += n
+            if c == spec.prompt_tokens + req.num_output_tokens:  # req.num_tokens
                 emitted.append(req)
                 req.num_output_tokens += 1
                 if req.first_token_s < 0:
                     req.first_token_s = end_s
                 else:
                     gap = end_s - req.last_token_s
-                    self.gaps.add(gap, req.class_idx)
+                    add_gap(gap, req.class_idx)
                     if gap > req.max_itl_s:
                         req.max_itl_s = gap
                 req.last_token_s = end_s
-                if req.num_output_tokens >= req.spec.output_tokens:
+                if req.num_output_tokens >= spec.output_tokens:
                     finished = True
         n_running, n_waiting, used = self._step_counts
         dur = end_s - start_s if duration_s is None else duration_s

@@ -156,6 +156,10 @@ class Engine:
         self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
         self.step_s = 0.0  # duration of the last step run one by one
         self.env = env
+        # a lone engine: nobody else reads its state and it pulls its arrivals itself, so
+        # it runs ahead of the clock (steps and stretches without a SimPy event each) and
+        # catches up only to sleep
+        self.ahead = inbox is None
         self.live = inbox is not None and inbox.live_reads()
         self.segment: list | None = None  # live reads: [times, steps, requests] in flight
         if inbox is None:
@@ -174,6 +178,7 @@ class Engine:
             cut = max(1, int(np.searchsorted(times[:k], self.env.now, side="left")))
             if cut < k:
                 self.segment[1] = cut
+                self.busy_until = float(times[cut])
                 self.process.interrupt()
 
     def decoded_by(self) -> int:
@@ -213,12 +218,18 @@ class Engine:
     def _engine(self, env: simpy.Environment):
         c = self.core
         progress, total, report_at = self.progress, len(self.workload.requests), 0
+        ahead = self.ahead
+        now = env.now  # the engine's clock: ahead of env.now while it runs ahead
         while True:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
                 progress(c.finished + len(c.rejected), total)
-            c.pull_arrivals(env.now)
+            c.pull_arrivals(now)
             if c.idle:
+                if now > env.now:  # catch up with the clock before sleeping, exactly:
+                    while 0.0 < env.now < now / 2:  # env.now + (now - env.now) may round
+                        yield env.timeout(env.now)  # doubling is exact
+                    yield env.timeout(now - env.now)  # exact from at least now / 2
                 c.release_finishing()
                 self.plan_at = None
                 if c.done:
@@ -227,8 +238,9 @@ class Engine:
                 slept_at = env.now
                 yield self.wake
                 self.idle_s, self.since_wake = env.now - slept_at, 0
+                now = env.now
                 continue
-            plan = c.plan(env.now, self.plan_at)
+            plan = c.plan(now, self.plan_at)
             if plan is None:
                 # a preemption-only plan, or (async) nothing schedulable before the step in
                 # flight's output is processed: plan again, with everything known
@@ -236,12 +248,12 @@ class Engine:
                 continue
             # the wake-up steps run one by one (the bulk path prices steps warm)
             if not (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)
-                    and (yield from self._bulk_decode(env))):
-                yield from self._step(env, plan)
+                    and (yield from self._bulk_decode(env, now))):
+                yield from self._step(env, plan, now)
+            now = self.busy_until if ahead else env.now
 
-    def _step(self, env: simpy.Environment, plan: Plan):
+    def _step(self, env: simpy.Environment, plan: Plan, start: float):
         c = self.core
-        start = env.now
         shape = c.begin_step(plan, start)
         z = self.noise.at(c.steps.n) if self.noise is not None else None
         dur, out = 0.0, False
@@ -264,9 +276,11 @@ class Engine:
             # overhead after an idle wait slows by about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
-        self.busy_until, self.step_s = start + dur, dur
-        yield env.timeout(dur)
-        c.end_step(plan, shape, start, env.now, out, dur, defer_free=self.async_)
+        end = self.busy_until = start + dur  # = env.now after the timeout
+        self.step_s = dur
+        if not self.ahead:
+            yield env.timeout(dur)
+        c.end_step(plan, shape, start, end, out, dur, defer_free=self.async_)
 
     # ------------------------------------------------------------------ fast-forward
     def _steady(self, plan: Plan) -> bool:
@@ -284,7 +298,7 @@ class Engine:
                 return False
         return True
 
-    def _bulk_decode(self, env: simpy.Environment):
+    def _bulk_decode(self, env: simpy.Environment, now: float):
         """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
         hit; requests finishing on the way leave and the rest decode on (each such segment
         is what stepping one by one would plan, since nothing waits). Prices and times the
@@ -292,7 +306,7 @@ class Engine:
         reads its state ends the stretch before the step that would end at or after the
         next read; False if that left nothing to run in bulk (the caller steps instead)."""
         c = self.core
-        now = t = env.now
+        t = now
         arrival = c.next_arrival_s
         read = c.inbox.next_read_s()
         if read is not None and read - now < self.step_s:
@@ -390,5 +404,6 @@ class Engine:
         if not live:
             c.close_stretch(st)
             self.busy_until = t
-            yield env.timeout(t - now)
+            if not self.ahead:
+                yield env.timeout(t - now)
         return True
