@@ -144,7 +144,7 @@ class DecodeStretch:
 
     def finishing(self) -> list[int]:
         """Positions of the requests with all their tokens."""
-        return np.flatnonzero(self.left <= 0).tolist()
+        return (self.left <= 0).nonzero()[0].tolist()
 
     def settle(self, i: int) -> None:
         """Bring request i's own counters up to date."""

@@ -357,10 +357,10 @@ class Engine:
             times = np.empty(k + 1)
             times[0] = t
             times[1:] = dur
-            np.cumsum(times, out=times)  # sequential, as step-by-step
+            np.add.accumulate(times, out=times)  # a cumsum: sequential, as step-by-step
             if arrival is not None and arrival <= times[k - 1]:
                 # a step sees arrivals up to its start time
-                k = max(1, int(np.searchsorted(times[:k], arrival, side="left")))
+                k = max(1, int(times[:k].searchsorted(arrival)))
             if read is not None:  # the steps that end before the read
                 k_read = int(np.searchsorted(times[1 : k + 1], read, side="left"))
                 if k_read == 0:
