@@ -50,15 +50,19 @@ class KVLedger:
     def try_grow(self, req: Request, new_tokens: int) -> bool:
         """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
         don't fit."""
-        need = self.kv.extra_blocks(req, new_tokens)
-        if need > self.free:
-            return False
-        self.free -= need
-        self.extra[req.request_id] = need
+        # kv.extra_blocks(req, new_tokens), inlined: this runs for every running entry
+        need = -(-(req.num_computed_tokens + new_tokens) // self.kv.block_size) - req.num_blocks
+        if need > 0:
+            if need > self.free:
+                return False
+            self.free -= need
+        else:
+            need = 0
+        self.extra[req.spec.request_id] = need
         if self._overlay is not None:
             _grow_overlay(self._overlay, req, need, new_tokens)
-        elif self._grown is not None:
-            self._grown.append((req, need, new_tokens))
+        elif self._grown is not None and (need or req.block_keys):
+            self._grown.append((req, need, new_tokens))  # (else replaying it does nothing)
         return True
 
     def cached(self, req: Request) -> int:

@@ -387,6 +387,7 @@ class EngineCore:
                         "which is not waiting: a policy bug") from None
             self.running.append(req)
         kv = self.kv
+        bs = kv.block_size
         caching = kv.prefix_caching
         # admissions are the batch's tail in every policy here; any order is accepted
         sched = plan.scheduled
@@ -409,8 +410,9 @@ class EngineCore:
                         f"policy {self.policy.name} planned {n} tokens for request "
                         f"{req.request_id}, {req.num_remaining} are left after its prefix "
                         "hit: the plan saw another cache than the engine (a bug)")
-            kv.grow(req, n)
             c = req.num_computed_tokens
+            if -(-(c + n) // bs) > req.num_blocks:  # else kv.grow has nothing to do
+                kv.grow(req, n)
             if caching and req.block_keys != ():  # () : nothing it holds is shareable
                 kv.commit(req, c + n)
             # as Plan.is_decode: a request admitted with KV carried from a P/D prefill
