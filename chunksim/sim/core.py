@@ -88,20 +88,24 @@ class DecodeStretch:
     def __init__(self, running: list[Request], block_size: int) -> None:
         bs = self.bs = block_size
         self.reqs = running
-        ctx = [r.num_computed_tokens for r in running]
-        self.ctx = np.array(ctx, dtype=np.int64)
-        self.left = np.array([r.spec.output_tokens - r.num_output_tokens for r in running],
-                             dtype=np.int64)
-        self.ids = np.array([r.spec.request_id for r in running], dtype=np.int64)
-        self.ctx_sum = sum(ctx)
-        self.run_max = 0.0  # largest gap so far, after each request's first
-        self.end = -1.0  # end of the last step applied
+        ctx, left, ids = [], [], []
         phase = [0] * bs
         periodic = True
-        for c, r in zip(ctx, running, strict=True):
+        for r in running:  # one pass: this runs once per stretch
+            c = r.num_computed_tokens
+            spec = r.spec
+            ctx.append(c)
+            left.append(spec.output_tokens - r.num_output_tokens)
+            ids.append(spec.request_id)
             phase[(-c) % bs] += 1
             if r.num_blocks != -(-c // bs):
                 periodic = False
+        self.ctx = np.array(ctx, dtype=np.int64)
+        self.left = np.array(left, dtype=np.int64)
+        self.ids = np.array(ids, dtype=np.int64)
+        self.ctx_sum = sum(ctx)
+        self.run_max = 0.0  # largest gap so far, after each request's first
+        self.end = -1.0  # end of the last step applied
         self.phase = phase
         self.periodic = periodic
         """Every request holds exactly the blocks its context fills (else `growth` takes
@@ -545,8 +549,18 @@ class EngineCore:
 
     def close_stretch(self, stretch: DecodeStretch) -> None:
         """Bring every request of a bulk decode stretch up to date (its end)."""
-        for i in range(len(stretch.reqs)):
-            stretch.settle(i)
+        st = stretch
+        end, run_max, bs = st.end, st.run_max, st.bs
+        for req, c in zip(st.reqs, st.ctx.tolist(), strict=True):  # as `settle`
+            d = c - req.num_computed_tokens
+            if not d:
+                continue
+            req.num_computed_tokens = c
+            req.num_output_tokens += d
+            req.num_blocks = -(-c // bs)
+            req.last_token_s = end
+            if run_max > req.max_itl_s:
+                req.max_itl_s = run_max
 
     def retire(self, end_s: float, defer_free: bool = False) -> None:
         """Free and record every running request that has all its tokens (`defer_free`:

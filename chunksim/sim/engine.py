@@ -175,7 +175,7 @@ class Engine:
             self.wake = None
         elif self.segment is not None:
             times, k, _ = self.segment
-            cut = max(1, int(np.searchsorted(times[:k], self.env.now, side="left")))
+            cut = max(1, int(times[:k].searchsorted(self.env.now)))
             if cut < k:
                 self.segment[1] = cut
                 self.busy_until = float(times[cut])
@@ -188,7 +188,7 @@ class Engine:
         if seg is None:
             return 0
         times, k, n = seg
-        return n * int(np.searchsorted(times[1 : k + 1], self.env.now, side="left"))
+        return n * int(times[1 : k + 1].searchsorted(self.env.now))
 
     def result(self) -> SimResult:
         """The records, once the environment has run out."""
@@ -294,7 +294,9 @@ class Engine:
             return False
         for (req, n), r in zip(plan.scheduled, running, strict=True):
             # num_output_tokens == 0 is a prompt's 1-token tail: its step emits a first token
-            if n != 1 or req is not r or req.num_remaining != 1 or req.num_output_tokens == 0:
+            out_tokens = req.num_output_tokens  # a decode: one token left, one sampled
+            if n != 1 or req is not r or out_tokens == 0 or (
+                    req.spec.prompt_tokens + out_tokens - req.num_computed_tokens != 1):
                 return False
         return True
 

@@ -73,14 +73,29 @@ class Replica:
     def __init__(self, engine: Engine, inbox: ReplicaInbox) -> None:
         self.engine = engine
         self.inbox = inbox
+        self._tokens: tuple | None = None  # (state key, token sum) while a segment runs
 
     def outstanding_requests(self) -> int:
         c = self.engine.core
         return len(c.running) + len(c.waiting) + len(self.inbox.specs) - c.next_arrival
 
     def outstanding_tokens(self) -> int:
+        e = self.engine
+        c = e.core
+        seg = e.segment
+        if seg is None:
+            return self._outstanding_tokens()
+        # a bulk segment in flight (applied at its end) freezes the running requests'
+        # counters; only deliveries change the rest: reuse the sum until one does
+        key = (seg, len(c.waiting), len(self.inbox.specs), c.next_arrival)
+        cached = self._tokens
+        if cached is None or cached[0][0] is not seg or cached[0][1:] != key[1:]:
+            cached = self._tokens = (key, self._outstanding_tokens())
+        return cached[1] - e.decoded_by()  # less the steps done
+
+    def _outstanding_tokens(self) -> int:
         c = self.engine.core
-        work = -self.engine.decoded_by()  # a bulk segment in flight: the steps done
+        work = 0
         for req in c.running:
             s = req.spec
             work += s.prompt_tokens + s.output_tokens - 1 - req.num_computed_tokens
@@ -200,8 +215,7 @@ class Fleet:
         if lo == hi:
             return len(ends)
         k = len(ends)
-        for i, r in zip(np.searchsorted(ends, reads[lo:hi]).tolist(), reads[lo:hi],
-                        strict=True):
+        for i, r in zip(ends.searchsorted(reads[lo:hi]).tolist(), reads[lo:hi], strict=True):
             if i < k and ends[i] == r:
                 return i  # the reads ascend: the first tie is the earliest
         return k
