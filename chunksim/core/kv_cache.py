@@ -135,6 +135,8 @@ class KVCache:
     def grow(self, req: Request, new_tokens: int) -> None:
         """Allocate blocks so `req` can hold `new_tokens` more tokens."""
         extra = self.extra_blocks(req, new_tokens)
+        if not extra:
+            return
         if extra > self.free_blocks:
             raise RuntimeError(
                 f"request {req.request_id} needs {extra} blocks, {self.free_blocks} free: the "

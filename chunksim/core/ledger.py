@@ -15,9 +15,14 @@ class KVLedger:
     visible to the lookups of later entries (`kv_cache.PlanOverlay`), so a request admitted
     after another with the same prefix hits the blocks that one is about to compute. A
     plan that preempted admits nothing (vLLM V1), so lookups after a release are refused.
+
+    The overlay is built at the plan's first lookup, replaying the running entries' growth
+    so far: a plan that looks nothing up (nothing waiting, or no budget left for it) never
+    pays for one.
     """
 
-    __slots__ = ("kv", "free", "extra", "hits", "released", "overlay", "preempted")
+    __slots__ = ("kv", "free", "extra", "hits", "released", "_overlay", "_grown",
+                 "preempted")
 
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
@@ -25,25 +30,39 @@ class KVLedger:
         self.extra: dict[int, int] = {}  # request_id -> blocks reserved in this plan
         self.hits: dict[int, tuple[int, int]] = {}  # waiting request_id -> prefix hit
         self.released: dict = {}  # shared block -> holders preempted in this plan
-        self.overlay = kv.overlay()
+        self._overlay = None  # built at the first lookup (`overlay`)
+        # growth of running entries before the overlay exists, replayed when it is built
+        # (None: the cache shares nothing, no overlay will ever be needed)
+        self._grown: list | None = [] if kv.prefix_caching else None
         self.preempted = False
+
+    @property
+    def overlay(self):
+        """The plan's `PlanOverlay` (None for a cache that shares nothing)."""
+        ov = self._overlay
+        if ov is None and self._grown is not None:
+            ov = self._overlay = self.kv.overlay()
+            for req, need, new_tokens in self._grown:
+                _grow_overlay(ov, req, need, new_tokens)
+            self._grown = None
+        return ov
 
     def try_grow(self, req: Request, new_tokens: int) -> bool:
         """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
         don't fit."""
-        need = self.kv.extra_blocks(req, new_tokens)
-        if need > self.free:
-            return False
-        self.free -= need
-        self.extra[req.request_id] = need
-        ov = self.overlay
-        if ov is not None:
-            if need > ov.uncached:
-                ov.allocate(need)
-            elif need:
-                ov.uncached -= need
-            if req.block_keys:  # shareable blocks: those this step fills get registered
-                ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
+        # kv.extra_blocks(req, new_tokens), inlined: this runs for every running entry
+        need = -(-(req.num_computed_tokens + new_tokens) // self.kv.block_size) - req.num_blocks
+        if need > 0:
+            if need > self.free:
+                return False
+            self.free -= need
+        else:
+            need = 0
+        self.extra[req.spec.request_id] = need
+        if self._overlay is not None:
+            _grow_overlay(self._overlay, req, need, new_tokens)
+        elif self._grown is not None and (need or req.block_keys):
+            self._grown.append((req, need, new_tokens))  # (else replaying it does nothing)
         return True
 
     def cached(self, req: Request) -> int:
@@ -91,11 +110,21 @@ class KVLedger:
         this plan) to the scratch pool."""
         freed = self.kv.blocks_freed_by(req, self.released) + self.extra.pop(req.request_id, 0)
         self.free += freed
-        if self.overlay is not None:
+        if self._overlay is not None:
             # the engine frees victims before allocating anything; no lookup follows a
             # preemption, so the blocks only need to count as free again
-            self.overlay.uncached += freed
+            self._overlay.uncached += freed
         self.preempted = True
+
+
+def _grow_overlay(ov, req: Request, need: int, new_tokens: int) -> None:
+    """Replay on `ov` what `KVLedger.try_grow` reserved for running `req`."""
+    if need > ov.uncached:
+        ov.allocate(need)
+    elif need:
+        ov.uncached -= need
+    if req.block_keys:  # shareable blocks: those this step fills get registered
+        ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
 
 
 def preempt_until_fits(

@@ -240,10 +240,11 @@ class LatencyModel(StepCosts):
         if jitter_z is None and 0 <= i0 < line.last + 1 and hi < xs[i0 + 1]:
             # the whole stretch lies in one kv cell: scalars broadcast, same IEEE ops
             t = line.base[i0] + line.slope[i0] * (kv_tokens - xs[i0])
-            out = np.full(len(kv_tokens), line.out_d or line.filled[i0])
+            out = np.empty(len(kv_tokens), dtype=bool)
+            out.fill(line.out_d or line.filled[i0])
             return np.maximum(t, 1e-9), out
         a = line.arrays
-        i = np.searchsorted(a["xs"], kv_tokens, side="right") - 1
+        i = a["xs"].searchsorted(kv_tokens, side="right") - 1
         np.minimum(np.maximum(i, 0, out=i), line.last, out=i)
         dx = kv_tokens - a["xs"][i]
         t = a["base"][i] + a["slope"][i] * dx

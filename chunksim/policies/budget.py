@@ -156,14 +156,22 @@ class TokenBudgetPolicy(PolicyBase):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            rem = req.num_remaining
-            want = self._cap(req, rem) if rem > 1 else 1
+            rem = req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
             if rem > 1 or not req.num_output_tokens:  # a prefill (not req.is_decode)
                 if partial >= max_partial:
                     i += 1
                     continue
                 partial += 1
-            want = min(want, budget)
+                want = self._cap(req, rem) if rem > 1 else 1
+                if want > budget:
+                    want = budget
+            else:
+                want = 1
+            if ledger.try_grow(req, want):  # it fits: no victim to look for
+                scheduled.append((req, want))
+                budget -= want
+                i += 1
+                continue
             n_preempted = len(preempted)
             ok, removed = preempt_until_fits(
                 req, want, running, ledger, scheduled, preempted, queue)

@@ -50,12 +50,159 @@ class Inbox:
         nobody does: the engine's bulk decode ends every stretch before it."""
         return None
 
+    def live_reads(self) -> bool:
+        """Whether someone else (a fleet's router) reads the engine's request counts at
+        any moment, mid-step included. The engine then runs its bulk decode one segment at
+        a time, applied at its end; meanwhile the reader subtracts the steps done
+        (`Engine.decoded_by`), and a request delivered mid-segment cuts it after the step
+        in flight (`Engine.wake_up`)."""
+        return False
+
+    def read_tie(self, start_s: float, ends) -> int:
+        """Index of the first of `ends` (ascending ends of steps starting at `start_s`) at
+        which someone reads the engine (`live_reads`): which of the two comes first there
+        is SimPy's event order, so the bulk path stops before it. len(ends) if none."""
+        return len(ends)
+
     def closed(self, pulled: int) -> bool:
         """Nothing after the first `pulled` requests will ever come."""
         return pulled >= len(self.specs)
 
     def prepare(self, req: Request) -> None:
         """Give `req` the state it brings along before it is queued (none here)."""
+
+
+class DecodeStretch:
+    """The running requests of a bulk decode stretch (every one decodes each step) as
+    arrays: the engine prices segments from them and `EngineCore.end_decode_run` advances
+    them; each request's own counters catch up in `settle` (when it finishes or the stretch
+    ends), so a segment costs a few array operations, not a pass over the requests.
+
+    `phase[q]` counts the requests whose next new KV block comes with the segment's step q
+    (every `block_size` steps after): a decoding request holds exactly the blocks its
+    context fills, so the growth of the whole batch is periodic (`growth`)."""
+
+    __slots__ = ("reqs", "ctx", "left", "ids", "bs", "run_max", "end", "ctx_sum", "phase",
+                 "periodic")
+
+    def __init__(self, running: list[Request], block_size: int) -> None:
+        bs = self.bs = block_size
+        self.reqs = running
+        ctx, left, ids = [], [], []
+        phase = [0] * bs
+        periodic = True
+        for r in running:  # one pass: this runs once per stretch
+            c = r.num_computed_tokens
+            spec = r.spec
+            ctx.append(c)
+            left.append(spec.output_tokens - r.num_output_tokens)
+            ids.append(spec.request_id)
+            phase[(-c) % bs] += 1
+            if r.num_blocks != -(-c // bs):
+                periodic = False
+        self.ctx = np.array(ctx, dtype=np.int64)
+        self.left = np.array(left, dtype=np.int64)
+        self.ids = np.array(ids, dtype=np.int64)
+        self.ctx_sum = sum(ctx)
+        self.run_max = 0.0  # largest gap so far, after each request's first
+        self.end = -1.0  # end of the last step applied
+        self.phase = phase
+        self.periodic = periodic
+        """Every request holds exactly the blocks its context fills (else `growth` takes
+        the general path)."""
+
+    def held(self) -> np.ndarray:
+        return np.array([r.num_blocks for r in self.reqs], dtype=np.int64)
+
+    def growth(self, k: int) -> np.ndarray:
+        """Extra blocks the batch holds during each of its next k steps (cumulative)."""
+        if not self.periodic:
+            return _block_growth(self.ctx, self.held(), self.bs, k)
+        bs, n = self.bs, len(self.reqs)
+        acc, prefix = 0, []
+        for c in self.phase:
+            acc += c
+            prefix.append(acc)
+        if k <= bs:
+            return np.array(prefix[:k], dtype=np.int64)
+        j = _steps(k)
+        return (j // bs) * n + np.array(prefix, dtype=np.int64)[j % bs]
+
+    def advance(self, k: int, end: float) -> None:
+        """k decode steps ran, the last ending at `end`."""
+        self.ctx += k
+        self.left -= k
+        self.ctx_sum += k * len(self.reqs)
+        self.end = end
+        bs = self.bs
+        if self.periodic:
+            r = k % bs
+            if r:
+                self.phase = self.phase[r:] + self.phase[:r]
+        else:  # after a step every request holds exactly what its context fills
+            self.periodic = True
+            phase = [0] * bs
+            for c in self.ctx.tolist():
+                phase[(-c) % bs] += 1
+            self.phase = phase
+
+    def finishing(self) -> list[int]:
+        """Positions of the requests with all their tokens."""
+        return (self.left <= 0).nonzero()[0].tolist()
+
+    def settle(self, i: int) -> None:
+        """Bring request i's own counters up to date."""
+        req = self.reqs[i]
+        c = int(self.ctx[i])
+        d = c - req.num_computed_tokens
+        if not d:
+            return
+        req.num_computed_tokens = c
+        req.num_output_tokens += d
+        req.num_blocks = -(-c // self.bs)
+        req.last_token_s = self.end
+        if self.run_max > req.max_itl_s:
+            req.max_itl_s = self.run_max
+
+    def drop(self, done: list[int], running: list[Request]) -> None:
+        """Forget the finished requests at positions `done`; `running` is what is left."""
+        if not done:
+            return
+        keep = np.ones(len(self.reqs), dtype=bool)
+        keep[done] = False
+        bs = self.bs
+        for i in done:
+            c = int(self.ctx[i])
+            self.ctx_sum -= c
+            self.phase[(-c) % bs] -= 1
+        self.ctx = self.ctx[keep]
+        self.left = self.left[keep]
+        self.ids = self.ids[keep]
+        self.reqs = running
+        if len(running) != len(self.ctx):
+            raise RuntimeError("bulk decode: the finished requests are not those retired "
+                               "(a bug)")
+
+
+_STEPS = np.arange(65536, dtype=np.int64)
+
+
+def _steps(k: int) -> np.ndarray:
+    """0, 1, ..., k-1 (a view when it can be)."""
+    return _STEPS[:k] if k <= len(_STEPS) else np.arange(k, dtype=np.int64)
+
+
+def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
+    """Extra KV blocks the running set holds during decode step j = 1..k (slots for step
+    j's token are allocated before it): sum_i max(ceil((ctx_i + j) / bs) - held_i, 0)."""
+    j = np.arange(1, k + 1, dtype=np.int64)
+    if len(ctx) * k <= 65536:  # small: one broadcast is cheapest
+        need = -(-(ctx[:, None] + j) // block_size) - held[:, None]
+        return np.maximum(need, 0).sum(axis=0)
+    out = np.zeros(k, dtype=np.int64)
+    for c, h in zip(ctx.tolist(), held.tolist(), strict=True):
+        out += np.maximum(-(-(c + j) // block_size) - h, 0)
+    return out
 
 
 class EngineCore:
@@ -244,6 +391,7 @@ class EngineCore:
                         "which is not waiting: a policy bug") from None
             self.running.append(req)
         kv = self.kv
+        bs = kv.block_size
         caching = kv.prefix_caching
         # admissions are the batch's tail in every policy here; any order is accepted
         sched = plan.scheduled
@@ -266,9 +414,10 @@ class EngineCore:
                         f"policy {self.policy.name} planned {n} tokens for request "
                         f"{req.request_id}, {req.num_remaining} are left after its prefix "
                         "hit: the plan saw another cache than the engine (a bug)")
-            kv.grow(req, n)
             c = req.num_computed_tokens
-            if caching:
+            if -(-(c + n) // bs) > req.num_blocks:  # else kv.grow has nothing to do
+                kv.grow(req, n)
+            if caching and req.block_keys != ():  # () : nothing it holds is shareable
                 kv.commit(req, c + n)
             # as Plan.is_decode: a request admitted with KV carried from a P/D prefill
             # instance decodes (unless it was preempted here and recomputes)
@@ -308,21 +457,25 @@ class EngineCore:
         token, in batch order."""
         emitted: list[Request] = []
         finished = False
+        computed = self.computed
+        add_gap = self.gaps.add
         for req, n in plan.scheduled:
-            req.num_computed_tokens += n
-            self.computed[req.request_id] += n
-            if req.num_computed_tokens == req.num_tokens:
+            c = req.num_computed_tokens + n
+            req.num_computed_tokens = c
+            spec = req.spec
+            computed[spec.request_id] += n
+            if c == spec.prompt_tokens + req.num_output_tokens:  # req.num_tokens
                 emitted.append(req)
                 req.num_output_tokens += 1
                 if req.first_token_s < 0:
                     req.first_token_s = end_s
                 else:
                     gap = end_s - req.last_token_s
-                    self.gaps.add(gap, req.class_idx)
+                    add_gap(gap, req.class_idx)
                     if gap > req.max_itl_s:
                         req.max_itl_s = gap
                 req.last_token_s = end_s
-                if req.num_output_tokens >= req.spec.output_tokens:
+                if req.num_output_tokens >= spec.output_tokens:
                     finished = True
         n_running, n_waiting, used = self._step_counts
         dur = end_s - start_s if duration_s is None else duration_s
@@ -336,53 +489,78 @@ class EngineCore:
         return emitted
 
     def end_decode_run(self, k: int, times, dur, kv_mean, grown, out, first_segment: bool,
-                       retire: bool) -> float:
+                       retire: bool, stretch: DecodeStretch | None = None) -> float:
         """Apply k decode-all plans at once (the simulator's bulk path): every running
         request computes and samples k tokens. Step j starts at `times[j]` and ends at
         `times[j + 1]`, lasting `dur[j]`, with mean context `kv_mean[j]`; `grown[j]` extra
         blocks are held by then and `out[j]` says it was priced outside the table. On the
         first segment of a stretch each request's first gap runs from its own last token.
-        Retires finished requests when `retire`. Returns the end time."""
-        running = self.running
-        n = len(running)
-        ends = times[1 : k + 1]
-        gaps = np.diff(times[: k + 1]) if not first_segment else np.diff(ends)
-        run_max = float(gaps.max()) if len(gaps) else 0.0
-        end = float(ends[-1])
-        bs = self.kv.block_size
+        Retires finished requests when `retire`. Returns the end time.
+
+        Within a `stretch` (the engine's segments between finishes) the counters advance
+        in its arrays; a request's own fields are brought up to date when it finishes or
+        `close_stretch` ends the stretch. Without one, at once."""
+        st = stretch if stretch is not None else DecodeStretch(self.running,
+                                                               self.kv.block_size)
+        reqs = st.reqs
+        n = len(reqs)
+        end = float(times[k])
+        # gaps between consecutive ends (the first segment's first gap is per request)
+        gaps = times[2 : k + 1] - times[1:k] if first_segment else times[1 : k + 1] - times[:k]
+        if k > 1 or not first_segment:
+            m = float(gaps.max())
+            if m > st.run_max:
+                st.run_max = m
         if self.schedule_log is not None:
-            ctx = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
-            held = np.array([r.num_blocks for r in running], dtype=np.int64)
-            computed = ctx[:, None] + np.arange(k, dtype=np.int64)
+            bs = self.kv.block_size
+            computed = st.ctx[:, None] + np.arange(k, dtype=np.int64)
+            held = np.array([r.num_blocks for r in reqs], dtype=np.int64) if first_segment \
+                else -(-st.ctx // bs)
             blocks = np.maximum(held[:, None], -(-(computed + 1) // bs))
-            self.schedule_log.add_decodes(self.steps.n, [r.request_id for r in running],
-                                          computed, blocks)
-        for req in running:
-            req.num_computed_tokens += k
-            req.num_output_tokens += k
-            req.num_blocks = -(-req.num_computed_tokens // bs)
-            m = run_max
-            if first_segment:  # the first step's gap depends on each one's last token
-                g0 = float(ends[0]) - req.last_token_s
-                self.gaps.add(g0, req.class_idx)
-                if g0 > m:
-                    m = g0
-            if m > req.max_itl_s:
-                req.max_itl_s = m
-            req.last_token_s = end
-        for req in running:
-            self.computed[req.request_id] += k
+            self.schedule_log.add_decodes(self.steps.n, st.ids, computed, blocks)
+        if first_segment:  # the first step's gap depends on each one's last token
+            e0 = float(times[1])
+            add = self.gaps.add
+            for req in reqs:
+                g0 = e0 - req.last_token_s
+                add(g0, req.class_idx)
+                if g0 > req.max_itl_s:
+                    req.max_itl_s = g0
+        self.computed[st.ids] += k
         # (no kv.commit: blocks filled by decodes are never shareable, see PrefixKVCache)
         if len(gaps):
-            self.gaps.add_run(gaps, running)
-        used_before = self.kv.used_blocks
-        self.kv.take(int(grown[k - 1]))
+            self.gaps.add_run(gaps, reqs)
+        kv = self.kv
+        used_before = kv.num_blocks - kv.free_blocks
+        kv.take(int(grown[k - 1]))
         self.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k], used_before + grown[:k],
                                   out[:k])
         self.last_prefill = False
+        st.advance(k, end)
         if retire:
+            done = st.finishing()
+            for i in done:
+                st.settle(i)
             self.retire(end)
+            st.drop(done, self.running)
+        if stretch is None:
+            self.close_stretch(st)
         return end
+
+    def close_stretch(self, stretch: DecodeStretch) -> None:
+        """Bring every request of a bulk decode stretch up to date (its end)."""
+        st = stretch
+        end, run_max, bs = st.end, st.run_max, st.bs
+        for req, c in zip(st.reqs, st.ctx.tolist(), strict=True):  # as `settle`
+            d = c - req.num_computed_tokens
+            if not d:
+                continue
+            req.num_computed_tokens = c
+            req.num_output_tokens += d
+            req.num_blocks = -(-c // bs)
+            req.last_token_s = end
+            if run_max > req.max_itl_s:
+                req.max_itl_s = run_max
 
     def retire(self, end_s: float, defer_free: bool = False) -> None:
         """Free and record every running request that has all its tokens (`defer_free`:

@@ -22,7 +22,7 @@ from chunksim.core.kv_cache import KVConfig
 from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.latency.base import StepCosts
-from chunksim.sim.core import EngineCore, Inbox
+from chunksim.sim.core import DecodeStretch, EngineCore, Inbox, _steps
 from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
@@ -155,15 +155,40 @@ class Engine:
         self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
         self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
         self.step_s = 0.0  # duration of the last step run one by one
+        self.env = env
+        # a lone engine: nobody else reads its state and it pulls its arrivals itself, so
+        # it runs ahead of the clock (steps and stretches without a SimPy event each) and
+        # catches up only to sleep
+        self.ahead = inbox is None
+        self.live = inbox is not None and inbox.live_reads()
+        self.segment: list | None = None  # live reads: [times, steps, requests] in flight
         if inbox is None:
             env.process(self._arrivals(env))
-        env.process(self._engine(env))
+        self.process = env.process(self._engine(env))
 
     def wake_up(self) -> None:
-        """Wake the engine if it sleeps waiting for a request."""
+        """Wake the engine if it sleeps waiting for a request; a bulk segment in flight
+        (live reads, `core.Inbox.live_reads`) stops after the step in flight, so that the
+        next step sees the request (a step sees the arrivals up to its start)."""
         if self.wake is not None:
             self.wake.succeed()
             self.wake = None
+        elif self.segment is not None:
+            times, k, _ = self.segment
+            cut = max(1, int(times[:k].searchsorted(self.env.now)))
+            if cut < k:
+                self.segment[1] = cut
+                self.busy_until = float(times[cut])
+                self.process.interrupt()
+
+    def decoded_by(self) -> int:
+        """Tokens the bulk segment in flight has computed by now (its steps that ended)
+        that the requests' own counters do not show yet, 0 outside one (live reads)."""
+        seg = self.segment
+        if seg is None:
+            return 0
+        times, k, n = seg
+        return n * int(times[1 : k + 1].searchsorted(self.env.now))
 
     def result(self) -> SimResult:
         """The records, once the environment has run out."""
@@ -193,12 +218,18 @@ class Engine:
     def _engine(self, env: simpy.Environment):
         c = self.core
         progress, total, report_at = self.progress, len(self.workload.requests), 0
+        ahead = self.ahead
+        now = env.now  # the engine's clock: ahead of env.now while it runs ahead
         while True:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
                 progress(c.finished + len(c.rejected), total)
-            c.pull_arrivals(env.now)
+            c.pull_arrivals(now)
             if c.idle:
+                if now > env.now:  # catch up with the clock before sleeping, exactly:
+                    while 0.0 < env.now < now / 2:  # env.now + (now - env.now) may round
+                        yield env.timeout(env.now)  # doubling is exact
+                    yield env.timeout(now - env.now)  # exact from at least now / 2
                 c.release_finishing()
                 self.plan_at = None
                 if c.done:
@@ -207,8 +238,9 @@ class Engine:
                 slept_at = env.now
                 yield self.wake
                 self.idle_s, self.since_wake = env.now - slept_at, 0
+                now = env.now
                 continue
-            plan = c.plan(env.now, self.plan_at)
+            plan = c.plan(now, self.plan_at)
             if plan is None:
                 # a preemption-only plan, or (async) nothing schedulable before the step in
                 # flight's output is processed: plan again, with everything known
@@ -216,12 +248,12 @@ class Engine:
                 continue
             # the wake-up steps run one by one (the bulk path prices steps warm)
             if not (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)
-                    and (yield from self._bulk_decode(env))):
-                yield from self._step(env, plan)
+                    and (yield from self._bulk_decode(env, now))):
+                yield from self._step(env, plan, now)
+            now = self.busy_until if ahead else env.now
 
-    def _step(self, env: simpy.Environment, plan: Plan):
+    def _step(self, env: simpy.Environment, plan: Plan, start: float):
         c = self.core
-        start = env.now
         shape = c.begin_step(plan, start)
         z = self.noise.at(c.steps.n) if self.noise is not None else None
         dur, out = 0.0, False
@@ -244,9 +276,11 @@ class Engine:
             # overhead after an idle wait slows by about the forward pass's own ratios
             dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
             self.since_wake += 1
-        self.busy_until, self.step_s = start + dur, dur
-        yield env.timeout(dur)
-        c.end_step(plan, shape, start, env.now, out, dur, defer_free=self.async_)
+        end = self.busy_until = start + dur  # = env.now after the timeout
+        self.step_s = dur
+        if not self.ahead:
+            yield env.timeout(dur)
+        c.end_step(plan, shape, start, end, out, dur, defer_free=self.async_)
 
     # ------------------------------------------------------------------ fast-forward
     def _steady(self, plan: Plan) -> bool:
@@ -260,11 +294,13 @@ class Engine:
             return False
         for (req, n), r in zip(plan.scheduled, running, strict=True):
             # num_output_tokens == 0 is a prompt's 1-token tail: its step emits a first token
-            if n != 1 or req is not r or req.num_remaining != 1 or req.num_output_tokens == 0:
+            out_tokens = req.num_output_tokens  # a decode: one token left, one sampled
+            if n != 1 or req is not r or out_tokens == 0 or (
+                    req.spec.prompt_tokens + out_tokens - req.num_computed_tokens != 1):
                 return False
         return True
 
-    def _bulk_decode(self, env: simpy.Environment):
+    def _bulk_decode(self, env: simpy.Environment, now: float):
         """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
         hit; requests finishing on the way leave and the rest decode on (each such segment
         is what stepping one by one would plan, since nothing waits). Prices and times the
@@ -272,48 +308,61 @@ class Engine:
         reads its state ends the stretch before the step that would end at or after the
         next read; False if that left nothing to run in bulk (the caller steps instead)."""
         c = self.core
-        now = t = env.now
-        bs = c.kv.block_size
+        t = now
         arrival = c.next_arrival_s
         read = c.inbox.next_read_s()
         if read is not None and read - now < self.step_s:
             return False  # the first step would likely cross the read: just step
         first_segment = True
         budget = _MAX_BULK_STEPS
+        st = DecodeStretch(c.running, c.kv.block_size)
+        latency = self.latency
+        live = self.live
+        spread = latency.prices_spread
+        overhead = latency.overhead(len(st.reqs))
         while True:
-            running = c.running
-            n = len(running)
-            ctx = np.array([r.num_computed_tokens for r in running], dtype=np.int64)
-            held = np.array([r.num_blocks for r in running], dtype=np.int64)
-            k_left = min(r.spec.output_tokens - r.num_output_tokens for r in running)
-            k = min(k_left, budget)
-            grown = _block_growth(ctx, held, bs, k)  # grown[j-1]: extra blocks in step j
-            k_kv = int(np.searchsorted(grown, c.kv.free_blocks, side="right"))
-            if k_kv == 0:
-                if not first_segment:
-                    # after a finish the next step does not fit: the policy must plan it
-                    # (preempt); the first segment's first step the policy has vetted
+            if live and not first_segment:
+                # as a step boundary: take what the router sent by now, stop if anything
+                # waits, else bound the segment by what it has sent for later
+                c.pull_arrivals(t)
+                if c.waiting:
                     break
-                k_kv = 1
-            k = min(k, k_kv)
-            steps = np.arange(k, dtype=np.int64)
-            kv_mean = (int(ctx.sum()) + steps * n) / n
+                arrival = c.next_arrival_s
+            n = len(st.reqs)
+            k_left = int(st.left.min())
+            k = min(k_left, budget)
+            grown = st.growth(k)  # grown[j-1]: extra blocks in step j
+            free = c.kv.free_blocks
+            if int(grown[k - 1]) > free:
+                k_kv = int(np.searchsorted(grown, free, side="right"))
+                if k_kv == 0:
+                    if not first_segment:
+                        # after a finish the next step does not fit: the policy must plan
+                        # it (preempt); the first segment's first step the policy has vetted
+                        break
+                    k_kv = 1
+                k = k_kv
+            steps = _steps(k)
+            kv_mean = (st.ctx_sum + steps * n) / n
             z = self.noise.range(c.steps.n, k) if self.noise is not None else None
-            if self.latency.prices_spread:
+            if spread:
                 # every context grows by one a step: the longest stays the longest
-                kv_max = (int(ctx.max()) + steps).astype(np.float64)
-                dur, out = self.latency.decode_steps_s(n, kv_mean, z, kv_max)
+                kv_max = (int(st.ctx.max()) + steps).astype(np.float64)
+                dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max)
             else:
-                dur, out = self.latency.decode_steps_s(n, kv_mean, z)
+                dur, out = latency.decode_steps_s(n, kv_mean, z)
             fwd = dur
-            overhead = self.latency.overhead(n)
+            if not first_segment:
+                overhead = latency.overhead(n)
             if overhead:
                 dur = dur + overhead  # the same float op as the step-by-step path
-            times = np.cumsum(np.concatenate(((t,), dur)))  # sequential, as step-by-step
-            if arrival is not None:  # a step sees arrivals up to its start time
-                k_arr = int(np.searchsorted(times[:k], arrival, side="left"))
-                if k_arr < k:
-                    k = max(1, k_arr)
+            times = np.empty(k + 1)
+            times[0] = t
+            times[1:] = dur
+            np.add.accumulate(times, out=times)  # a cumsum: sequential, as step-by-step
+            if arrival is not None and arrival <= times[k - 1]:
+                # a step sees arrivals up to its start time
+                k = max(1, int(times[:k].searchsorted(arrival)))
             if read is not None:  # the steps that end before the read
                 k_read = int(np.searchsorted(times[1 : k + 1], read, side="left"))
                 if k_read == 0:
@@ -321,36 +370,42 @@ class Engine:
                         return False
                     break
                 k = min(k, k_read)
+            elif live:  # the steps before one that ends exactly at a read
+                k_tie = c.inbox.read_tie(t, times[1 : k + 1])
+                if k_tie == 0:
+                    if first_segment:
+                        return False
+                    break
+                k = min(k, k_tie)
             if z is not None and self.guard is not None:  # the k steps that run
-                spread = (kv_max[:k],) if self.latency.prices_spread else ()
-                median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None, *spread)
+                sp = (kv_max[:k],) if spread else ()
+                median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp)
                 self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
+            if live:
+                # applied at its end; until then readers subtract the steps done, and a
+                # delivery may cut it short (`wake_up`)
+                self.segment = seg = [times, k, n]
+                self.busy_until = float(times[k])
+                while True:
+                    try:
+                        yield env.timeout(float(times[seg[1]]) - env.now)
+                        break
+                    except simpy.Interrupt:
+                        continue  # cut: wait for the end of the step in flight
+                self.segment = None
+                k = seg[1]
             t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
-                                 retire=k == k_left)
+                                 retire=k == k_left, stretch=st)
+            if live:
+                c.close_stretch(st)
             budget -= k
-            if (k < k_left or budget <= 0 or not c.running
+            if (k < k_left or budget <= 0 or not st.reqs
                     or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
                 break
             first_segment = False
-        self.busy_until = t
-        yield env.timeout(t - now)
+        if not live:
+            c.close_stretch(st)
+            self.busy_until = t
+            if not self.ahead:
+                yield env.timeout(t - now)
         return True
-
-
-def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
-    """Extra KV blocks the running set holds during decode step j = 1..k (slots for step
-    j's token are allocated before it): sum_i max(ceil((ctx_i + j) / bs) - held_i, 0)."""
-    j = np.arange(1, k + 1, dtype=np.int64)
-    if len(ctx) * k <= 65536:  # small: one broadcast is cheapest
-        need = -(-(ctx[:, None] + j) // block_size) - held[:, None]
-        return np.maximum(need, 0).sum(axis=0)
-    if np.array_equal(held, -(-ctx // block_size)):
-        # each request needs a new block whenever ctx_i + j - 1 is a multiple of bs, i.e.
-        # at j = first_i, first_i + bs, ...: a periodic pattern counted once per phase
-        first = (-ctx) % block_size + 1
-        per_phase = np.bincount(first, minlength=block_size + 1)
-        return np.cumsum(per_phase[(j - 1) % block_size + 1])
-    out = np.zeros(k, dtype=np.int64)
-    for c, h in zip(ctx.tolist(), held.tolist(), strict=True):
-        out += np.maximum(-(-(c + j) // block_size) - h, 0)
-    return out

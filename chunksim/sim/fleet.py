@@ -8,10 +8,16 @@ that replica) at its arrival. A router that reads replica state decides at arriv
 one that reads none decides every request up front, which changes nothing (its choices
 depend on the request stream alone) but lets each replica know its own next arrival.
 
-Bulk decode stays exact: a replica's stretch ends before the step that would end at or
-after the router's next read (`core.Inbox.next_read_s`), so whenever the router looks,
-every replica is in the state stepping would have left it in; its own next delivery bounds
-the stretch as an arrival bounds a lone engine's. A replica
+Bulk decode stays exact. A router that reads only request and token counts (least-requests,
+least-tokens) reads them mid-stretch: each replica applies its bulk decode one segment at a
+time, at the segment's end (a segment's steps and the tokens each computes are known in
+closed form, so a read subtracts the steps done by then: `Engine.decoded_by`), and only the
+replica a request is delivered to cuts its segment, after the step in flight; a step that
+would end exactly at a read is stepped (who comes first there is SimPy's event order). A
+router that reads the prefix cache (prefix) ends every replica's stretch before the step
+that would end at or after its next read (`core.Inbox.next_read_s`). Either way, whenever
+the router looks, it sees what stepping would have left; a replica's own next delivery
+bounds its stretch as an arrival bounds a lone engine's. A replica
 pulling arrivals first delivers every request due by then (any replica's clock may reach
 an arrival time before the router's own process does), so a one-replica fleet replays
 exactly the events of a lone engine.
@@ -19,6 +25,7 @@ exactly the events of a lone engine.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 import numpy as np
@@ -48,7 +55,13 @@ class ReplicaInbox(Inbox):
         return self.fleet.next_for(self.replica)
 
     def next_read_s(self) -> float | None:
-        return self.fleet.next_read_s()
+        return None if self.fleet.live else self.fleet.next_read_s()
+
+    def live_reads(self) -> bool:
+        return self.fleet.live
+
+    def read_tie(self, start_s: float, ends) -> int:
+        return self.fleet.read_tie(start_s, ends)
 
     def closed(self, pulled: int) -> bool:
         return pulled >= len(self.specs) and self.fleet.closed_for(self.replica)
@@ -61,6 +74,7 @@ class Replica:
         self.engine = engine
         self.inbox = inbox
         self.token_time = token_time
+        self._tokens: tuple | None = None  # (state key, token sum) while a segment runs
 
     def relative_token_time(self) -> float:
         return self.token_time
@@ -70,6 +84,20 @@ class Replica:
         return len(c.running) + len(c.waiting) + len(self.inbox.specs) - c.next_arrival
 
     def outstanding_tokens(self) -> int:
+        e = self.engine
+        c = e.core
+        seg = e.segment
+        if seg is None:
+            return self._outstanding_tokens()
+        # a bulk segment in flight (applied at its end) freezes the running requests'
+        # counters; only deliveries change the rest: reuse the sum until one does
+        key = (seg, len(c.waiting), len(self.inbox.specs), c.next_arrival)
+        cached = self._tokens
+        if cached is None or cached[0][0] is not seg or cached[0][1:] != key[1:]:
+            cached = self._tokens = (key, self._outstanding_tokens())
+        return cached[1] - e.decoded_by()  # less the steps done
+
+    def _outstanding_tokens(self) -> int:
         c = self.engine.core
         work = 0
         for req in c.running:
@@ -110,6 +138,8 @@ class Fleet:
         self.delivered = 0
         # with one replica there is nothing to choose: no read can change a choice
         self.reads_state = router.reads_state and len(engines) > 1
+        self.live = self.reads_state and not router.reads_cache
+        """The router reads counts only: replicas read mid-stretch (module docstring)."""
         self.advancing = False
         self.gate = None  # spec -> why the fleet refuses it (None: deliver), e.g. P/D
         if self.reads_state:
@@ -183,6 +213,20 @@ class Fleet:
     def next_read_s(self) -> float | None:
         """Next time the router reads replica state (None: it reads none)."""
         return self.read_s[self.decided] if self.reads_state and self.decided < self.n else None
+
+    def read_tie(self, start_s: float, ends) -> int:
+        """Index of the first of `ends` (ascending, after `start_s`) equal to a read time
+        still to come, len(ends) if none (`core.Inbox.read_tie`)."""
+        reads = self.read_s
+        lo = bisect_right(reads, start_s, self.decided)
+        hi = bisect_right(reads, float(ends[-1]), lo)
+        if lo == hi:
+            return len(ends)
+        k = len(ends)
+        for i, r in zip(ends.searchsorted(reads[lo:hi]).tolist(), reads[lo:hi], strict=True):
+            if i < k and ends[i] == r:
+                return i  # the reads ascend: the first tie is the earliest
+        return k
 
     def closed_for(self, r: int) -> bool:
         return self.decided >= self.n and not self.pending[r]

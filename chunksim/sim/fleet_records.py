@@ -29,13 +29,15 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
 
 def merge_steps(frames: list) -> pd.DataFrame:
     """Every replica's steps with a `replica` column, by start time (ties: replica)."""
-    parts = []
-    for r, f in enumerate(frames):
-        f = f.copy()
-        f["replica"] = r
-        parts.append(f)
-    steps = pd.concat(parts).sort_values("start_s", kind="stable")
-    return steps.reset_index(drop=True)
+    # one stable argsort and one take per column (as concat + sort_values, without
+    # copying every replica's frame first)
+    order = np.argsort(np.concatenate([f["start_s"].to_numpy() for f in frames]),
+                       kind="stable")
+    cols = {c: np.concatenate([f[c].to_numpy() for f in frames])[order]
+            for c in frames[0].columns}
+    cols["replica"] = np.repeat(np.arange(len(frames), dtype=np.int64),
+                                [len(f) for f in frames])[order]
+    return pd.DataFrame(cols)
 
 
 def merged_meta(metas: list[dict]) -> dict:

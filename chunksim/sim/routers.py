@@ -43,6 +43,10 @@ class Router:
 
     name: ClassVar[str] = ""
     reads_state: ClassVar[bool] = False
+    reads_cache: ClassVar[bool] = False
+    """It reads a replica's prefix cache, not only its request and token counts: the
+    fleet then ends bulk decode stretches before its reads (counts it can read mid-stretch,
+    `sim.fleet`)."""
 
     def __init__(self, replicas: int, seed: int = 0) -> None:
         self.n = replicas
@@ -124,6 +128,7 @@ class PrefixAffinity(Router):
 
     name = "prefix"
     reads_state = True
+    reads_cache = True
 
     def __init__(self, replicas: int, seed: int = 0, load_cap: int = 8) -> None:
         super().__init__(replicas, seed)
