@@ -63,7 +63,7 @@ class EngineCore:
 
     def __init__(self, workload: Workload, policy: Policy, kv: KVConfig,
                  max_model_len: int | None = None, schedule_log: bool = False,
-                 inbox: Inbox | None = None) -> None:
+                 inbox: Inbox | None = None, steps: StepLog | None = None) -> None:
         self.workload = workload
         self.inbox = inbox if inbox is not None else Inbox(workload.requests)
         self.on_retire = None  # called with (request, end time) as it finishes (fleets)
@@ -83,7 +83,8 @@ class EngineCore:
         self.gaps = GapLog(len(classes))
         self.next_arrival = 0
         self.last_prefill = False
-        self.steps = StepLog()
+        self.steps = steps if steps is not None else StepLog()
+        """Step records (kept, thinned or streamed as the StepLog was made)."""
         self.finish_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.first_sched_s = np.full(n, np.nan)
@@ -400,6 +401,7 @@ class EngineCore:
             else:
                 keep.append(req)
         self.running = keep
+        self.gaps.maybe_pack()
 
     def _record(self, req: Request, end_s: float) -> None:
         self.finished += 1

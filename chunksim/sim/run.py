@@ -19,6 +19,7 @@ from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+from chunksim.sim.records import StepLog
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
 _E = "Engine and KV cache"
@@ -149,18 +150,20 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
                 profile_kind=profile.kind,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
-    summary = summarize(result.requests, result.steps, result.itl_s, cfg.slos_s, meta)
+    steps = result.steps if result.step_totals is None else result.step_totals
+    summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
     by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
-    summary["warnings"] = extrapolation_warnings(result.steps, grid_ranges(profile.table))
+    summary["warnings"] = extrapolation_warnings(steps, grid_ranges(profile.table))
     return summary
 
 
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
              schedule_log: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict]:
+             progress: Callable[[int, int], None] | None = None,
+             steps_keep: int = 1, steps_sink=None) -> tuple[SimResult, dict]:
     """Run one configuration (one engine, or a fleet: `cfg.fleet`); returns the records and
     the summary dict. With `schedule_log`, the records include every scheduling decision
     (`SimResult.schedule`; one engine only).
@@ -169,7 +172,11 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
     allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
     than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
-    is called as progress(requests done, requests) now and then (`Engine`)."""
+    is called as progress(requests done, requests) now and then (`Engine`).
+
+    `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when
+    `steps_sink(columns)` takes them as they are recorded (a streaming writer); the
+    summary counts every step either way. A fleet keeps every step."""
     if cfg.fleet.active:
         if schedule_log:
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "
@@ -189,8 +196,10 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
             "that long could never be scheduled; raise the budget or lower --max-model-len")
     guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(grid_ranges(
         profile.table))) if engine_cfg.jitter else None)
+    ranges = grid_ranges(profile.table)
     engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
-                    spread_guard=guard, progress=progress)
+                    spread_guard=guard, progress=progress,
+                    step_log=lambda: StepLog(keep=steps_keep, sink=steps_sink, ranges=ranges))
     result = engine.run()
     return result, summarize_run(result, profile, cfg, latency, device)
 
