@@ -127,7 +127,9 @@ class Engine:
         self.guard = spread_guard
         """Checks every jittered step against its median (None: unchecked)."""
         self.progress = progress
-        """Called as progress(requests done, requests) now and then, and at the end."""
+        """Called as progress(requests done, requests) now and then, and at the end;
+        with `sim_s=` the simulated time too when it takes that keyword."""
+        self.progress_clock = progress is not None and _takes_sim_s(progress)
         self.step_log = step_log
         """Makes the run's StepLog (default: keep every step in memory)."""
 
@@ -205,7 +207,10 @@ class Engine:
         while True:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
-                progress(c.finished + len(c.rejected), total)
+                if self.progress_clock:
+                    progress(c.finished + len(c.rejected), total, sim_s=env.now)
+                else:
+                    progress(c.finished + len(c.rejected), total)
             c.pull_arrivals(env.now)
             if c.idle:
                 c.release_finishing()
@@ -344,6 +349,15 @@ class Engine:
         self.busy_until = t
         yield env.timeout(t - now)
         return True
+
+
+def _takes_sim_s(fn: Callable) -> bool:
+    import inspect
+
+    try:
+        return "sim_s" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:

@@ -19,6 +19,7 @@ from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records import StepLog
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
@@ -183,7 +184,16 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
                              "--replicas / --pd")
         from chunksim.sim.fleet_run import simulate_fleet
 
-        return simulate_fleet(workload, profile, cfg)
+        result, summary = simulate_fleet(workload, profile, cfg)
+        steps = result.steps
+        if steps_keep != 1:
+            steps = steps.iloc[::steps_keep] if steps_keep else steps.iloc[:0]
+        if steps_sink is not None:
+            if len(steps):
+                steps_sink({k: steps[k].to_numpy() for k in steps.columns})
+            steps = steps.iloc[:0]
+        result.steps = steps.reset_index(drop=True)
+        return result, summary
     device, latency, kv = engine_parts(workload, profile, cfg)
     policy = cfg.make_policy(device)
     engine_cfg = engine_config(profile, cfg)
@@ -215,19 +225,27 @@ def nothing_completed(result: SimResult, summary: dict) -> str | None:
             f"report: {'; '.join(parts) or 'no reason recorded'}")
 
 
-OUTPUT_FILES = ("summary.json", "requests.csv", "steps.csv", "schedule.csv")
-"""What `write_outputs` writes: the run's whole output directory."""
+OUTPUT_FILES = ("summary.json", *(name for fmt in OutputFormat for name in table_names(fmt)))
+"""What `write_outputs` may write: the run's whole output directory."""
 
 
-def write_outputs(out_dir: str | Path, result: SimResult, summary: dict) -> None:
-    """summary.json, requests.csv, steps.csv (and schedule.csv when the run logged its
-    schedule), written as one set (`atomic.write_dir`): a reader of `out_dir` sees one
-    run's files, never a mix of two."""
-    files = {
-        "requests.csv": atomic.csv_bytes(result.requests),
-        "steps.csv": atomic.csv_bytes(result.steps),
-    }
+def write_outputs(out_dir: str | Path, result: SimResult, summary: dict,
+                  fmt: OutputFormat | str = OutputFormat.PARQUET, steps: bool = True,
+                  steps_file: Path | None = None) -> list[str]:
+    """summary.json, requests and steps tables in `fmt` (parquet or csv; and the schedule
+    when the run logged it), written as one set (`atomic.write_dir`): a reader of
+    `out_dir` sees one run's files, never a mix of two. The steps table holds
+    `result.steps` (as `simulate` kept them), or is `steps_file` (streamed there while the
+    run went: moved in), or is left out (`steps` False: `--steps none`). Returns the
+    names written."""
+    req_name, steps_name, sched_name = table_names(fmt)
+    files: dict[str, bytes | Path] = {req_name: table_bytes(result.requests, fmt)}
+    if steps_file is not None:
+        files[steps_name] = Path(steps_file)
+    elif steps:
+        files[steps_name] = table_bytes(result.steps, fmt)
     if result.schedule is not None:
-        files["schedule.csv"] = atomic.csv_bytes(result.schedule)
+        files[sched_name] = table_bytes(result.schedule, fmt)
     files["summary.json"] = atomic.json_bytes(summary)
     atomic.write_dir(out_dir, files, owned=OUTPUT_FILES)
+    return ["summary.json", *(n for n in files if n != "summary.json")]
