@@ -16,7 +16,7 @@ from chunksim.core.kv_cache import KVConfig, blocks_for, make_kv_cache
 from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
-from chunksim.core.spec import Workload
+from chunksim.core.spec import SpecTable, Workload
 from chunksim.sim.records import (
     KIND_DECODE,
     KIND_NEW,
@@ -27,6 +27,14 @@ from chunksim.sim.records import (
     ScheduleLog,
     StepLog,
 )
+
+
+def _class_names(specs) -> list[str]:
+    """The request classes present, sorted."""
+    if isinstance(specs, SpecTable):
+        used = np.unique(specs.class_codes)
+        return sorted(specs.class_names[c] for c in used.tolist())
+    return sorted({s.request_class for s in specs})
 
 
 class Inbox:
@@ -77,7 +85,7 @@ class EngineCore:
         self.queue = policy.queue
         self.waiting: deque[Request] | list[Request] = (
             deque() if self.queue.key is None else [])
-        classes = sorted({s.request_class for s in workload.requests})
+        classes = _class_names(workload.requests)
         self.class_names = classes
         self.class_of = {c: i for i, c in enumerate(classes)}
         self.gaps = GapLog(len(classes))
@@ -420,6 +428,14 @@ class EngineCore:
 
         specs = self.workload.requests
         ids = np.arange(len(specs))
+        if isinstance(specs, SpecTable):  # the columns as they are
+            classes, arrival = specs.request_classes(), specs.arrival_s
+            prompt, output = specs.prompt_tokens, specs.output_tokens
+        else:
+            classes = [s.request_class for s in specs]
+            arrival = [s.arrival_s for s in specs]
+            prompt = [s.prompt_tokens for s in specs]
+            output = [s.output_tokens for s in specs]
         rejected = np.zeros(len(specs), dtype=bool)
         rejected[list(self.rejected)] = True
         reason = [""] * len(specs)
@@ -427,10 +443,10 @@ class EngineCore:
             reason[rid] = why
         return pd.DataFrame({
             "request_id": ids,
-            "request_class": [s.request_class for s in specs],
-            "arrival_s": [s.arrival_s for s in specs],
-            "prompt_tokens": [s.prompt_tokens for s in specs],
-            "output_tokens": [s.output_tokens for s in specs],
+            "request_class": classes,
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
             "first_scheduled_s": self.first_sched_s,
             "first_token_s": self.first_token_s,
             "finish_s": self.finish_s,

@@ -45,24 +45,44 @@ class LogHistogram:
     def __len__(self) -> int:
         return self.n
 
-    def add(self, values, weight: int = 1) -> None:
-        """Fold `values`, each counted `weight` times."""
+    def add(self, values, weight=1) -> None:
+        """Fold `values`, each counted `weight` times (a count, or one count per value)."""
         v = np.asarray(values, dtype=float).reshape(-1)
-        weight = int(weight)
-        if not len(v) or weight <= 0:
+        if not len(v):
             return
+        if np.ndim(weight):
+            w = np.asarray(weight, dtype=np.int64).reshape(-1)
+            keep = w > 0
+            v, w = v[keep], w[keep]
+            if not len(v):
+                return
+            nb = int(w.sum())
+        else:
+            if int(weight) <= 0:
+                return
+            w = None
+            nb = len(v) * int(weight)
         pos = v > TINY
-        self.zeros += int((~pos).sum()) * weight
+        if not pos.all():
+            self.zeros += int(w[~pos].sum()) if w is not None else int(
+                (~pos).sum()) * int(weight)
         if pos.any():
             idx = np.ceil(np.log(v[pos]) / self.log_gamma).astype(np.int64)
             lo, hi = int(idx.min()), int(idx.max())
             self._cover(lo, hi)
-            add = np.bincount(idx - lo, minlength=hi - lo + 1)
-            self.counts[lo - self.offset : hi - self.offset + 1] += add * weight
+            if w is not None:
+                add = np.bincount(idx - lo, weights=w[pos], minlength=hi - lo + 1)
+                add = np.rint(add).astype(np.int64)  # exact below 2**53
+            else:
+                add = np.bincount(idx - lo, minlength=hi - lo + 1) * int(weight)
+            self.counts[lo - self.offset : hi - self.offset + 1] += add
         # moments, merged exactly (Chan et al.): the batch's, then the pair
-        nb = len(v) * weight
-        mb = float(v.mean())
-        m2b = float(((v - mb) ** 2).sum()) * weight
+        if w is None:
+            mb = float(v.mean())
+            m2b = float(((v - mb) ** 2).sum()) * int(weight)
+        else:
+            mb = float((v * w).sum() / nb)
+            m2b = float((w * (v - mb) ** 2).sum())
         n = self.n + nb
         delta = mb - self._mean
         self._mean += delta * nb / n

@@ -233,15 +233,16 @@ class GapLog:
     up to EXACT_GAP_SAMPLES samples, then streamed into log histograms (`values` returns
     a `LogHistogram` instead of an array)."""
 
-    def __init__(self, num_classes: int = 1, exact_max: int = EXACT_GAP_SAMPLES) -> None:
+    def __init__(self, num_classes: int = 1, exact_max: int | None = None) -> None:
         self.split = num_classes > 1
         self.num_classes = num_classes
-        self.exact_max = exact_max
+        self.exact_max = EXACT_GAP_SAMPLES if exact_max is None else exact_max
         self.single: list[float] = []
         self.single_cls: list[int] = []
         self.packed: list[tuple[np.ndarray, np.ndarray | None]] = []  # packed singles
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (gaps, requests per class)
         self.samples = 0  # samples held exactly (packed singles and runs)
+        self.pending = 0  # streaming: gaps of the runs not folded yet
         self.hists = None  # streaming: [all, class 0, class 1, ...] LogHistograms
 
     def add(self, gap_s: float, cls: int) -> None:
@@ -255,10 +256,12 @@ class GapLog:
             counts = np.bincount([r.class_idx for r in requests], minlength=self.num_classes)
         else:
             counts = np.array([len(requests)])
-        if self.hists is not None:
-            self._fold_run(gaps_s, counts)
-            return
         self.runs.append((gaps_s, counts))
+        if self.hists is not None:  # streaming: fold runs in batches (one numpy pass)
+            self.pending += len(gaps_s)
+            if self.pending >= _SINGLE_FOLD:
+                self._fold_runs()
+            return
         self.samples += len(gaps_s) * int(counts.sum())
         if self.samples > self.exact_max:
             self._stream()
@@ -291,9 +294,8 @@ class GapLog:
                                                          else 0))]
         for vals, cls in self.packed:
             self._fold_single(vals, cls)
-        for gaps, counts in self.runs:
-            self._fold_run(gaps, counts)
-        self.packed, self.runs, self.samples = [], [], 0
+        self._fold_runs()
+        self.packed, self.samples = [], 0
 
     def _fold_single(self, vals: np.ndarray, cls) -> None:
         self.hists[0].add(vals)
@@ -301,11 +303,18 @@ class GapLog:
             for c in range(self.num_classes):
                 self.hists[1 + c].add(vals[cls == c])
 
-    def _fold_run(self, gaps: np.ndarray, counts: np.ndarray) -> None:
-        self.hists[0].add(gaps, int(counts.sum()))
+    def _fold_runs(self) -> None:
+        """Fold the held runs: every gap weighted by the requests that had it."""
+        runs, self.runs, self.pending = self.runs, [], 0
+        if not runs:
+            return
+        gaps = np.concatenate([g for g, _ in runs])
+        lens = [len(g) for g, _ in runs]
+        counts = np.repeat(np.stack([c for _, c in runs]), lens, axis=0)  # (gaps, classes)
+        self.hists[0].add(gaps, counts.sum(axis=1))
         if self.split:
             for c in range(self.num_classes):
-                self.hists[1 + c].add(gaps, int(counts[c]))
+                self.hists[1 + c].add(gaps, counts[:, c])
 
     @property
     def streaming(self) -> bool:
@@ -315,6 +324,7 @@ class GapLog:
         """All pooled gaps (or one class's): an array while exact, else the histogram."""
         if self.hists is not None:
             self._pack()
+            self._fold_runs()
             return self.hists[0 if cls is None else 1 + cls]
         parts = [v if cls is None else v[c == cls] for v, c in self.packed]
         single = np.asarray(self.single, dtype=float)
