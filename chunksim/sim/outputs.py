@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunksim import atomic
 from chunksim.core.knobs import knob
 from chunksim.sim.records import STEP_COLUMNS, parse_steps_keep
 
@@ -61,7 +62,7 @@ def table_names(fmt: OutputFormat | str) -> tuple[str, str, str]:
 def table_bytes(frame, fmt: OutputFormat | str) -> bytes:
     """A DataFrame as the bytes of one file in `fmt` (deterministic for equal frames)."""
     if OutputFormat(fmt) is OutputFormat.CSV:
-        return frame.to_csv(index=False, float_format=None, lineterminator="\n").encode()
+        return atomic.csv_bytes(frame)
     import pyarrow as pa
     import pyarrow.parquet as pq
 
