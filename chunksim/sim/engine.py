@@ -75,7 +75,8 @@ class SimResult:
     steps: object
     """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
     itl_s: np.ndarray
-    """Pooled gaps between consecutive output tokens of each request, seconds."""
+    """Pooled gaps between consecutive output tokens of each request, seconds: an array,
+    or past records.EXACT_GAP_SAMPLES a `quantiles.LogHistogram` (`metrics` reads both)."""
     meta: dict = field(default_factory=dict)
     """Run facts: policy, params, profile hash, workload, counters."""
     itl_by_class_s: dict = field(default_factory=dict)

@@ -90,6 +90,31 @@ def _max_s(values_s) -> float:
     return float(values_s.max) if hasattr(values_s, "percentile") else float(np.max(values_s))
 
 
+def pool_gaps(parts: list):
+    """Token gaps of several engines pooled: one array while every part is exact, else
+    one `quantiles.LogHistogram` (a part streamed: every part folded in)."""
+    if all(not hasattr(p, "percentile") for p in parts):
+        return np.concatenate(parts)
+    from chunksim.sim.quantiles import LogHistogram
+
+    pooled = LogHistogram()
+    for p in parts:
+        if hasattr(p, "percentile"):
+            pooled.merge(p)
+        else:
+            pooled.add(p)
+    return pooled
+
+
+def percentile_s(values_s, p: float) -> float:
+    """The p-th percentile of an array or a `LogHistogram` (0 when empty)."""
+    if not len(values_s):
+        return 0.0
+    if hasattr(values_s, "percentile"):
+        return float(values_s.percentile([p])[0])
+    return float(np.percentile(values_s, p))
+
+
 def step_facts(steps) -> tuple[int, float, int, int]:
     """(steps, busy seconds, extrapolated steps, peak KV blocks) of a steps frame, or of
     a `records.StepTotals` (every step folded while the rows were thinned or streamed)."""
