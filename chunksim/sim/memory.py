@@ -4,9 +4,10 @@ minutes and failing.
 
 What a run holds grows with its requests (the workload's columns, one record row per
 request, the requests table written at the end) and, when steps are kept in memory, with
-its steps (chat-like traffic records ~50 steps per request; sparse traffic more). Step
-rows streamed to --out or not kept (`--steps none`, or no --out) cost one buffer.
-The constants are measured on the default workload and rounded up.
+its steps (tens per request for chat-like traffic: a step per output token of the
+running batch; sparser traffic has more). Step rows streamed to --out or not kept
+(`--steps none`, or no --out) cost one buffer; pooled token gaps are capped
+(`records.EXACT_GAP_SAMPLES`). The constants are the default workload's, rounded up.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ REQUEST_BYTES = 1024
 """Per request: workload columns, record columns, the requests table and its file."""
 STEP_ROW_BYTES = 208
 """Per step row kept in memory (the row, and its copy in the steps frame)."""
-STEPS_PER_REQUEST = 60
+STEPS_PER_REQUEST = 80
 """Step rows per request assumed when steps are kept in memory."""
 POOLED_GAP_BYTES = 3 * 8 * 2**23
 """Exactly pooled token gaps at their cap (records.EXACT_GAP_SAMPLES), with copies."""

@@ -40,7 +40,7 @@ class OutputConfig:
     """Format of requests, steps (and schedule) files in --out: parquet (typed, compact;
     pd.read_parquet reads it) or csv."""
     steps_keep: int = knob(1, "--steps", panel=_O, cli_type=str, parse=parse_steps_keep)
-    """Step rows written to --out: all, none, or sample:N (every N-th step, the first
+    """Step rows written to --out: all (default), none, or sample:N (every N-th step, the first
     included). The summary counts every step either way; steps stream to disk as they
     are recorded."""
 
