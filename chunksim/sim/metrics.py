@@ -127,9 +127,16 @@ def step_facts(steps) -> tuple[int, float, int, int]:
             int(steps["kv_blocks_used"].max()))
 
 
+def _completed(requests):
+    """The rows of requests that were not rejected (the frame itself when none was: no
+    copy of a million-row table)."""
+    rejected = requests["rejected"].to_numpy()
+    return requests[~rejected] if rejected.any() else requests
+
+
 def per_request(requests) -> dict[str, np.ndarray]:
     """TTFT, E2EL, TPOT, scheduling delay (seconds) of the completed requests."""
-    done = requests[~requests["rejected"].to_numpy()]
+    done = _completed(requests)
     arrival = done["arrival_s"].to_numpy()
     ttft = done["first_token_s"].to_numpy() - arrival
     e2el = done["finish_s"].to_numpy() - arrival
@@ -151,7 +158,7 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
     nothing to measure) and throughputs 0."""
     slos = dict(slos or {})
     m = per_request(requests)
-    done = requests[~requests["rejected"].to_numpy()]
+    done = _completed(requests)
     n_done = len(done)
     start = float(requests["arrival_s"].min())
     end = float(np.nanmax(done["finish_s"].to_numpy())) if n_done else start
@@ -215,7 +222,7 @@ def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
             f"--class-slo names class(es) {sorted(unknown)} that the workload lacks; its "
             f"classes: {sorted(set(requests['request_class']))}")
     steps0 = _EMPTY_STEPS
-    done = requests[~requests["rejected"].to_numpy()]
+    done = _completed(requests)
     run_s = (float(np.nanmax(done["finish_s"])) if len(done) else 0.0) - float(
         requests["arrival_s"].min())
     out = {}

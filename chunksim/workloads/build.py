@@ -80,15 +80,22 @@ def _table(arrival, prompt, output, order, prefix_hashes, request_class, priorit
                               priority, conversation_id)
     codes, names = None, ("default",)
     if request_class is not None:
-        names_arr, inverse = np.unique(np.asarray(request_class, dtype=object)[order].astype(str),
-                                       return_inverse=True)
-        codes, names = inverse.astype(np.int32), tuple(str(x) for x in names_arr)
+        codes, names = _class_codes(request_class)
+        codes = codes[order]
     prios = np.asarray(priority, dtype=np.int64)[order] if priority is not None else None
     convs = None
     if conversation_id is not None and any(c is not None for c in conversation_id):
         convs = [conversation_id[i] for i in idx]
     return SpecTable(arrival[order], prompt[order], output[order], codes, names, prios,
                      hash_values, hash_offsets, convs)
+
+
+def _class_codes(request_class) -> tuple[np.ndarray, tuple[str, ...]]:
+    """(code per request, sorted class names): one hash pass, no string copies."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(np.asarray(request_class, dtype=object), sort=True)
+    return codes.astype(np.int32), tuple(str(x) for x in uniques)
 
 
 def _specs(arrival, prompt, output, idx, prefix_hashes, request_class, priority,
