@@ -84,8 +84,20 @@ def _one_cli_run(argv: list[str]) -> None:
     try:
         app(["run", *argv], standalone_mode=False)
     finally:
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        print(json.dumps({"peak_rss_mb": round(rss_mb)}), file=sys.stderr)
+        print(json.dumps({"peak_rss_mb": round(_peak_rss_mb())}), file=sys.stderr)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM (getrusage's maxrss would carry the parent's peak
+    over fork + exec on Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def cli_run(argv: list[str]) -> dict:
