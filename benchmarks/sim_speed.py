@@ -18,6 +18,8 @@ without the trace). Its JSON line: wall_s, wall_s_trace, wall_s_cli_out, wall_s_
 peak_rss_mb_1m, k (and the per-size rows).
 
     python benchmarks/sim_speed.py [--profile NAME] [--repeats 3] [--scale [--sizes ...]]
+
+(It measures the chunksim it imports; `PYTHONPATH=.` makes that this checkout's.)
 """
 
 from __future__ import annotations
@@ -103,9 +105,15 @@ def _peak_rss_mb() -> float:
 def cli_run(argv: list[str]) -> dict:
     """`sim run ARGV` end to end in a fresh process: wall (process start to exit) and
     that process's peak RSS."""
+    import chunksim
+
+    # the child imports the same chunksim as this process (not whatever is installed)
+    src = str(Path(chunksim.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (src, os.environ.get("PYTHONPATH")) if p)}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(argv)],
-                          cwd=ROOT, capture_output=True, text=True)
+                          cwd=ROOT, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if proc.returncode:
         raise SystemExit(f"sim run {' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
