@@ -271,8 +271,10 @@ def test_cli_refuses_bad_output_flags(tmp_path):
     assert lines[0].startswith("error: --steps 'most': use all, none or sample:N")
     res = _run(tmp_path, "--out", str(tmp_path / "o"), "--format", "xml")
     assert res.exit_code == 2 and "--format" in res.output
-    res = _run(tmp_path, "--steps", "none")  # no --out: nothing to thin
-    assert isinstance(res.exception, ValueError) and "give --out" in str(res.exception)
+    for flags in (["--steps", "none"], ["--format", "csv"], ["--steps", "all"]):
+        res = _run(tmp_path, *flags)  # no --out: the flag would be silently ignored
+        assert isinstance(res.exception, ValueError), flags
+        assert f"{flags[0]} only shape what --out writes" in str(res.exception)
     assert not (tmp_path / "o").exists()
 
 

@@ -57,9 +57,9 @@ def run(
     if schedule_log and out is None:
         raise ValueError("--schedule-log writes the schedule table into the --out directory; "
                          "give --out DIR")
-    if out is None and output_cfg.steps_keep != 1:
-        raise ValueError("--steps says which step rows --out writes; give --out DIR (a run "
-                         "without --out keeps no step rows)")
+    if out is None and output_cfg.given():
+        raise ValueError(f"{' and '.join(output_cfg.given())} only shape what --out writes; "
+                         "give --out DIR (a run without --out writes no tables)")
     check_out_dir(out, replace=True)
     foreign = atomic.foreign_entries(out, OUTPUT_FILES) if out is not None else []
     if foreign:
@@ -69,11 +69,11 @@ def run(
     profile = load_profile(profile)
     workload = build_workload(workload_opts)
     # steps stream to --out as they are recorded; without --out nothing reads them
-    keep = output_cfg.steps_keep if out is not None else 0
+    keep = output_cfg.keep if out is not None else 0
     check_memory(len(workload), 0)
     staged = (atomic.staging_file(out, "steps") if out is not None and keep else None)
     try:
-        writer = StepFileWriter(staged, output_cfg.format) if staged is not None else None
+        writer = StepFileWriter(staged, output_cfg.table_format) if staged is not None else None
         with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
             result, summary = simulate(workload, profile,
                                        run_cfg.variant(seed=workload_opts.seed),
@@ -82,14 +82,14 @@ def run(
         if writer is not None:
             writer.close()
         if out is not None:
-            written = write_outputs(out, result, summary, output_cfg.format,
+            written = write_outputs(out, result, summary, output_cfg.table_format,
                                     steps=bool(keep), steps_file=staged)
     finally:
         if staged is not None:
             staged.unlink(missing_ok=True)
     failed = nothing_completed(result, summary)
     if failed:
-        where = (f" (records in {out}/{table_names(output_cfg.format)[0]})"
+        where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
                  if out is not None else "")
         raise ValueError(failed + where)
     for warning in summary["warnings"]:

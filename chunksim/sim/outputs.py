@@ -34,23 +34,36 @@ class OutputFormat(str, Enum):
 
 @dataclass(frozen=True)
 class OutputConfig:
-    """What `--out` writes besides summary.json."""
+    """What `--out` writes besides summary.json (None: the default, not given)."""
 
-    format: OutputFormat = knob(OutputFormat.PARQUET, "--format", panel=_O)
-    """Format of requests, steps (and schedule) files in --out: parquet (typed, compact;
-    pd.read_parquet reads it) or csv."""
-    steps_keep: int = knob(1, "--steps", panel=_O, cli_type=str, parse=parse_steps_keep)
-    """Step rows written to --out: all (default), none, or sample:N (every N-th step, the first
-    included). The summary counts every step either way; steps stream to disk as they
-    are recorded."""
+    format: OutputFormat | None = knob(None, "--format", panel=_O)
+    """Format of requests, steps (and schedule) files in --out: parquet (default; typed,
+    compact, pd.read_parquet reads it) or csv."""
+    steps_keep: int | None = knob(None, "--steps", panel=_O, cli_type=str,
+                                  parse=parse_steps_keep)
+    """Step rows written to --out: all (default), none, or sample:N (every N-th step,
+    the first included). The summary counts every step either way; steps stream to disk
+    as they are recorded."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "format", OutputFormat(self.format))
-        object.__setattr__(self, "steps_keep", parse_steps_keep(self.steps_keep))
+        if self.format is not None:
+            object.__setattr__(self, "format", OutputFormat(self.format))
+        if self.steps_keep is not None:
+            object.__setattr__(self, "steps_keep", parse_steps_keep(self.steps_keep))
 
     @property
-    def ext(self) -> str:
-        return self.format.value
+    def table_format(self) -> OutputFormat:
+        return self.format or OutputFormat.PARQUET
+
+    @property
+    def keep(self) -> int:
+        """Keep every k-th step (1: all, 0: none)."""
+        return 1 if self.steps_keep is None else self.steps_keep
+
+    def given(self) -> list[str]:
+        """The flags set on the command line."""
+        return [f for f, v in (("--format", self.format), ("--steps", self.steps_keep))
+                if v is not None]
 
 
 def table_names(fmt: OutputFormat | str) -> tuple[str, str, str]:
