@@ -145,7 +145,7 @@ def test_finished_requests_are_released(linear_profile):
     from chunksim.sim.core import EngineCore
     from chunksim.sim.run import engine_parts
 
-    w = _chat(200)
+    w = _chat(80)
     cfg = RunConfig(chunk=512)
     _, latency, kv = engine_parts(w, linear_profile, cfg)
     before = _live_requests()
@@ -163,12 +163,12 @@ def test_finished_requests_are_released(linear_profile):
         core.end_step(plan, shape, now, now + 0.01)
         now += 0.01
         steps += 1
-        if steps % 97 == 0:
+        plan = shape = None  # the step's plan names requests that just finished
+        if steps % 401 == 0:
             alive = _live_requests() - before
             assert alive <= len(core.running) + len(core.waiting)
             seen.append(alive)
-    assert core.finished == 200 and max(seen) > 1
-    del plan  # the last plan names the last requests
+    assert core.finished == 80 and max(seen) > 1
     assert _live_requests() == before  # the core keeps records, not requests
 
 
