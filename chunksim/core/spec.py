@@ -70,17 +70,17 @@ class SpecTable(Sequence):
                                                                          dtype=np.int64)
         self.conversation_id = conversation_id
         """A list of ids (or None entries), or None when no request has one."""
-        self._last: tuple[int, RequestSpec] | None = None
+        self._last: tuple = (None, None)  # (index, spec) last built
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
     def __getitem__(self, i):
+        last = self._last  # the engine reads the next arrival again and again: one hit
+        if last[0] == i:
+            return last[1]
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        last = self._last
-        if last is not None and last[0] == i:
-            return last[1]
         n = len(self.arrival_s)
         if i < 0:
             i += n

@@ -89,7 +89,7 @@ class StepTotals:
         d = cols["duration_s"]
         while len(d):
             take = min(len(d), EXACT_BUSY_ROWS - self._dur_rows)
-            self._dur.append(d[:take].copy())
+            self._dur.append(d[:take])  # buffers are never written again once handed on
             self._dur_rows += take
             d = d[take:]
             if self._dur_rows == EXACT_BUSY_ROWS:
@@ -157,8 +157,10 @@ class StepLog:
         if self.keep:
             if self.sink is not None:
                 self.sink(part)
-            else:
-                self.kept.append({k: a.copy() for k, a in part.items()})
+            elif self.keep == 1:  # the buffer is never written again: keep it as is
+                self.kept.append(part)
+            else:  # a copy, so the thinned rows do not hold the whole buffer
+                self.kept.append({k: np.ascontiguousarray(a) for k, a in part.items()})
         self.base = self.n
         # a fresh zeroed buffer: the bulk path leaves the columns it does not write at 0
         self.cols = {k: np.zeros(self.chunk_rows, dtype=a.dtype) for k, a in self.cols.items()}
@@ -178,6 +180,20 @@ class StepLog:
         """k decode-only steps of `decodes` requests each (the engine's bulk path). Columns
         not written stay 0, which is their value for such steps."""
         k = len(start_s)
+        i = self.n - self.base
+        if i + k <= self.chunk_rows:  # the common case: it fits the buffer
+            j = i + k
+            c = self.cols
+            c["start_s"][i:j] = start_s
+            c["duration_s"][i:j] = duration_s
+            c["decodes"][i:j] = decodes
+            c["decode_kv_tokens"][i:j] = kv_tokens
+            c["tokens_emitted"][i:j] = decodes
+            c["kv_blocks_used"][i:j] = kv_blocks_used
+            c["running"][i:j] = decodes
+            c["extrapolated"][i:j] = extrapolated
+            self.n += k
+            return
         done = 0
         while done < k:
             i = self.n - self.base
@@ -262,7 +278,7 @@ class GapLog:
             if self.pending >= _SINGLE_FOLD:
                 self._fold_runs()
             return
-        self.samples += len(gaps_s) * int(counts.sum())
+        self.samples += len(gaps_s) * len(requests)
         if self.samples > self.exact_max:
             self._stream()
 
