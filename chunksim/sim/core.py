@@ -44,12 +44,17 @@ class Inbox:
 
     def __init__(self, specs) -> None:
         self.specs = specs
+        # columnar specs: read the next arrival from its column (asked every event)
+        self._arrivals = specs.arrival_s if isinstance(specs, SpecTable) else None
 
     def sync(self, now: float) -> None:
         """Bring every request due by `now` into `specs`."""
 
     def next_s(self, pulled: int) -> float | None:
         """Earliest time a request after the first `pulled` may come (None: none will)."""
+        arrivals = self._arrivals
+        if arrivals is not None:
+            return arrivals.item(pulled) if pulled < len(arrivals) else None
         specs = self.specs
         return specs[pulled].arrival_s if pulled < len(specs) else None
 
