@@ -10,16 +10,29 @@ few ms per step is ~10^5-10^6 steps; the engine runs steady decode-only stretche
 vectorized bulk, so Python work scales with events (arrivals, finishes), not steps.
 Target: <= 5 s wall on a 2-core machine. Prints a table, then one JSON line.
 
-    python benchmarks/sim_speed.py [--profile NAME] [--repeats 3]
+`--scale` also runs `sim run -n N --rate 4` end to end for N = 19,366, 200,000 and
+1,000,000 (`--sizes` to change them), each in its own process so its peak RSS is its
+own, fits the growth exponent k (wall ~ N^k, least squares on log-log), and times
+`sim run --trace <Azure conv> --policy budget --chunk 2048 --out DIR` end to end (null
+without the trace). Its JSON line: wall_s, wall_s_trace, wall_s_cli_out, wall_s_1m,
+peak_rss_mb_1m, k (and the per-size rows).
+
+    python benchmarks/sim_speed.py [--profile NAME] [--repeats 3] [--scale [--sizes ...]]
+
+(It measures the chunksim it imports; `PYTHONPATH=.` makes that this checkout's.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -62,11 +75,101 @@ def timed(workload, profile, repeats: int) -> dict:
             "mean_ttft_ms": s["mean_ttft_ms"]}
 
 
+SCALE_SIZES = (19366, 200_000, 1_000_000)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _one_cli_run(argv: list[str]) -> None:
+    """Child of --scale: run `sim run ARGV` in this process, then print its peak RSS."""
+    from chunksim.cli import app
+
+    try:
+        app(["run", *argv], standalone_mode=False)
+    finally:
+        print(json.dumps({"peak_rss_mb": round(_peak_rss_mb())}), file=sys.stderr)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM (getrusage's maxrss would carry the parent's peak
+    over fork + exec on Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def cli_run(argv: list[str]) -> dict:
+    """`sim run ARGV` end to end in a fresh process: wall (process start to exit) and
+    that process's peak RSS."""
+    import chunksim
+
+    # the child imports the same chunksim as this process (not whatever is installed)
+    src = str(Path(chunksim.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(argv)],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise SystemExit(f"sim run {' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+    rss = json.loads(proc.stderr.strip().splitlines()[-1])["peak_rss_mb"]
+    return {"wall_s": wall, "peak_rss_mb": rss}
+
+
+def growth_exponent(ns, walls) -> float:
+    """k in wall ~ N^k: least-squares slope of log(wall) on log(N)."""
+    x = [math.log(n) for n in ns]
+    y = [math.log(w) for w in walls]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return (sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+            / sum((a - mx) ** 2 for a in x))
+
+
+def scale(sizes, trace: Path, profile: str | None) -> dict:
+    """Per size: `sim run -n N --rate 4 --json` end to end; and the trace with --out."""
+    prof = ["--profile", profile] if profile else []
+    rows = []
+    for n in sizes:
+        r = cli_run(["-n", str(n), "--rate", "4", "--json", *prof])
+        rows.append({"n": n, **r})
+        print(f"sim run -n {n:>9,} --rate 4   wall {r['wall_s']:8.2f} s   peak RSS "
+              f"{r['peak_rss_mb']:6.0f} MB", flush=True)
+    k = growth_exponent([r["n"] for r in rows], [r["wall_s"] for r in rows])
+    print(f"growth exponent k = {k:.2f} (wall ~ N^k)")
+    out_wall = None
+    if trace.is_file():
+        with tempfile.TemporaryDirectory() as tmp:
+            r = cli_run(["--trace", str(trace), "--policy", "budget", "--chunk", "2048",
+                         "--json", "--out", os.path.join(tmp, "out"), *prof])
+        out_wall = r["wall_s"]
+        print(f"sim run --trace {trace.name} --out DIR   wall {out_wall:.2f} s   peak RSS "
+              f"{r['peak_rss_mb']:.0f} MB")
+    big = max(rows, key=lambda r: r["n"])
+    return {"wall_s_cli_out": None if out_wall is None else round(out_wall, 3),
+            "wall_s_1m": round(big["wall_s"], 3) if big["n"] == 1_000_000 else None,
+            "peak_rss_mb_1m": big["peak_rss_mb"] if big["n"] == 1_000_000 else None,
+            "k": round(k, 3),
+            "scale": [{"n": r["n"], "wall_s": round(r["wall_s"], 3),
+                       "peak_rss_mb": r["peak_rss_mb"]} for r in rows]}
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        _one_cli_run(json.loads(sys.argv[2]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--profile", default=None, help="profile name or CSV [bundled default]")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--trace", type=Path, default=AZURE_CONV)
+    ap.add_argument("--scale", action="store_true",
+                    help="also run 19k, 200k and 1M requests end to end (wall, peak RSS, k)")
+    ap.add_argument("--sizes", type=lambda t: [int(x) for x in t.split(",")],
+                    default=list(SCALE_SIZES), help="--scale sizes, comma-separated")
     args = ap.parse_args()
     profile = load_profile(args.profile)
     rows = {}
@@ -101,6 +204,11 @@ def main() -> None:
         out["trace"] = {"wall_s": round(t["wall_s"], 3), "cpu_s": round(t["cpu_s"], 3),
                         "simulated_s": round(t["simulated_s"], 1),
                         "steps": t["steps"], "load_s": round(t["workload_build_s"], 3)}
+    if args.scale:
+        grown = scale(args.sizes, args.trace, args.profile)
+        out = {"wall_s": out["wall_s"],
+               "wall_s_trace": out["trace"]["wall_s"] if "trace" in out else None,
+               **grown}
     sys.stdout.flush()
     print(json.dumps(out))
 

@@ -39,12 +39,13 @@ def foreign_entries(path: str | Path, names) -> list[str]:
         return []
 
 
-def write_dir(path: str | Path, files: Mapping[str, bytes], owned=None) -> None:
-    """Write `files` ({name: bytes}) as the directory `path`, whole: into a temporary
-    directory next to it, renamed into place. A reader sees the old set or the new one,
-    never a mix (two writers racing leave one writer's complete set). An existing `path`
-    may hold only files of that set, or named in `owned` (the command's possible outputs;
-    ValueError otherwise: it would be destroyed)."""
+def write_dir(path: str | Path, files: Mapping[str, bytes | Path], owned=None) -> None:
+    """Write `files` ({name: bytes, or the Path of a finished file on the same file
+    system, moved in: a large table streamed there}) as the directory `path`, whole:
+    into a temporary directory next to it, renamed into place. A reader sees the old set
+    or the new one, never a mix (two writers racing leave one writer's complete set). An
+    existing `path` may hold only files of that set, or named in `owned` (the command's
+    possible outputs; ValueError otherwise: it would be destroyed)."""
     path = Path(path)
     foreign = foreign_entries(path, files if owned is None else set(owned) | set(files))
     if foreign:
@@ -55,10 +56,15 @@ def write_dir(path: str | Path, files: Mapping[str, bytes], owned=None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         for name, data in files.items():
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            if isinstance(data, Path):
+                with open(data, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(data, tmp / name)
+            else:
+                with open(tmp / name, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
             os.chmod(tmp / name, 0o666 & ~_umask())
         os.chmod(tmp, 0o777 & ~_umask())
         for _ in range(1000):
@@ -116,3 +122,14 @@ def _default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
+def staging_file(path: str | Path, name: str) -> Path:
+    """A new empty temporary file next to directory `path`, for a file of its set that is
+    written piece by piece before `write_dir` moves it in (the caller removes it if the
+    set is never written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)

@@ -80,7 +80,9 @@ class DelayedProgress:
         self.bar: ProgressBar | None = None
         self.shown = 0
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, sim_s: float | None = None) -> None:
+        """`done` of `total` items; `sim_s`, when given, is shown in the label (a
+        simulator's clock: how far into the workload the run is)."""
         if not self.enabled:
             return
         if self.bar is None:
@@ -89,6 +91,9 @@ class DelayedProgress:
             self.bar = self.make_bar(self.label, total=total).__enter__()
         self.bar.advance(done - self.shown)
         self.shown = done
+        describe = getattr(self.bar, "describe", None)
+        if sim_s is not None and describe is not None:
+            describe(f"{self.label} ({clock_text(sim_s)} simulated)")
 
     def __enter__(self) -> DelayedProgress:
         return self
@@ -100,3 +105,15 @@ class DelayedProgress:
         if self.bar is not None:
             self.bar.__exit__(None, None, None)
             self.bar = None
+
+
+def clock_text(seconds: float) -> str:
+    """`42 s`, `12 min 5 s`, `3 h 07 min`, `2 d 04 h`: a duration for a progress label."""
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.0f} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600:02d} h"

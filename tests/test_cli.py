@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
@@ -26,11 +27,11 @@ def test_run_writes_records_and_summary(prof_path, tmp_path):
         assert key in summary
     assert summary["completed"] == 40
     assert summary["policy_params"]["max_num_batched_tokens"] == 512
-    reqs = (out / "requests.csv").read_text().splitlines()
-    assert len(reqs) == 41
-    steps = (out / "steps.csv").read_text().splitlines()
-    assert steps[0].startswith("start_s,duration_s,prefill_tokens")
-    assert len(steps) - 1 == summary["steps"]
+    reqs = pd.read_parquet(out / "requests.parquet")  # the default format
+    assert len(reqs) == 40
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert list(steps.columns[:3]) == ["start_s", "duration_s", "prefill_tokens"]
+    assert len(steps) == summary["steps"]
     assert "TTFT" in res.output
 
 

@@ -54,7 +54,8 @@ def _trace(tmp_path: Path) -> Path:
 def _outputs(args: list[str], out: Path) -> dict[str, bytes]:
     res = RUNNER.invoke(app, ["run", *args, "--out", str(out)])
     assert res.exit_code == 0, res.output
-    return {f: (out / f).read_bytes() for f in ("summary.json", "requests.csv", "steps.csv")}
+    return {f: (out / f).read_bytes()
+            for f in ("summary.json", "requests.parquet", "steps.parquet")}
 
 
 SCENARIOS = {
@@ -283,8 +284,8 @@ def test_fleet_outputs_carry_the_replica(tmp_path):
     import json
 
     s = json.loads(out["summary.json"])
-    req = pd.read_csv(tmp_path / "requests.csv")
-    steps = pd.read_csv(tmp_path / "steps.csv")
+    req = pd.read_parquet(tmp_path / "requests.parquet")
+    steps = pd.read_parquet(tmp_path / "steps.parquet")
     assert set(req.replica) == set(steps.replica) == {0, 1, 2}
     assert [row["replica"] for row in s["replicas"]] == [0, 1, 2]
     assert sum(row["requests"] for row in s["replicas"]) == 60 == s["completed"]

@@ -113,7 +113,7 @@ def test_run_out_holding_other_files_is_refused(tmp_path):
 
 def test_a_rerun_replaces_the_set_and_concurrent_writers_never_mix(tmp_path):
     out = tmp_path / "set"
-    names = ("summary.json", "requests.csv", "steps.csv")
+    names = ("summary.json", "requests.parquet", "steps.parquet")
     seen: list[set[bytes]] = []
     stop = threading.Event()
 

@@ -91,7 +91,7 @@ def test_generic_trace_hits_at_block_granularity_end_to_end(tmp_path, hash_token
         "--hash-column", "h", "--hash-block-tokens", str(hash_tokens), "--policy", "budget",
         "--schedule-log", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    log = pd.read_csv(out / "schedule.csv")
+    log = pd.read_parquet(out / "schedule.parquet")
     row = log[(log.request_id == 1) & (log.kind == "new")].iloc[0]
     assert (row.cached_tokens, row.tokens) == (cached, 64 - cached)
 

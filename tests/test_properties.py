@@ -161,6 +161,6 @@ def test_same_seed_gives_byte_identical_outputs(linear_profile, tmp_path):
                                                     seed=7))
         write_outputs(tmp_path / d, res, s)
         return [(tmp_path / d / f).read_bytes() for f in
-                ("summary.json", "requests.csv", "steps.csv")]
+                ("summary.json", "requests.parquet", "steps.parquet")]
 
     assert once("a") == once("b")

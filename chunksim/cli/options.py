@@ -23,6 +23,7 @@ from chunksim.core.knobs import Flag, field_docs, flag_of
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.fleet_config import FleetConfig
+from chunksim.sim.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions
 
@@ -234,3 +235,10 @@ def with_workload_options(fn: Callable) -> Callable:
     return bundle(options_of(WorkloadOptions, "Workload"),
                   lambda picked: WorkloadOptions(**_values(WorkloadOptions, picked)),
                   "workload_opts")(fn)
+
+
+def with_output_options(fn: Callable) -> Callable:
+    """Add --format and --steps; the command receives `output_cfg: OutputConfig`."""
+    return bundle(options_of(OutputConfig, "Outputs"),
+                  lambda picked: OutputConfig(**_values(OutputConfig, picked)),
+                  "output_cfg")(fn)

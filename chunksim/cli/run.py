@@ -9,26 +9,35 @@ from typing import Annotated
 
 import typer
 
-from chunksim.cli.options import ProfileOpt, with_run_options, with_workload_options
+from chunksim.cli.options import (
+    ProfileOpt,
+    with_output_options,
+    with_run_options,
+    with_workload_options,
+)
 from chunksim.progress import DelayedProgress
+from chunksim.sim.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions, build_workload
 
 
 @with_run_options
 @with_workload_options
+@with_output_options
 def run(
     run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
+    output_cfg: OutputConfig,
     out: Annotated[Path | None, typer.Option("--out", help=(
-        "Directory for summary.json, requests.csv, steps.csv (written atomically).")
+        "Directory for summary.json and the requests and steps tables (Parquet, or CSV "
+        "with --format csv), written as one set.")
     )] = None,
     as_json: Annotated[bool, typer.Option("--json", help=(
         "Print the summary as one JSON line, last on stdout."))] = False,
     schedule_log: Annotated[bool, typer.Option("--schedule-log", help=(
-        "Also write schedule.csv to --out: one row per (step, request) with the tokens "
-        "scheduled, the kind (new, resumed, prefill, decode), the place in the batch and "
-        "the prefix-cache hit at admission, and one row per preemption (blocks freed). "
+        "Also write the schedule table to --out: one row per (step, request) with the "
+        "tokens scheduled, the kind (new, resumed, prefill, decode), the place in the batch "
+        "and the prefix-cache hit at admission, and one row per preemption (blocks freed). "
         "Large for long runs."))] = False,
     profile: ProfileOpt = None,
 ) -> None:
@@ -41,35 +50,54 @@ def run(
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.reports.console import print_summary
+    from chunksim.sim.memory import check_memory
+    from chunksim.sim.outputs import StepFileWriter, table_names
     from chunksim.sim.run import OUTPUT_FILES, nothing_completed, simulate, write_outputs
 
     if schedule_log and out is None:
-        raise ValueError("--schedule-log writes schedule.csv into the --out directory; "
+        raise ValueError("--schedule-log writes the schedule table into the --out directory; "
                          "give --out DIR")
+    if out is None and output_cfg.given():
+        raise ValueError(f"{' and '.join(output_cfg.given())} only shape what --out writes; "
+                         "give --out DIR (a run without --out writes no tables)")
     check_out_dir(out, replace=True)
     foreign = atomic.foreign_entries(out, OUTPUT_FILES) if out is not None else []
     if foreign:
         raise ValueError(f"--out {out} holds {', '.join(foreign[:5])}, which a run's output "
-                         "(summary.json, requests.csv, steps.csv, schedule.csv) would "
-                         "replace; give a new or empty directory")
+                         "(summary.json, requests, steps, schedule tables) would replace; "
+                         "give a new or empty directory")
     profile = load_run_profile(profile, run_cfg)
     workload = build_workload(workload_opts)
-    with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
-        result, summary = simulate(workload, profile, run_cfg.variant(seed=workload_opts.seed),
-                                   schedule_log, progress=progress)
-    if out is not None:
-        write_outputs(out, result, summary)
+    # steps stream to --out as they are recorded; without --out nothing reads them
+    keep = output_cfg.keep if out is not None else 0
+    check_memory(len(workload), 0)
+    staged = (atomic.staging_file(out, "steps") if out is not None and keep else None)
+    try:
+        writer = StepFileWriter(staged, output_cfg.table_format) if staged is not None else None
+        with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
+            result, summary = simulate(workload, profile,
+                                       run_cfg.variant(seed=workload_opts.seed),
+                                       schedule_log, progress=progress, steps_keep=keep,
+                                       steps_sink=writer)
+        if writer is not None:
+            writer.close()
+        if out is not None:
+            written = write_outputs(out, result, summary, output_cfg.table_format,
+                                    steps=bool(keep), steps_file=staged)
+    finally:
+        if staged is not None:
+            staged.unlink(missing_ok=True)
     failed = nothing_completed(result, summary)
     if failed:
-        where = f" (records in {out}/requests.csv)" if out is not None else ""
+        where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
+                 if out is not None else "")
         raise ValueError(failed + where)
     for warning in summary["warnings"]:
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     if not as_json:
         print_summary(summary)
         if out is not None:
-            extra = ", schedule.csv" if schedule_log else ""
-            typer.echo(f"wrote {out}/summary.json, requests.csv, steps.csv{extra}")
+            typer.echo(f"wrote {out}/{', '.join(written)}")
     else:
         typer.echo(json.dumps(summary, default=str))
 

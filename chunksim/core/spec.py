@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 
@@ -39,14 +39,103 @@ class RequestSpec:
             raise ValueError(f"request {self.request_id}: arrival_s={self.arrival_s} must be >= 0")
 
 
+class SpecTable(Sequence):
+    """A workload's requests as columns: arrival, prompt and output lengths, class codes,
+    priorities, prefix hashes as one flat array with offsets. A read-only sequence of
+    `RequestSpec` built on access, so a workload of millions of requests costs tens of
+    bytes each instead of a few hundred for objects. Rows are sorted by arrival with ids
+    0..n-1 (`workloads.build` makes them so)."""
+
+    __slots__ = ("arrival_s", "prompt_tokens", "output_tokens", "class_codes",
+                 "class_names", "priority", "hash_values", "hash_offsets",
+                 "conversation_id", "_last")
+
+    def __init__(self, arrival_s, prompt_tokens, output_tokens, class_codes=None,
+                 class_names=("default",), priority=None, hash_values=None,
+                 hash_offsets=None, conversation_id=None) -> None:
+        import numpy as np
+
+        self.arrival_s = np.asarray(arrival_s, dtype=np.float64)
+        self.prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+        self.output_tokens = np.asarray(output_tokens, dtype=np.int64)
+        n = len(self.arrival_s)
+        self.class_codes = (np.zeros(n, dtype=np.int32) if class_codes is None
+                            else np.asarray(class_codes, dtype=np.int32))
+        self.class_names = tuple(class_names)
+        """Every class name a code may point at (sorted, unused ones included)."""
+        self.priority = None if priority is None else np.asarray(priority, dtype=np.int64)
+        self.hash_values = None if hash_values is None else np.asarray(hash_values,
+                                                                       dtype=np.int64)
+        self.hash_offsets = None if hash_offsets is None else np.asarray(hash_offsets,
+                                                                         dtype=np.int64)
+        self.conversation_id = conversation_id
+        """A list of ids (or None entries), or None when no request has one."""
+        self._last: tuple = (None, None)  # (index, spec) last built
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def __getitem__(self, i):
+        last = self._last  # the engine reads the next arrival again and again: one hit
+        if last[0] == i:
+            return last[1]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self.arrival_s)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"request {i} out of range ({n} requests)")
+        if self.hash_values is not None:
+            lo, hi = self.hash_offsets[i], self.hash_offsets[i + 1]
+            hashes = tuple(self.hash_values[lo:hi].tolist())
+        else:
+            hashes = ()
+        spec = RequestSpec(
+            i, float(self.arrival_s[i]), int(self.prompt_tokens[i]),
+            int(self.output_tokens[i]), hashes, self.class_names[self.class_codes[i]],
+            0 if self.priority is None else int(self.priority[i]),
+            None if self.conversation_id is None else self.conversation_id[i])
+        self._last = (i, spec)
+        return spec
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __eq__(self, other) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Sequence) or len(other) != len(self):
+            return False
+        return all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash((len(self), self.arrival_s.tobytes(), self.prompt_tokens.tobytes(),
+                     self.output_tokens.tobytes()))
+
+    def request_classes(self) -> list[str]:
+        """Each request's class name (a list, for tables)."""
+        names = self.class_names
+        return [names[c] for c in self.class_codes.tolist()]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the numeric columns."""
+        cols = (self.arrival_s, self.prompt_tokens, self.output_tokens, self.class_codes,
+                self.priority, self.hash_values, self.hash_offsets)
+        return sum(c.nbytes for c in cols if c is not None)
+
+
 @dataclass(frozen=True)
 class Workload:
     """A named, ordered set of requests (sorted by arrival, ids 0..n-1)."""
 
     name: str
     """Short label used in summaries and plot titles."""
-    requests: tuple[RequestSpec, ...]
-    """The requests, sorted by `arrival_s`, `request_id == index`."""
+    requests: tuple[RequestSpec, ...] | SpecTable
+    """The requests, sorted by `arrival_s`, `request_id == index` (a tuple, or the same
+    as columns: `SpecTable`)."""
     prefix_block_tokens: int = 0
     """Tokens covered by one entry of `RequestSpec.prefix_hashes` (0 = no hashes)."""
     notes: tuple[str, ...] = field(default=())
@@ -55,8 +144,19 @@ class Workload:
     """The generator or loader parameters, echoed into summary.json."""
 
     def __post_init__(self) -> None:
-        if not self.requests:
+        if not len(self.requests):
             raise ValueError(f"workload {self.name!r} has no requests; give it at least one")
+        if isinstance(self.requests, SpecTable):
+            import numpy as np
+
+            a = self.requests.arrival_s
+            bad = np.flatnonzero(np.diff(a) < 0)
+            if len(bad):
+                i = int(bad[0]) + 1
+                raise ValueError(
+                    f"workload {self.name!r}: request {i} arrives at {a[i]} s, before "
+                    f"request {i - 1} at {a[i - 1]} s; sort requests by arrival")
+            return
         prev = -1.0
         for i, r in enumerate(self.requests):
             if r.request_id != i:

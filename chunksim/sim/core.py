@@ -16,7 +16,7 @@ from chunksim.core.kv_cache import KVConfig, blocks_for, make_kv_cache
 from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
-from chunksim.core.spec import Workload
+from chunksim.core.spec import SpecTable, Workload
 from chunksim.sim.records import (
     KIND_DECODE,
     KIND_NEW,
@@ -29,6 +29,14 @@ from chunksim.sim.records import (
 )
 
 
+def _class_names(specs) -> list[str]:
+    """The request classes present, sorted."""
+    if isinstance(specs, SpecTable):
+        used = np.unique(specs.class_codes)
+        return sorted(specs.class_names[c] for c in used.tolist())
+    return sorted({s.request_class for s in specs})
+
+
 class Inbox:
     """The requests sent to one engine, in the order they reach it. A lone engine's inbox
     is its workload; a fleet replica's is filled by the fleet's router as requests arrive
@@ -36,12 +44,17 @@ class Inbox:
 
     def __init__(self, specs) -> None:
         self.specs = specs
+        # columnar specs: read the next arrival from its column (asked every event)
+        self._arrivals = specs.arrival_s if isinstance(specs, SpecTable) else None
 
     def sync(self, now: float) -> None:
         """Bring every request due by `now` into `specs`."""
 
     def next_s(self, pulled: int) -> float | None:
         """Earliest time a request after the first `pulled` may come (None: none will)."""
+        arrivals = self._arrivals
+        if arrivals is not None:
+            return arrivals.item(pulled) if pulled < len(arrivals) else None
         specs = self.specs
         return specs[pulled].arrival_s if pulled < len(specs) else None
 
@@ -210,7 +223,7 @@ class EngineCore:
 
     def __init__(self, workload: Workload, policy: Policy, kv: KVConfig,
                  max_model_len: int | None = None, schedule_log: bool = False,
-                 inbox: Inbox | None = None) -> None:
+                 inbox: Inbox | None = None, steps: StepLog | None = None) -> None:
         self.workload = workload
         self.inbox = inbox if inbox is not None else Inbox(workload.requests)
         self.on_retire = None  # called with (request, end time) as it finishes (fleets)
@@ -224,13 +237,14 @@ class EngineCore:
         self.queue = policy.queue
         self.waiting: deque[Request] | list[Request] = (
             deque() if self.queue.key is None else [])
-        classes = sorted({s.request_class for s in workload.requests})
+        classes = _class_names(workload.requests)
         self.class_names = classes
         self.class_of = {c: i for i, c in enumerate(classes)}
         self.gaps = GapLog(len(classes))
         self.next_arrival = 0
         self.last_prefill = False
-        self.steps = StepLog()
+        self.steps = steps if steps is not None else StepLog()
+        """Step records (kept, thinned or streamed as the StepLog was made)."""
         self.finish_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.first_sched_s = np.full(n, np.nan)
@@ -578,6 +592,7 @@ class EngineCore:
             else:
                 keep.append(req)
         self.running = keep
+        self.gaps.maybe_pack()
 
     def _record(self, req: Request, end_s: float) -> None:
         self.finished += 1
@@ -596,6 +611,14 @@ class EngineCore:
 
         specs = self.workload.requests
         ids = np.arange(len(specs))
+        if isinstance(specs, SpecTable):  # the columns as they are
+            classes, arrival = specs.request_classes(), specs.arrival_s
+            prompt, output = specs.prompt_tokens, specs.output_tokens
+        else:
+            classes = [s.request_class for s in specs]
+            arrival = [s.arrival_s for s in specs]
+            prompt = [s.prompt_tokens for s in specs]
+            output = [s.output_tokens for s in specs]
         rejected = np.zeros(len(specs), dtype=bool)
         rejected[list(self.rejected)] = True
         reason = [""] * len(specs)
@@ -603,10 +626,10 @@ class EngineCore:
             reason[rid] = why
         return pd.DataFrame({
             "request_id": ids,
-            "request_class": [s.request_class for s in specs],
-            "arrival_s": [s.arrival_s for s in specs],
-            "prompt_tokens": [s.prompt_tokens for s in specs],
-            "output_tokens": [s.output_tokens for s in specs],
+            "request_class": classes,
+            "arrival_s": arrival,
+            "prompt_tokens": prompt,
+            "output_tokens": output,
             "first_scheduled_s": self.first_sched_s,
             "first_token_s": self.first_token_s,
             "finish_s": self.finish_s,

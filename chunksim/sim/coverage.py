@@ -54,28 +54,46 @@ def _step_values(steps, axis: str) -> np.ndarray:
     raise KeyError(axis)
 
 
-def extrapolation_warnings(steps, ranges: dict[str, tuple[float, float]],
-                           threshold: float = EXTRAPOLATION_WARN_SHARE) -> list[str]:
-    """One warning when more than `threshold` of the steps were priced outside the grid
-    (the records' `extrapolated` flag), naming each axis the steps left, how far and in
-    how many steps, and the ranges the profile covers; else none."""
-    n = len(steps)
-    if n == 0:
-        return []
-    ext = int(np.asarray(steps["extrapolated"], dtype=bool).sum())
-    share = ext / n
-    if share <= threshold:
-        return []
-    parts = []
+def beyond_grid(steps, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple]:
+    """Per axis: (steps above the grid, their highest value, steps below, their lowest),
+    over `steps` (a frame or a dict of columns); foldable over parts of a run."""
+    out = {}
     for axis in AXES:
         lo, hi = ranges[axis]
         x = _step_values(steps, axis)
         with np.errstate(invalid="ignore"):
             above, below = x > hi, x < lo
-        for mask, word, pick in ((above, "up to", np.nanmax), (below, "down to", np.nanmin)):
-            k = int(mask.sum())
+        na, nb = int(above.sum()), int(below.sum())
+        out[axis] = (na, float(np.nanmax(x[above])) if na else -np.inf,
+                     nb, float(np.nanmin(x[below])) if nb else np.inf)
+    return out
+
+
+def extrapolation_warnings(steps, ranges: dict[str, tuple[float, float]],
+                           threshold: float = EXTRAPOLATION_WARN_SHARE) -> list[str]:
+    """One warning when more than `threshold` of the steps were priced outside the grid
+    (the records' `extrapolated` flag), naming each axis the steps left, how far and in
+    how many steps, and the ranges the profile covers; else none. `steps` is the steps
+    frame or a `records.StepTotals` folded with these `ranges`."""
+    n = len(steps)
+    if n == 0:
+        return []
+    totals = getattr(steps, "beyond", None)
+    if totals is not None:
+        ext = steps.extrapolated
+    else:
+        ext = int(np.asarray(steps["extrapolated"], dtype=bool).sum())
+    share = ext / n
+    if share <= threshold:
+        return []
+    beyond = ({a: tuple(totals.get(a, (0, -np.inf, 0, np.inf))) for a in AXES}
+              if totals is not None else beyond_grid(steps, ranges))
+    parts = []
+    for axis in AXES:
+        above, hi, below, lo = beyond[axis]
+        for k, word, v in ((above, "up to", hi), (below, "down to", lo)):
             if k:
-                parts.append(f"{axis} {word} {pick(x[mask]):,.0f} in {k} "
+                parts.append(f"{axis} {word} {v:,.0f} in {k} "
                              f"step{'s' if k != 1 else ''}")
     where = ("; ".join(parts) if parts
              else "in grid cells the profiler pruned (filled by extrapolation)")

@@ -23,6 +23,7 @@ from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.latency.base import StepCosts
 from chunksim.sim.core import DecodeStretch, EngineCore, Inbox, _steps
+from chunksim.sim.records import StepLog
 from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
@@ -74,7 +75,8 @@ class SimResult:
     steps: object
     """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
     itl_s: np.ndarray
-    """Pooled gaps between consecutive output tokens of each request, seconds."""
+    """Pooled gaps between consecutive output tokens of each request, seconds: an array,
+    or past records.EXACT_GAP_SAMPLES a `quantiles.LogHistogram` (`metrics` reads both)."""
     meta: dict = field(default_factory=dict)
     """Run facts: policy, params, profile hash, workload, counters."""
     itl_by_class_s: dict = field(default_factory=dict)
@@ -84,6 +86,9 @@ class SimResult:
     (records.SCHEDULE_COLUMNS), when the run was asked for its schedule log; else None."""
     rejected_examples: dict = field(default_factory=dict)
     """The first rejected request's reason per kind of rejection (`EngineCore.rejection`)."""
+    step_totals: object = None
+    """records.StepTotals of every step (what the summary needs), whatever `steps` kept;
+    None when `steps` holds every step (fleets)."""
 
 
 class _Noise:
@@ -112,7 +117,8 @@ class Engine:
     def __init__(self, workload: Workload, policy: Policy, latency: StepCosts,
                  kv: KVConfig, config: EngineConfig | None = None,
                  schedule_log: bool = False, spread_guard: SpreadGuard | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None,
+                 step_log: Callable[[], StepLog] | None = None) -> None:
         self.workload = workload
         self.policy = policy
         self.latency = latency
@@ -122,7 +128,11 @@ class Engine:
         self.guard = spread_guard
         """Checks every jittered step against its median (None: unchecked)."""
         self.progress = progress
-        """Called as progress(requests done, requests) now and then, and at the end."""
+        """Called as progress(requests done, requests) now and then, and at the end;
+        with `sim_s=` the simulated time too when it takes that keyword."""
+        self.progress_clock = progress is not None and _takes_sim_s(progress)
+        self.step_log = step_log
+        """Makes the run's StepLog (default: keep every step in memory)."""
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
@@ -141,7 +151,8 @@ class Engine:
         `wake_up`); `noise_key` gives each replica its own jitter stream."""
         self.core = EngineCore(self.workload, self.policy, self.kv_config,
                                self.config.max_model_len, schedule_log=self.schedule_log,
-                               inbox=inbox)
+                               inbox=inbox,
+                               steps=self.step_log() if self.step_log is not None else None)
         seed = self.config.seed if noise_key is None else [self.config.seed, noise_key]
         self.noise = _Noise(seed) if self.config.jitter else None
         # only a policy that declares decode-all a fixed point is run in bulk (async
@@ -201,10 +212,11 @@ class Engine:
                     wake_up_steps=self.wake_steps,
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
+        totals = c.steps.close()
         return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names),
                          c.schedule_log.frame() if c.schedule_log is not None else None,
-                         dict(c.rejected_examples))
+                         dict(c.rejected_examples), totals)
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self, env: simpy.Environment):
@@ -223,7 +235,10 @@ class Engine:
         while True:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
-                progress(c.finished + len(c.rejected), total)
+                if self.progress_clock:
+                    progress(c.finished + len(c.rejected), total, sim_s=now)
+                else:
+                    progress(c.finished + len(c.rejected), total)
             c.pull_arrivals(now)
             if c.idle:
                 if now > env.now:  # catch up with the clock before sleeping, exactly:
@@ -409,3 +424,12 @@ class Engine:
             if not self.ahead:
                 yield env.timeout(t - now)
         return True
+
+
+def _takes_sim_s(fn: Callable) -> bool:
+    import inspect
+
+    try:
+        return "sim_s" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

@@ -50,13 +50,27 @@ def parse_class_slos(items: list[str] | None) -> dict[str, dict[str, float]]:
     return out
 
 
-def _stats(name: str, values_s: np.ndarray, none: bool = False) -> dict[str, float | None]:
+def _stats(name: str, values_s, none: bool = False) -> dict[str, float | None]:
     """Mean, median, std and percentiles in ms (all None when `none`: no request
-    completed, so there is no latency to report)."""
-    ms = np.asarray(values_s, dtype=float) * 1000.0
+    completed, so there is no latency to report). `values_s` is an array (exact) or a
+    `quantiles.LogHistogram` (a run too large to pool every sample: percentiles within
+    its REL_ERROR, mean and std from exact moments)."""
     if none:
         keys = ["mean", "median", "std", *(f"p{p}" for p in PERCENTILES)]
         return {f"{k}_{name}_ms": None for k in keys}
+    if hasattr(values_s, "percentile"):
+        if not len(values_s):
+            return _stats(name, np.zeros(0))
+        pct = values_s.percentile([50, *PERCENTILES]) * 1000.0
+        out = {
+            f"mean_{name}_ms": values_s.mean * 1000.0,
+            f"median_{name}_ms": float(pct[0]),
+            f"std_{name}_ms": values_s.std * 1000.0,
+        }
+        for p, v in zip(PERCENTILES, pct[1:], strict=True):
+            out[f"p{p}_{name}_ms"] = float(v)
+        return out
+    ms = np.asarray(values_s, dtype=float) * 1000.0
     if len(ms) == 0:
         ms = np.zeros(1)
     out = {
@@ -69,9 +83,60 @@ def _stats(name: str, values_s: np.ndarray, none: bool = False) -> dict[str, flo
     return out
 
 
+def _max_s(values_s) -> float:
+    """Largest sample, seconds (0 when there is none)."""
+    if not len(values_s):
+        return 0.0
+    return float(values_s.max) if hasattr(values_s, "percentile") else float(np.max(values_s))
+
+
+def pool_gaps(parts: list):
+    """Token gaps of several engines pooled: one array while every part is exact, else
+    one `quantiles.LogHistogram` (a part streamed: every part folded in)."""
+    if all(not hasattr(p, "percentile") for p in parts):
+        return np.concatenate(parts)
+    from chunksim.sim.quantiles import LogHistogram
+
+    pooled = LogHistogram()
+    for p in parts:
+        if hasattr(p, "percentile"):
+            pooled.merge(p)
+        else:
+            pooled.add(p)
+    return pooled
+
+
+def percentile_s(values_s, p: float) -> float:
+    """The p-th percentile of an array or a `LogHistogram` (0 when empty)."""
+    if not len(values_s):
+        return 0.0
+    if hasattr(values_s, "percentile"):
+        return float(values_s.percentile([p])[0])
+    return float(np.percentile(values_s, p))
+
+
+def step_facts(steps) -> tuple[int, float, int, int]:
+    """(steps, busy seconds, extrapolated steps, peak KV blocks) of a steps frame, or of
+    a `records.StepTotals` (every step folded while the rows were thinned or streamed)."""
+    if hasattr(steps, "busy_s"):
+        return steps.n, steps.busy_s, steps.extrapolated, steps.peak_kv_blocks
+    n = len(steps)
+    if not n:
+        return 0, 0.0, 0, 0
+    return (n, float(steps["duration_s"].sum()), int(steps["extrapolated"].sum()),
+            int(steps["kv_blocks_used"].max()))
+
+
+def _completed(requests):
+    """The rows of requests that were not rejected (the frame itself when none was: no
+    copy of a million-row table)."""
+    rejected = requests["rejected"].to_numpy()
+    return requests[~rejected] if rejected.any() else requests
+
+
 def per_request(requests) -> dict[str, np.ndarray]:
     """TTFT, E2EL, TPOT, scheduling delay (seconds) of the completed requests."""
-    done = requests[~requests["rejected"].to_numpy()]
+    done = _completed(requests)
     arrival = done["arrival_s"].to_numpy()
     ttft = done["first_token_s"].to_numpy() - arrival
     e2el = done["finish_s"].to_numpy() - arrival
@@ -93,7 +158,7 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
     nothing to measure) and throughputs 0."""
     slos = dict(slos or {})
     m = per_request(requests)
-    done = requests[~requests["rejected"].to_numpy()]
+    done = _completed(requests)
     n_done = len(done)
     start = float(requests["arrival_s"].min())
     end = float(np.nanmax(done["finish_s"].to_numpy())) if n_done else start
@@ -109,7 +174,7 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
         else:
             ok = {"ttft": m["ttft"], "e2el": m["e2el"], "itl": m["max_itl"]}[key] <= limit
         good &= ok
-    busy = float(steps["duration_s"].sum()) if len(steps) else 0.0
+    n_steps, busy, extrapolated, peak_kv = step_facts(steps)
     summary: dict = {
         "completed": n_done,
         "rejected": int(requests["rejected"].sum()),
@@ -128,15 +193,14 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
     summary.update(_stats("e2el", m["e2el"], none))
     summary.update(_stats("sched_delay", m["sched"], none))
     summary.update({
-        "max_decode_stall_ms": (None if none else
-                                float(np.max(itl_s)) * 1000.0 if len(itl_s) else 0.0),
+        "max_decode_stall_ms": None if none else _max_s(itl_s) * 1000.0,
         "preemptions": int(requests["preemptions"].sum()),
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
-        "steps": len(steps),
-        "extrapolated_steps": int(steps["extrapolated"].sum()) if len(steps) else 0,
+        "steps": n_steps,
+        "extrapolated_steps": extrapolated,
         "busy_fraction": None if none else busy / duration,
-        "mean_step_ms": busy / max(len(steps), 1) * 1000.0,
-        "peak_kv_blocks_used": int(steps["kv_blocks_used"].max()) if len(steps) else 0,
+        "mean_step_ms": busy / max(n_steps, 1) * 1000.0,
+        "peak_kv_blocks_used": peak_kv,
     })
     if meta:
         summary.update(meta)
@@ -158,7 +222,7 @@ def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
             f"--class-slo names class(es) {sorted(unknown)} that the workload lacks; its "
             f"classes: {sorted(set(requests['request_class']))}")
     steps0 = _EMPTY_STEPS
-    done = requests[~requests["rejected"].to_numpy()]
+    done = _completed(requests)
     run_s = (float(np.nanmax(done["finish_s"])) if len(done) else 0.0) - float(
         requests["arrival_s"].min())
     out = {}
@@ -182,6 +246,8 @@ class _NoSteps:
 
     def __getitem__(self, key):
         return np.zeros(0)
+
+    n, busy_s, extrapolated, peak_kv_blocks = 0, 0.0, 0, 0
 
 
 _EMPTY_STEPS = _NoSteps()

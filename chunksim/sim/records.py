@@ -25,27 +25,152 @@ STEP_COLUMNS: dict[str, type] = {
 }
 
 
-class StepLog:
-    """Column store for step records."""
+STEP_CHUNK_ROWS = 1 << 16
+"""Rows per step buffer: a full buffer is handed on (kept, sampled, streamed) whole, so
+recording never copies what it already holds."""
+EXACT_BUSY_ROWS = 1 << 22
+"""Up to this many steps the busy time is one numpy sum over every step's duration (the
+same float as summing the steps frame); beyond, the sums of consecutive blocks of this
+many steps are added in order (bounded memory; within a few ulp of the one sum)."""
 
-    def __init__(self, capacity: int = 4096) -> None:
+
+def parse_steps_keep(text: str | int | None) -> int:
+    """`--steps` value -> keep every k-th step (1: all, 0: none). Accepts `all`, `none`,
+    `sample:N`, `sample=N` or `sample N` (every N-th step, the first included)."""
+    if text is None:
+        return 1
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"--steps {text}: a sampling interval must be >= 0")
+        return text
+    t = str(text).strip().lower()
+    if t == "all":
+        return 1
+    if t == "none":
+        return 0
+    word, sep, n = t.replace(":", " ").replace("=", " ").partition(" ")
+    if word == "sample" and sep:
+        try:
+            k = int(n.strip())
+        except ValueError:
+            k = 0
+        if k >= 1:
+            return k
+    raise ValueError(f"--steps {text!r}: use all, none or sample:N (keep every N-th step, "
+                     "N >= 1), e.g. --steps sample:100")
+
+
+def steps_keep_label(keep: int) -> str:
+    """The `--steps` spelling of `keep` (parse_steps_keep's inverse)."""
+    return "all" if keep == 1 else "none" if keep == 0 else f"sample:{keep}"
+
+
+class StepTotals:
+    """What the summary needs of every step, folded as steps are recorded: count, busy
+    time, extrapolated steps, peak KV blocks, and per coverage axis the steps above and
+    below the profile's grid (`coverage`). Exact whatever rows are kept."""
+
+    def __init__(self, ranges: dict[str, tuple[float, float]] | None = None) -> None:
         self.n = 0
-        self.cols = {k: np.zeros(capacity, dtype=t) for k, t in STEP_COLUMNS.items()}
+        self.busy_parts: list[float] = []
+        self._dur: list[np.ndarray] = []  # durations of the current exact-sum block
+        self._dur_rows = 0
+        self.extrapolated = 0
+        self.peak_kv_blocks = 0
+        self.ranges = ranges
+        self.beyond: dict[str, list] = {}  # axis -> [n above, max, n below, min]
 
-    def reserve(self, extra: int) -> None:
-        cap = len(self.cols["start_s"])
-        if self.n + extra <= cap:
+    def add(self, cols: dict[str, np.ndarray]) -> None:
+        """Fold rows (equal-length column arrays)."""
+        m = len(cols["start_s"])
+        if not m:
             return
-        new = max(cap * 2, self.n + extra)
-        for k, a in self.cols.items():
-            b = np.zeros(new, dtype=a.dtype)
-            b[: self.n] = a[: self.n]
-            self.cols[k] = b
+        self.n += m
+        d = cols["duration_s"]
+        while len(d):
+            take = min(len(d), EXACT_BUSY_ROWS - self._dur_rows)
+            self._dur.append(d[:take])  # buffers are never written again once handed on
+            self._dur_rows += take
+            d = d[take:]
+            if self._dur_rows == EXACT_BUSY_ROWS:
+                self._close_block()
+        self.extrapolated += int(np.count_nonzero(cols["extrapolated"]))
+        self.peak_kv_blocks = max(self.peak_kv_blocks, int(cols["kv_blocks_used"].max()))
+        if self.ranges is not None:
+            from chunksim.sim.coverage import beyond_grid
+
+            for axis, (above, hi, below, lo) in beyond_grid(cols, self.ranges).items():
+                b = self.beyond.setdefault(axis, [0, -np.inf, 0, np.inf])
+                b[0] += above
+                b[1] = max(b[1], hi)
+                b[2] += below
+                b[3] = min(b[3], lo)
+
+    def _close_block(self) -> None:
+        if self._dur:
+            self.busy_parts.append(float(np.concatenate(self._dur).sum()))
+        self._dur, self._dur_rows = [], 0
+
+    @property
+    def busy_s(self) -> float:
+        """Summed step durations, seconds."""
+        parts = list(self.busy_parts)
+        if self._dur:
+            parts.append(float(np.concatenate(self._dur).sum()))
+        total = 0.0
+        for p in parts:
+            total += p
+        return total
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class StepLog:
+    """Column store for step records, in fixed-size buffers. Every full buffer (and the
+    last one at `close`) is folded into `totals`, then kept whole, thinned to every
+    `keep`-th step (0: none kept) and/or handed to `sink(cols)` (a streaming writer);
+    `frame()` holds the kept rows. Memory is one buffer plus what is kept."""
+
+    def __init__(self, capacity: int = STEP_CHUNK_ROWS, keep: int = 1, sink=None,
+                 ranges: dict[str, tuple[float, float]] | None = None) -> None:
+        self.n = 0
+        self.keep = keep
+        self.sink = sink
+        self.totals = StepTotals(ranges)
+        self.chunk_rows = max(1, capacity)
+        self.base = 0  # global index of the buffer's first row
+        self.cols = {k: np.zeros(self.chunk_rows, dtype=t) for k, t in STEP_COLUMNS.items()}
+        self.kept: list[dict[str, np.ndarray]] = []
+        self.closed = False
+
+    def _flush(self) -> None:
+        """Hand the buffer's rows on and start an empty one."""
+        m = self.n - self.base
+        if m == 0:
+            return
+        part = {k: a[:m] for k, a in self.cols.items()}
+        self.totals.add(part)
+        if self.keep > 1:
+            first = (-self.base) % self.keep
+            part = {k: a[first::self.keep] for k, a in part.items()}
+        if self.keep:
+            if self.sink is not None:
+                self.sink(part)
+            elif self.keep == 1:  # the buffer is never written again: keep it as is
+                self.kept.append(part)
+            else:  # a copy, so the thinned rows do not hold the whole buffer
+                self.kept.append({k: np.ascontiguousarray(a) for k, a in part.items()})
+        self.base = self.n
+        # a fresh zeroed buffer: the bulk path leaves the columns it does not write at 0
+        self.cols = {k: np.zeros(self.chunk_rows, dtype=a.dtype) for k, a in self.cols.items()}
 
     def append(self, row: tuple) -> None:
         """One step, values in STEP_COLUMNS order."""
-        self.reserve(1)
-        i = self.n
+        i = self.n - self.base
+        if i >= self.chunk_rows:
+            self._flush()
+            i = 0
         for a, v in zip(self.cols.values(), row, strict=True):
             a[i] = v
         self.n += 1
@@ -55,35 +180,86 @@ class StepLog:
         """k decode-only steps of `decodes` requests each (the engine's bulk path). Columns
         not written stay 0, which is their value for such steps."""
         k = len(start_s)
-        self.reserve(k)
-        i, j = self.n, self.n + k
-        c = self.cols
-        c["start_s"][i:j] = start_s
-        c["duration_s"][i:j] = duration_s
-        c["decodes"][i:j] = decodes
-        c["decode_kv_tokens"][i:j] = kv_tokens
-        c["tokens_emitted"][i:j] = decodes
-        c["kv_blocks_used"][i:j] = kv_blocks_used
-        c["running"][i:j] = decodes
-        c["extrapolated"][i:j] = extrapolated
-        self.n = j
+        i = self.n - self.base
+        if i + k <= self.chunk_rows:  # the common case: it fits the buffer
+            j = i + k
+            c = self.cols
+            c["start_s"][i:j] = start_s
+            c["duration_s"][i:j] = duration_s
+            c["decodes"][i:j] = decodes
+            c["decode_kv_tokens"][i:j] = kv_tokens
+            c["tokens_emitted"][i:j] = decodes
+            c["kv_blocks_used"][i:j] = kv_blocks_used
+            c["running"][i:j] = decodes
+            c["extrapolated"][i:j] = extrapolated
+            self.n += k
+            return
+        done = 0
+        while done < k:
+            i = self.n - self.base
+            if i >= self.chunk_rows:
+                self._flush()
+                i = 0
+            m = min(k - done, self.chunk_rows - i)
+            j = i + m
+            s = slice(done, done + m)
+            c = self.cols
+            c["start_s"][i:j] = start_s[s]
+            c["duration_s"][i:j] = duration_s[s]
+            c["decodes"][i:j] = decodes
+            c["decode_kv_tokens"][i:j] = kv_tokens[s]
+            c["tokens_emitted"][i:j] = decodes
+            c["kv_blocks_used"][i:j] = kv_blocks_used[s]
+            c["running"][i:j] = decodes
+            c["extrapolated"][i:j] = (extrapolated[s] if np.ndim(extrapolated)
+                                      else extrapolated)
+            self.n += m
+            done += m
+
+    def close(self) -> StepTotals:
+        """Flush the last rows (once); the totals of every step."""
+        if not self.closed:
+            self._flush()
+            self.closed = True
+        return self.totals
 
     def frame(self):
+        """The kept rows (every step unless thinned or streamed to a sink)."""
         import pandas as pd
 
-        return pd.DataFrame({k: a[: self.n] for k, a in self.cols.items()})
+        self.close()
+        if not self.kept:
+            return pd.DataFrame({k: np.zeros(0, dtype=t) for k, t in STEP_COLUMNS.items()})
+        if len(self.kept) == 1:
+            return pd.DataFrame(self.kept[0])
+        return pd.DataFrame({k: np.concatenate([p[k] for p in self.kept])
+                             for k in STEP_COLUMNS})
+
+
+EXACT_GAP_SAMPLES = 1 << 23
+"""Pooled token gaps kept exactly (percentiles as numpy computes them) up to this many
+samples (~8.4 M); a larger run folds them into a `quantiles.LogHistogram` (percentiles
+within 0.1 %), so its memory stays bounded."""
+_SINGLE_FOLD = 1 << 16  # Python floats held before they are packed into an array
 
 
 class GapLog:
     """Pooled inter-token gaps (vLLM bench's ITL): single values and runs of equal gaps
-    shared by a set of requests; split per request class when there are several."""
+    shared by a set of requests; split per request class when there are several. Exact
+    up to EXACT_GAP_SAMPLES samples, then streamed into log histograms (`values` returns
+    a `LogHistogram` instead of an array)."""
 
-    def __init__(self, num_classes: int = 1) -> None:
+    def __init__(self, num_classes: int = 1, exact_max: int | None = None) -> None:
         self.split = num_classes > 1
         self.num_classes = num_classes
+        self.exact_max = EXACT_GAP_SAMPLES if exact_max is None else exact_max
         self.single: list[float] = []
         self.single_cls: list[int] = []
+        self.packed: list[tuple[np.ndarray, np.ndarray | None]] = []  # packed singles
         self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (gaps, requests per class)
+        self.samples = 0  # samples held exactly (packed singles and runs)
+        self.pending = 0  # streaming: gaps of the runs not folded yet
+        self.hists = None  # streaming: [all, class 0, class 1, ...] LogHistograms
 
     def add(self, gap_s: float, cls: int) -> None:
         self.single.append(gap_s)
@@ -97,20 +273,87 @@ class GapLog:
         else:
             counts = np.array([len(requests)])
         self.runs.append((gaps_s, counts))
+        if self.hists is not None:  # streaming: fold runs in batches (one numpy pass)
+            self.pending += len(gaps_s)
+            if self.pending >= _SINGLE_FOLD:
+                self._fold_runs()
+            return
+        self.samples += len(gaps_s) * len(requests)
+        if self.samples > self.exact_max:
+            self._stream()
 
-    def values(self, cls: int | None = None) -> np.ndarray:
-        """All pooled gaps (or one class's)."""
+    def maybe_pack(self) -> None:
+        """Pack the Python floats gathered so far into arrays once there are many (a
+        finishing request calls this); switch to streaming past `exact_max` samples."""
+        if len(self.single) >= _SINGLE_FOLD:
+            self._pack()
+
+    def _pack(self) -> None:
+        if not self.single:
+            return
+        vals = np.asarray(self.single, dtype=float)
+        cls = np.asarray(self.single_cls, dtype=np.int32) if self.split else None
+        self.single, self.single_cls = [], []
+        if self.hists is not None:
+            self._fold_single(vals, cls)
+            return
+        self.packed.append((vals, cls))
+        self.samples += len(vals)
+        if self.samples > self.exact_max:
+            self._stream()
+
+    def _stream(self) -> None:
+        """Fold everything held into histograms; from now on every gap goes there."""
+        from chunksim.sim.quantiles import LogHistogram
+
+        self.hists = [LogHistogram() for _ in range(1 + (self.num_classes if self.split
+                                                         else 0))]
+        for vals, cls in self.packed:
+            self._fold_single(vals, cls)
+        self._fold_runs()
+        self.packed, self.samples = [], 0
+
+    def _fold_single(self, vals: np.ndarray, cls) -> None:
+        self.hists[0].add(vals)
+        if self.split:
+            for c in range(self.num_classes):
+                self.hists[1 + c].add(vals[cls == c])
+
+    def _fold_runs(self) -> None:
+        """Fold the held runs: every gap weighted by the requests that had it."""
+        runs, self.runs, self.pending = self.runs, [], 0
+        if not runs:
+            return
+        gaps = np.concatenate([g for g, _ in runs])
+        lens = [len(g) for g, _ in runs]
+        counts = np.repeat(np.stack([c for _, c in runs]), lens, axis=0)  # (gaps, classes)
+        self.hists[0].add(gaps, counts.sum(axis=1))
+        if self.split:
+            for c in range(self.num_classes):
+                self.hists[1 + c].add(gaps, counts[:, c])
+
+    @property
+    def streaming(self) -> bool:
+        return self.hists is not None
+
+    def values(self, cls: int | None = None):
+        """All pooled gaps (or one class's): an array while exact, else the histogram."""
+        if self.hists is not None:
+            self._pack()
+            self._fold_runs()
+            return self.hists[0 if cls is None else 1 + cls]
+        parts = [v if cls is None else v[c == cls] for v, c in self.packed]
         single = np.asarray(self.single, dtype=float)
         if cls is not None:
             single = single[np.asarray(self.single_cls, dtype=int) == cls]
-        parts = [single]
+        parts.append(single)
         for g, counts in self.runs:
             w = int(counts.sum() if cls is None else counts[cls])
             if w:
                 parts.append(np.tile(g, w))
         return np.concatenate(parts)
 
-    def by_class(self, names: list[str]) -> dict[str, np.ndarray]:
+    def by_class(self, names: list[str]) -> dict:
         return {n: self.values(i) for i, n in enumerate(names)} if self.split else {}
 
 

@@ -19,6 +19,8 @@ from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
+from chunksim.sim.records import StepLog
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
 _E = "Engine and KV cache"
@@ -149,18 +151,20 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
                 profile_kind=profile.kind,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
-    summary = summarize(result.requests, result.steps, result.itl_s, cfg.slos_s, meta)
+    steps = result.steps if result.step_totals is None else result.step_totals
+    summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
     by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
-    summary["warnings"] = extrapolation_warnings(result.steps, grid_ranges(profile.table))
+    summary["warnings"] = extrapolation_warnings(steps, grid_ranges(profile.table))
     return summary
 
 
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
              schedule_log: bool = False,
-             progress: Callable[[int, int], None] | None = None) -> tuple[SimResult, dict]:
+             progress: Callable[[int, int], None] | None = None,
+             steps_keep: int = 1, steps_sink=None) -> tuple[SimResult, dict]:
     """Run one configuration (one engine, or a fleet: `cfg.fleet`); returns the records and
     the summary dict. With `schedule_log`, the records include every scheduling decision
     (`SimResult.schedule`; one engine only).
@@ -169,14 +173,27 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
     allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
     than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
-    is called as progress(requests done, requests) now and then (`Engine`)."""
+    is called as progress(requests done, requests) now and then (`Engine`).
+
+    `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when
+    `steps_sink(columns)` takes them as they are recorded (a streaming writer); the
+    summary counts every step either way. A fleet keeps every step."""
     if cfg.fleet.active:
         if schedule_log:
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "
                              "--replicas / --pd")
         from chunksim.sim.fleet_run import simulate_fleet
 
-        return simulate_fleet(workload, profile, cfg)
+        result, summary = simulate_fleet(workload, profile, cfg)
+        steps = result.steps
+        if steps_keep != 1:
+            steps = steps.iloc[::steps_keep] if steps_keep else steps.iloc[:0]
+        if steps_sink is not None:
+            if len(steps):
+                steps_sink({k: steps[k].to_numpy() for k in steps.columns})
+            steps = steps.iloc[:0]
+        result.steps = steps.reset_index(drop=True)
+        return result, summary
     device, latency, kv = engine_parts(workload, profile, cfg)
     policy = cfg.make_policy(device)
     engine_cfg = engine_config(profile, cfg)
@@ -189,8 +206,10 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
             "that long could never be scheduled; raise the budget or lower --max-model-len")
     guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(grid_ranges(
         profile.table))) if engine_cfg.jitter else None)
+    ranges = grid_ranges(profile.table)
     engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
-                    spread_guard=guard, progress=progress)
+                    spread_guard=guard, progress=progress,
+                    step_log=lambda: StepLog(keep=steps_keep, sink=steps_sink, ranges=ranges))
     result = engine.run()
     return result, summarize_run(result, profile, cfg, latency, device)
 
@@ -206,19 +225,27 @@ def nothing_completed(result: SimResult, summary: dict) -> str | None:
             f"report: {'; '.join(parts) or 'no reason recorded'}")
 
 
-OUTPUT_FILES = ("summary.json", "requests.csv", "steps.csv", "schedule.csv")
-"""What `write_outputs` writes: the run's whole output directory."""
+OUTPUT_FILES = ("summary.json", *(name for fmt in OutputFormat for name in table_names(fmt)))
+"""What `write_outputs` may write: the run's whole output directory."""
 
 
-def write_outputs(out_dir: str | Path, result: SimResult, summary: dict) -> None:
-    """summary.json, requests.csv, steps.csv (and schedule.csv when the run logged its
-    schedule), written as one set (`atomic.write_dir`): a reader of `out_dir` sees one
-    run's files, never a mix of two."""
-    files = {
-        "requests.csv": atomic.csv_bytes(result.requests),
-        "steps.csv": atomic.csv_bytes(result.steps),
-    }
+def write_outputs(out_dir: str | Path, result: SimResult, summary: dict,
+                  fmt: OutputFormat | str = OutputFormat.PARQUET, steps: bool = True,
+                  steps_file: Path | None = None) -> list[str]:
+    """summary.json, requests and steps tables in `fmt` (parquet or csv; and the schedule
+    when the run logged it), written as one set (`atomic.write_dir`): a reader of
+    `out_dir` sees one run's files, never a mix of two. The steps table holds
+    `result.steps` (as `simulate` kept them), or is `steps_file` (streamed there while the
+    run went: moved in), or is left out (`steps` False: `--steps none`). Returns the
+    names written."""
+    req_name, steps_name, sched_name = table_names(fmt)
+    files: dict[str, bytes | Path] = {req_name: table_bytes(result.requests, fmt)}
+    if steps_file is not None:
+        files[steps_name] = Path(steps_file)
+    elif steps:
+        files[steps_name] = table_bytes(result.steps, fmt)
     if result.schedule is not None:
-        files["schedule.csv"] = atomic.csv_bytes(result.schedule)
+        files[sched_name] = table_bytes(result.schedule, fmt)
     files["summary.json"] = atomic.json_bytes(summary)
     atomic.write_dir(out_dir, files, owned=OUTPUT_FILES)
+    return ["summary.json", *(n for n in files if n != "summary.json")]
