@@ -125,7 +125,7 @@ def test_replica_groups_from_the_cli(tmp_path):
                               "tiny-cpu:1,tiny-cpu-components:1", "--router", "least-tokens",
                               "--out", str(out)])
     assert res.exit_code == 0, res.output
-    req = pd.read_csv(out / "requests.csv")
+    req = pd.read_parquet(out / "requests.parquet")
     assert set(req["replica"]) == {0, 1}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["warnings"] == []  # both profiles are of the `tiny` model
