@@ -274,7 +274,7 @@ def test_cli_refuses_bad_output_flags(tmp_path):
     for flags in (["--steps", "none"], ["--format", "csv"], ["--steps", "all"]):
         res = _run(tmp_path, *flags)  # no --out: the flag would be silently ignored
         assert isinstance(res.exception, ValueError), flags
-        assert f"{flags[0]} only shape what --out writes" in str(res.exception)
+        assert f"{flags[0]} only shapes what --out writes" in str(res.exception)
     assert not (tmp_path / "o").exists()
 
 

@@ -58,7 +58,9 @@ def run(
         raise ValueError("--schedule-log writes the schedule table into the --out directory; "
                          "give --out DIR")
     if out is None and output_cfg.given():
-        raise ValueError(f"{' and '.join(output_cfg.given())} only shape what --out writes; "
+        given = output_cfg.given()
+        raise ValueError(f"{' and '.join(given)} only {'shape' if len(given) > 1 else 'shapes'}"
+                         " what --out writes; "
                          "give --out DIR (a run without --out writes no tables)")
     check_out_dir(out, replace=True)
     foreign = atomic.foreign_entries(out, OUTPUT_FILES) if out is not None else []
