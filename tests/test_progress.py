@@ -36,7 +36,7 @@ def test_engine_reports_progress_up_to_every_request(const_profile):
     for fast in (True, False):
         seen.clear()
         _, s = simulate(w, const_profile, RunConfig(engine=EngineConfig(fast_forward=fast)),
-                        progress=lambda done, total: seen.append((done, total)))
+                        progress=lambda done, total, sim_s=None: seen.append((done, total)))
         assert s["completed"] == 3000 and s["rejected"] == 1
         assert len(seen) >= 3  # the start, at least one stretch, the end
         assert all(t == 3001 for _, t in seen)

@@ -117,7 +117,7 @@ class Engine:
     def __init__(self, workload: Workload, policy: Policy, latency: StepCosts,
                  kv: KVConfig, config: EngineConfig | None = None,
                  schedule_log: bool = False, spread_guard: SpreadGuard | None = None,
-                 progress: Callable[[int, int], None] | None = None,
+                 progress: Callable[..., None] | None = None,
                  step_log: Callable[[], StepLog] | None = None) -> None:
         self.workload = workload
         self.policy = policy
@@ -128,9 +128,8 @@ class Engine:
         self.guard = spread_guard
         """Checks every jittered step against its median (None: unchecked)."""
         self.progress = progress
-        """Called as progress(requests done, requests) now and then, and at the end;
-        with `sim_s=` the simulated time too when it takes that keyword."""
-        self.progress_clock = progress is not None and _takes_sim_s(progress)
+        """Called as progress(requests done, requests, sim_s=simulated time) now and then,
+        and at the end."""
         self.step_log = step_log
         """Makes the run's StepLog (default: keep every step in memory)."""
 
@@ -235,10 +234,7 @@ class Engine:
         while True:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
-                if self.progress_clock:
-                    progress(c.finished + len(c.rejected), total, sim_s=now)
-                else:
-                    progress(c.finished + len(c.rejected), total)
+                progress(c.finished + len(c.rejected), total, sim_s=now)
             c.pull_arrivals(now)
             if c.idle:
                 if now > env.now:  # catch up with the clock before sleeping, exactly:
@@ -425,11 +421,3 @@ class Engine:
                 yield env.timeout(t - now)
         return True
 
-
-def _takes_sim_s(fn: Callable) -> bool:
-    import inspect
-
-    try:
-        return "sim_s" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False

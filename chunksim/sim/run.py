@@ -163,7 +163,7 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
 
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
              schedule_log: bool = False,
-             progress: Callable[[int, int], None] | None = None,
+             progress: Callable[..., None] | None = None,
              steps_keep: int = 1, steps_sink=None) -> tuple[SimResult, dict]:
     """Run one configuration (one engine, or a fleet: `cfg.fleet`); returns the records and
     the summary dict. With `schedule_log`, the records include every scheduling decision
@@ -173,7 +173,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
     allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
     than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
-    is called as progress(requests done, requests) now and then (`Engine`).
+    is called as progress(requests done, requests, sim_s=...) now and then (`Engine`).
 
     `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when
     `steps_sink(columns)` takes them as they are recorded (a streaming writer); the
