@@ -238,3 +238,28 @@ def test_repeatability_is_look_two_against_look_one():
     assert got["prefill"]["median_abs_error_pct"] == pytest.approx(25.0)
     assert got["all"]["steps"] == 3 and "median_error_pct" not in got["all"]
     assert repeatability(kinds, [[1.0, 2.0, 4.0]]) is None
+
+
+def test_a_primed_bench_runs_the_layer_before_after_the_eviction_read():
+    """On CPU each layer part runs after the same work on the layer before it (warm code,
+    cold weights): evict, then layer 1's closure, then layer 0's timed one."""
+    cfg = preset_config("tiny")
+    timing = {"warmup": 1, "repeats": 3, "point_budget_s": 1.0, "point_min_s": 0.0,
+              "clock": __import__("time").perf_counter}
+    with torch.inference_mode():
+        bench = LayerBench(cfg, "cpu", torch.float32, 0, lambda: None, timing, evict=4096,
+                           prime=True)
+        assert len(bench.model.layers) == 2
+        log = []
+        bench._cold = lambda: log.append("evict")
+        layers = bench.model.layers
+        for i in (0, 1):
+            real = layers[i].dense_in
+            layers[i].dense_in = (lambda real, i: lambda *a: (log.append(i), real(*a))[1])(
+                real, i)
+        t = bench.dense(16)
+        assert log == ["evict", 1, 0] * (1 + t.repeats)
+        bench.decode_attn([12, 30])  # attention reads layer 1's KV too: it must exist
+        assert bench.pools["decode"].k[1].shape == bench.pools["decode"].k[0].shape
+        plain = LayerBench(cfg, "cpu", torch.float32, 0, lambda: None, timing, evict=4096)
+        assert len(plain.model.layers) == 1 and plain.dense(16).median_s > 0

@@ -120,8 +120,8 @@ def profile(
                                 ("--kv-lens", kv_lens), ("--prior-lens", prior_lens),
                                 ("--repass-below-ms", repass_below_ms))
                  if v is not None]
-        given += [f for f, v in (("--passes", passes != 1), ("--warm-looks", warm_looks),
-                                 ("--resume", resume)) if v]
+        given += [f for f, v in (("--passes", passes != 1), ("--warm-looks", warm_looks))
+                  if v]
         if given:
             raise ValueError(f"{', '.join(given)} apply to --kind whole-step only; a "
                              f"component profile takes its axes from --grid")
@@ -129,7 +129,7 @@ def profile(
                             None if dtype is None else dtype.value, threads, grid.value,
                             warmup, repeats, point_budget_s, out, seed, quiet, tp,
                             None if link is None else link.value, link_gbps,
-                            link_latency_us, calibrate, clock)
+                            link_latency_us, calibrate, clock, resume)
         return
     if tp != 1 or link is not None or link_gbps is not None or link_latency_us is not None:
         raise ValueError("--tp / --link / --link-gbps / --link-latency-us apply to --kind "
@@ -152,16 +152,9 @@ def profile(
     try:
         result = run_profile(settings, show_progress=not quiet)
     except KeyboardInterrupt:
-        from chunksim.cli.interrupts import command_as_typed, interrupted
         from chunksim.profiler.store import Checkpoint
 
-        ckpt = Checkpoint(settings.out_csv)
-        n = (max(len(ckpt.csv_path.read_text().splitlines()) - 1, 0)
-             if ckpt.csv_path.is_file() else 0)
-        if not ckpt.exists():
-            interrupted("nothing was saved", command_as_typed())
-        interrupted(f"{n} measured point(s) are saved in {ckpt.csv_path}",
-                    command_as_typed("--resume"))
+        _interrupted(Checkpoint(settings.out_csv))
     meta = result.meta
     looks = (f", {meta['passes']} passes over {meta['repassed_points']} fast points"
              if meta["passes"] > 1 else "")
@@ -186,22 +179,40 @@ def first_call_warning(first_call: dict | None) -> str | None:
             "builds a plan or compiles per shape (docs/results/h200.md).")
 
 
+def _interrupted(ckpt) -> None:
+    """Ctrl-C: say what the checkpoint holds and how to continue."""
+    from chunksim.cli.interrupts import command_as_typed, interrupted
+
+    n = (max(len(ckpt.csv_path.read_text().splitlines()) - 1, 0)
+         if ckpt.csv_path.is_file() else 0)
+    if not ckpt.exists():
+        interrupted("nothing was saved", command_as_typed())
+    interrupted(f"{n} measured point(s) are saved in {ckpt.csv_path}",
+                command_as_typed("--resume"))
+
+
 def _profile_components(model: str, hf_config: Path | None, device: str, dtype: str | None,
                         threads: int, grid: str, warmup: int | None, repeats: int | None,
                         point_budget_s: float | None, out: Path | None, seed: int,
                         quiet: bool, tp: int, link: str | None, link_gbps: float | None,
                         link_latency_us: float | None, calibrate: bool,
-                        clock: str | None) -> None:
+                        clock: str | None, resume: bool) -> None:
     from chunksim.profiler.settings import build_component_settings
 
     settings = build_component_settings(
         model=model, hf_config=hf_config, device=device, dtype=dtype, threads=threads,
         grid=grid, warmup=warmup, repeats=repeats, point_budget_s=point_budget_s, out=out,
         seed=seed, tp=tp, link=link, link_gbps=link_gbps, link_latency_us=link_latency_us,
-        calibrate=calibrate, clock=clock)
+        calibrate=calibrate, clock=clock, resume=resume)
+    from chunksim.cli.paths import check_out_file
+    from chunksim.profiler.component_points import checkpoint
     from chunksim.profiler.component_run import run_components
 
-    result = run_components(settings, show_progress=not quiet)
+    check_out_file(settings.out_csv)
+    try:
+        result = run_components(settings, show_progress=not quiet)
+    except KeyboardInterrupt:
+        _interrupted(checkpoint(settings.out_csv))
     meta = result.meta
     typer.echo(f"wrote {result.csv_path} ({meta['points']} component points, "
                f"{meta['elapsed_s']:.1f} s) and {result.json_path}")

@@ -191,6 +191,7 @@ class LiveEngine:
         meta.update(
             mode="live",
             live=self.settings.as_dict(),
+            host_allocator=rt.host_allocator,
             torch_version=torch.__version__,
             sdpa_backends=(list(rt.model.sdpa_backends) if rt.device == "cuda"
                            and rt.model.sdpa_backends is not None else None),

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from chunksim.decoder.device import device_memory_bytes, synchronizer
+from chunksim.decoder.device import device_memory_bytes, pin_host_allocator, synchronizer
 from chunksim.decoder.kv import KVPool
 from chunksim.decoder.model import build_model
 from chunksim.decoder.step import PreparedStep, SeqSlice, StepBatch, prepare_step
@@ -49,6 +49,8 @@ class Runtime:
         self.settings = settings
         self.device = settings.device
         self.dtype = getattr(torch, settings.dtype)
+        # as the profiler runs (decoder.device.pin_host_allocator says why)
+        self.host_allocator = pin_host_allocator() if self.device == "cpu" else None
         self.model = build_model(settings.model, settings.device, self.dtype,
                                  seed=settings.seed)
         self.sync = synchronizer(settings.device)

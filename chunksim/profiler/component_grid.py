@@ -47,6 +47,11 @@ class ComponentGrid:
     """Whole-model steps timed to report the composed model's error."""
     sequence_rounds: int = 7
     """Rounds of the calibration steps back to back (each step's median over rounds)."""
+    looks: int = 2
+    """Looks at each fast point, each in its own order; a point keeps its lowest
+    (`profiler.component_points`)."""
+    relook_below_s: float = 0.01
+    """Points whose best median so far is under this get the later looks."""
 
     @property
     def tokens(self) -> tuple[int, ...]:
@@ -79,7 +84,7 @@ PRESETS: dict[str, ComponentGrid] = {
         preset="quick", max_tokens=4096, chunk_len=(1, 16, 64, 256, 1024, 2048),
         prior_len=(0, 256, 1024, 4096), decode_count=(1, 2, 4, 8, 16, 32, 64),
         kv_len=(16, 256, 1024, 2048), spreads=(1.0, 2.0, 3.0),
-        logits=(0, 1, 4, 16, 64, 256), point_min_s=0.02, calibration_steps=30,
+        logits=(0, 1, 2, 4, 8, 16, 32, 64, 128, 256), point_min_s=0.01, calibration_steps=30,
         sequence_rounds=5,
     ),
     # What the simulator's scenarios need: steps to 8192 tokens, 256 decodes, 16k contexts.

@@ -31,6 +31,7 @@ from chunksim.decoder.device import (
     device_memory_bytes,
     device_name,
     free_cached,
+    pin_host_allocator,
     synchronizer,
 )
 from chunksim.decoder.model import build_model
@@ -48,6 +49,8 @@ from chunksim.profiler.calibration import (
 )
 from chunksim.profiler.collective import layer_allreduce_s
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
+from chunksim.profiler.component_points import checkpoint as component_checkpoint
+from chunksim.profiler.component_points import measure_points, row
 from chunksim.profiler.components import LayerBench, evict_bytes
 from chunksim.profiler.timing import Timing
 from chunksim.progress import ProgressBar
@@ -71,6 +74,8 @@ class ComponentSettings:
     """Tensor-parallel degree: components are timed at one shard's shapes."""
     link: dict | None = None
     """All-reduce cost model (`collective.link_settings`); None for tp 1."""
+    resume: bool = False
+    """Continue an interrupted run from its checkpoint (`profiler.component_points`)."""
     calibrate: bool = True
     """Time the calibration sample (and fit the fixed cost on whole-model steps)."""
     live_costs: bool = True
@@ -109,6 +114,7 @@ def run_components(s: ComponentSettings, show_progress: bool = True) -> Componen
     before = torch.get_num_threads()
     if s.device == "cpu":
         torch.set_num_threads(s.threads or 1)
+        pin_host_allocator()
     try:
         return _run(s, show_progress)
     finally:
@@ -129,6 +135,12 @@ def _axes(s: ComponentSettings, shard: ModelConfig) -> dict:
             "logits": g.logits}
 
 
+def _prime(s: ComponentSettings) -> bool:
+    """Run each layer component after the same work on the layer before it: on CPU,
+    where the eviction read also flushes the code the ops run (`profiler.components`)."""
+    return s.cold and s.device == "cpu"
+
+
 def _evict(s: ComponentSettings, shard: ModelConfig) -> int:
     """Bytes read between two runs of a component (0 when timed warm)."""
     if not s.cold:
@@ -139,11 +151,24 @@ def _evict(s: ComponentSettings, shard: ModelConfig) -> int:
     return evict_bytes(full.weights_bytes(s.dtype), layer)
 
 
-def _row(component: str, t: Timing, **keys) -> dict:
-    row = dict.fromkeys(COLUMNS[1:8], 0)
-    row.update(keys)
-    return {"component": component, **row, "median_s": t.median_s, "p10_s": t.p10_s,
-            "p90_s": t.p90_s, "mean_s": t.mean_s, "repeats": t.repeats}
+def _timer(bench: LayerBench):
+    """(component, work key) -> its timing on `bench`."""
+    def time_point(name: str, key) -> Timing:
+        if name == "prefill_attn":
+            return bench.prefill_attn(*key)
+        if name == "decode_attn":
+            return bench.decode_attn(key[3])
+        return getattr(bench, name)(key)
+    return time_point
+
+
+def _identity(s: ComponentSettings, evict: int) -> dict:
+    """What must match for a checkpoint to be resumed."""
+    return {"format": FORMAT, "model": s.model.as_dict(), "device": s.device,
+            "device_name": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
+            "tp": s.tp, "link": s.link, "grid": s.grid.as_dict(), "seed": s.seed,
+            "cold": s.cold, "evict_bytes": evict, "prime": _prime(s), "clock": s.clock,
+            "torch_version": torch.__version__}
 
 
 def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
@@ -162,43 +187,48 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
             + [("prefill_attn", (c, p)) for c in axes["chunk_len"] for p in axes["prior_len"]]
             + [("decode_attn", p) for p in decode_points]
             + [("head", n) for n in axes["logits"]])
-    rows: list[dict] = []
+    evict = _evict(s, shard)
+    identity = _identity(s, evict)
+    ckpt = component_checkpoint(s.out_csv)
+    done: list = []
+    elapsed_before = 0.0
+    if s.resume and ckpt.exists():
+        done, elapsed_before = ckpt.load(identity)
+    elif ckpt.exists():
+        raise ValueError(f"a checkpoint of an unfinished run exists at {ckpt.csv_path}; pass "
+                         f"--resume to continue it, or delete it to start over")
+    else:
+        ckpt.start(identity)
+    started -= elapsed_before
     with torch.inference_mode():
-        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard))
-        with ProgressBar("components", total=len(work), enabled=show_progress) as bar:
-            for name, key in work:
-                bar.describe(f"{name} {key if name != 'decode_attn' else key[:3]}")
-                if name == "dense":
-                    rows.append(_row(name, bench.dense(key), tokens=key))
-                elif name == "embed":
-                    rows.append(_row(name, bench.embed(key), tokens=key))
-                elif name == "prefill_attn":
-                    rows.append(_row(name, bench.prefill_attn(*key), chunk_len=key[0],
-                                     prior_len=key[1]))
-                elif name == "decode_attn":
-                    d, k, _, lens = key
-                    rows.append(_row(name, bench.decode_attn(lens), decode_count=d,
-                                     kv_len=k, kv_max=max(lens)))
-                else:
-                    rows.append(_row(name, bench.head(key), logits=key))
-                bar.advance()
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, evict,
+                           prime=_prime(s))
+
+        try:
+            rows, relooked = measure_points(work, _timer(bench), g.looks, g.relook_below_s,
+                                            s.seed, ckpt, done, show_progress)
+        finally:
+            ckpt.save_meta(identity, time.perf_counter() - started)
         bench.close()
         del bench
         gc.collect()
         free_cached(s.device)
+    phases = {"components": round(time.perf_counter() - started, 3)}
     if s.tp > 1:
         width = DTYPE_BYTES[s.dtype]
         for t in axes["tokens"]:
             sec = layer_allreduce_s(t, shard.hidden_size, width, s.tp, s.link)
-            rows.append(_row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
+            rows.append(row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
 
     calibration, fixed_s, scale = _calibrate(s, shard, rows, dtype, sync, timing,
                                              show_progress)
-    rows.append(_row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
+    rows.append(row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
+    phases["calibration"] = round(time.perf_counter() - started - sum(phases.values()), 3)
 
     overhead, wake_up = ({"median_s": 0.0}, None)
     if s.live_costs:
         overhead, wake_up = _live_costs(s, shard)
+    phases["live_costs"] = round(time.perf_counter() - started - sum(phases.values()), 3)
     dev_name = device_name(s.device)
     meta = {
         "format": FORMAT,
@@ -209,6 +239,7 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
         "threads": s.threads if s.device == "cpu" else None,
         "torch_version": torch.__version__,
         "clock": s.clock,
+        "host_allocator": pin_host_allocator() if s.device == "cpu" else None,
         "model": _model_entry(s.model),
         "weights_bytes": s.model.weights_bytes(s.dtype) // s.tp,
         "kv_bytes_per_token": shard.kv_bytes_per_token(s.dtype),
@@ -217,15 +248,18 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
         "wake_up": wake_up,
         "components": {"layers": s.model.n_layers, "timed_layers": 1,
                        "in_sequence_scale": scale, "tp": s.tp, "link": s.link,
-                       "evict_bytes": _evict(s, shard),
+                       "evict_bytes": evict, "prime": _prime(s), "looks": g.looks,
+                       "relook_below_s": g.relook_below_s, "relooked_points": relooked,
                        "shard": {k: getattr(shard, k) for k in (
                            "n_heads", "n_kv_heads", "intermediate_size", "vocab_size")},
                        "grid": g.as_dict()},
         "calibration": calibration,
         "seed": s.seed,
+        "phase_s": phases,
         "elapsed_s": round(time.perf_counter() - started, 3),
     }
     meta = write_components(s.out_csv, rows, meta)
+    ckpt.remove()
     return ComponentResult(s.out_csv, s.out_csv.with_suffix(".json"), meta)
 
 
@@ -241,7 +275,7 @@ def composed_model(rows: list[dict], layers: int, fixed_s: float = 0.0,
     """The latency model of these rows (in memory), as `sim run` would load it."""
     keep = [r for r in rows if allreduce or r["component"] != "allreduce"]
     keep = [r for r in keep if r["component"] != "fixed"]
-    keep.append(_row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
+    keep.append(row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
     table = pd.DataFrame(keep, columns=list(COLUMNS))
     prov = {"format": FORMAT, "components": {"layers": layers, "in_sequence_scale": scale}}
     return ComponentModel(Profile(table, prov, "(in memory)", "", kind="components"), 0.0)
@@ -273,9 +307,11 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
         probes, _, _ = run_whole(model, list(FIXED_PROBES), s.device, dtype, s.seed, sync,
                                  timing, 0, looks=2)
         bar.advance()
-        bare = composed_model(rows, layers)
-        fixed_s = max(0.0, statistics.median(
-            m - p for m, p in zip(probes, _predict(bare, list(FIXED_PROBES)), strict=True)))
+        bare = _predict(composed_model(rows, layers), list(FIXED_PROBES))
+        # negative when the parts, each timed alone, over-count a small step (each
+        # pays its own per-call costs, which a whole step pays once); held at 0
+        gap_s = statistics.median(m - p for m, p in zip(probes, bare, strict=True))
+        fixed_s = max(0.0, gap_s)
         bar.describe(f"{len(steps)} whole steps, alone and in sequence")
         alone, seq, seen = run_whole(model, steps, s.device, dtype, s.seed, sync, timing,
                                      s.grid.sequence_rounds, looks=2)
@@ -298,7 +334,7 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
         "alone_drift_corrected": error_stats(kinds, [p * drift["factor"] for p in predicted],
                                              alone),
         "fixed_fit": {"probes": [p.as_list() for p in FIXED_PROBES],
-                      "whole_s": probes},
+                      "whole_s": probes, "composed_s": bare, "median_gap_s": gap_s},
         "sample": [{"kind": st.kind, "step": st.as_list(), "predicted_s": p,
                     "alone_s": a, "in_sequence_s": q, "alone_looks_s": list(looks)}
                    for st, p, a, q, looks in zip(steps, predicted, alone, seq,
@@ -327,7 +363,8 @@ def _drift(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype, sy
         table[(r["component"], key)] = r["median_s"]
     ratios = []
     with torch.inference_mode():
-        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard))
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard),
+                           prime=_prime(s))
         for name, key in DRIFT_POINTS:
             old = table.get((name, key))
             if old is None or not old > 0:

@@ -19,6 +19,15 @@ weights and the LM head: `evict_bytes`, capped at `EVICT_CAP_BYTES`). Timed back
 one layer's weights and a small step's KV stay in the processor's cache; in a whole
 model they do not (the next use of layer i's weights comes a whole step later), so a
 warm small step's layer is timed cheaper than it runs inside the model.
+
+After the layer before it, on CPU (`prime`): inside a step, a layer runs right after the
+same work on the layer before it, so its own weights and KV are cold but the code every
+op runs (torch's dispatch, the kernels' instructions, in the same caches as the data on
+a CPU) is warm. The eviction read flushes that code too, so on CPU the bench then runs
+the same closure on a second layer's weights and KV (untimed) before each timed run. A
+GPU's eviction read leaves the host's caches alone, so there nothing is primed. What the
+first layer of a step pays for its cold code is once per step: the fixed cost's fit on
+whole steps holds it.
 """
 
 from __future__ import annotations
@@ -50,11 +59,15 @@ class LayerBench:
     """A one-layer model of `cfg`'s shapes and reusable KV pools, on `device`."""
 
     def __init__(self, cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int,
-                 sync: Callable[[], None], timing: dict, evict: int = 0) -> None:
-        """`evict`: bytes read between two runs of a timed closure (0: none, warm)."""
+                 sync: Callable[[], None], timing: dict, evict: int = 0,
+                 prime: bool = False) -> None:
+        """`evict`: bytes read between two runs of a timed closure (0: none, warm).
+        `prime`: run a layer's closure on the layer before it first (module docstring);
+        the bench then holds two layers."""
         from dataclasses import replace
 
-        self.cfg = replace(cfg, n_layers=1)
+        self.prime = prime
+        self.cfg = replace(cfg, n_layers=2 if prime else 1)
         self.device, self.dtype, self.seed, self.sync = device, dtype, seed, sync
         self.timing = timing
         self.model = build_model(self.cfg, device, dtype, seed=seed)
@@ -81,13 +94,22 @@ class LayerBench:
     def _rand(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=self.gen, device=self.device).to(self.dtype)
 
-    def _time(self, fn: Callable[[], object]) -> Timing:
+    def _time(self, fn: Callable[[], object],
+              before: Callable[[], object] | None = None) -> Timing:
+        """Time `fn`; before each run, untimed: the eviction read, then `before` (the
+        same work on the layer before, when primed)."""
         t = self.timing
+        before = before if self.prime else None
+        if self._evict is not None and before is not None:
+            def between():
+                self._cold()
+                before()
+        else:
+            between = self._cold if self._evict is not None else before
         with sdpa_kernels(self.model.sdpa_backends if self.device == "cuda" else None):
             return measure(fn, t["warmup"], t["repeats"], self.sync, min_repeats=3,
                            budget_s=t["point_budget_s"], min_timed_s=t["point_min_s"],
-                           clock=t["clock"],
-                           between=self._cold if self._evict is not None else None)
+                           clock=t["clock"], between=between)
 
     def _step(self, seqs: list[SeqSlice], pools: list[KVPool]):
         return prepare_step(StepBatch(tuple(seqs)), pools, self.device)
@@ -101,20 +123,25 @@ class LayerBench:
         x = self._rand(tokens, self.cfg.hidden_size)
         _, cos, sin = self.model.embed_step(torch.zeros(tokens, dtype=torch.long,
                                                         device=self.device), step)
-        block = self.block
-        return self._time(lambda: block.dense_out(x, block.dense_in(0, x, cos, sin, step,
-                                                                    pools)))
+        layers = self.model.layers
+
+        def run(i: int):
+            return lambda: layers[i].dense_out(x, layers[i].dense_in(i, x, cos, sin, step,
+                                                                     pools))
+        return self._time(run(0), run(1) if self.prime else None)
 
     def prefill_attn(self, chunk: int, prior: int) -> Timing:
         step, pools = self._chunk_step(chunk, prior)
         q = self._rand(chunk, self.cfg.n_heads, self.cfg.head_dim)
-        return self._time(lambda: attend(0, q, step, pools))
+        return self._time(lambda: attend(0, q, step, pools),
+                          lambda: attend(1, q, step, pools))
 
     def decode_attn(self, lengths: list[int]) -> Timing:
         pool = self._pool("decode", len(lengths), max(lengths) + 1)
         step = self._step([SeqSlice(i, c, 1) for i, c in enumerate(lengths)], [pool])
         q = self._rand(len(lengths), self.cfg.n_heads, self.cfg.head_dim)
-        return self._time(lambda: attend(0, q, step, [pool]))
+        return self._time(lambda: attend(0, q, step, [pool]),
+                          lambda: attend(1, q, step, [pool]))
 
     def embed(self, tokens: int) -> Timing:
         step, _ = self._chunk_step(tokens)

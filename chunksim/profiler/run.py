@@ -22,6 +22,7 @@ from chunksim.decoder.device import (
     device_memory_bytes,
     device_name,
     free_cached,
+    pin_host_allocator,
     synchronizer,
 )
 from chunksim.decoder.gpu_clock import ClockSampler, clock_summary, nvml_reader
@@ -135,6 +136,7 @@ def run_profile(s: ProfileSettings,
     threads_before = torch.get_num_threads()
     if s.device == "cpu":
         torch.set_num_threads(s.threads)
+        pin_host_allocator()
     try:
         return _run(s, on_point, show_progress)
     finally:
@@ -228,6 +230,7 @@ def _run(s: ProfileSettings, on_point: Callable[[GridPoint, Timing], None] | Non
         "device_memory_bytes": mem_bytes,
         "dtype": s.dtype,
         "threads": s.threads if s.device == "cpu" else None,
+        "host_allocator": pin_host_allocator() if s.device == "cpu" else None,
         "torch_version": torch.__version__,
         "attention_backend": ATTENTION_BACKEND,
         "sdpa_backends": _sdpa_backends(s.device),

@@ -55,7 +55,8 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
                              out: Path | None = None, seed: int = 0, tp: int = 1,
                              link: str | None = None, link_gbps: float | None = None,
                              link_latency_us: float | None = None, calibrate: bool = True,
-                             live_costs: bool = True, clock: str | None = None):
+                             live_costs: bool = True, clock: str | None = None,
+                             resume: bool = False):
     """Flags -> `ComponentSettings` for `sim profile --kind components`."""
     from dataclasses import replace
 
@@ -86,5 +87,5 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
         out_csv=out or Path("out/profiles") / f"{cfg.name}-{dev}{suffix}-components.csv",
         threads=threads if dev == "cpu" else None, seed=seed, tp=tp,
         link=link_settings(tp, link, link_gbps, link_latency_us), calibrate=calibrate,
-        live_costs=live_costs,
+        live_costs=live_costs, resume=resume,
         clock=clock or ("thread-cpu" if dev == "cpu" and threads == 1 else "wall"))

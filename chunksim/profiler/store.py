@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from chunksim.atomic import write_bytes
@@ -63,11 +64,17 @@ def write_profile(out_csv: Path, rows: list[tuple], meta: dict) -> dict:
 
 
 class Checkpoint:
-    """The partial table of a run in progress, next to its final CSV."""
+    """The partial table of a run in progress, next to its final CSV. `columns` and
+    `parse` (a CSV row dict -> (row, pass), raising KeyError / TypeError / ValueError on
+    a malformed one) default to the whole-step table's; a component profile passes its
+    own (`profiler.component_run`)."""
 
-    def __init__(self, out_csv: Path):
+    def __init__(self, out_csv: Path, columns: tuple[str, ...] = CHECKPOINT_COLUMNS,
+                 parse: Callable[[dict[str, str]], tuple[object, int]] | None = None):
         self.csv_path = out_csv.with_name(out_csv.stem + ".partial.csv")
         self.meta_path = out_csv.with_name(out_csv.stem + ".partial.json")
+        self.columns = columns
+        self.parse = parse or _parse_whole_step
 
     def exists(self) -> bool:
         return self.csv_path.exists() or self.meta_path.exists()
@@ -75,14 +82,14 @@ class Checkpoint:
     def start(self, identity: dict) -> None:
         """Begin a fresh checkpoint for a run with this identity."""
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
-        self.csv_path.write_text(",".join(CHECKPOINT_COLUMNS) + "\n")
+        self.csv_path.write_text(",".join(self.columns) + "\n")
         self.save_meta(identity, elapsed_s=0.0)
 
     def save_meta(self, identity: dict, elapsed_s: float) -> None:
         write_bytes(self.meta_path, (json.dumps(
             {"identity": identity, "elapsed_s": elapsed_s}, indent=2) + "\n").encode())
 
-    def load(self, identity: dict) -> tuple[list[tuple[tuple, int]], float]:
+    def load(self, identity: dict) -> tuple[list[tuple[object, int]], float]:
         """(row, pass) measured so far and wall time spent; ValueError if the identity
         differs."""
         try:
@@ -102,7 +109,7 @@ class Checkpoint:
                              f"checkpoint and start over without --resume")
         return self._read_rows(), float(meta.get("elapsed_s", 0.0))
 
-    def _read_rows(self) -> list[tuple[tuple, int]]:
+    def _read_rows(self) -> list[tuple[object, int]]:
         if not self.csv_path.exists():
             return []
         text = self.csv_path.read_text()
@@ -111,9 +118,7 @@ class Checkpoint:
         rows = []
         for r in csv.DictReader(io.StringIO(text)):
             try:
-                p = point_of(r)
-                rows.append(((*p.key(), *(repr(float(r[c])) for c in COLUMNS[4:8]),
-                              int(r["repeats"])), int(r["pass"])))
+                rows.append(self.parse(r))
             except (KeyError, TypeError, ValueError):
                 continue  # a malformed line (torn write): that point is simply re-measured
         return rows
@@ -129,3 +134,9 @@ class Checkpoint:
     def remove(self) -> None:
         self.csv_path.unlink(missing_ok=True)
         self.meta_path.unlink(missing_ok=True)
+
+
+def _parse_whole_step(r: dict[str, str]) -> tuple[tuple, int]:
+    p = point_of(r)
+    return ((*p.key(), *(repr(float(r[c])) for c in COLUMNS[4:8]), int(r["repeats"])),
+            int(r["pass"]))
