@@ -4,11 +4,13 @@
 # as a table and one JSON line. Run it on a quiet machine: the calibration's noise floor
 # (the same whole steps timed alone twice) must be well under the error being judged.
 #
-#     benchmarks/bundle_components_profile.sh            # default grid, ~4 min on one core
+#     benchmarks/bundle_components_profile.sh            # default grid, ~6 min on one core
 #
-# Afterwards: `python -m pytest -q -p no:cacheprovider tests/test_bundled_profiles.py
-# tests/test_composed.py`, and the README paragraph on `--profile tiny-cpu-components`
-# (points, seconds, calibration figures) takes the new figures.
+# It is the default profile, so afterwards: `python tests/fixtures/record_default_runs.py`
+# (the README runs on the default profile are pinned to its bytes), `python -m pytest -q
+# -p no:cacheprovider tests/test_bundled_profiles.py tests/test_composed.py
+# tests/test_readme_runs.py`, and the README's paragraph on the default profile (points,
+# seconds, calibration figures and noise floor) takes the new figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"

@@ -15,8 +15,8 @@ cd "$(dirname "$0")/.."
 OUT=${1:-reports/capacity}
 shift || true
 [ -x .venv/bin/sim ] || { echo "run ./dev run once (or pip install -e .) first" >&2; exit 2; }
-.venv/bin/sim capacity --policies whole,chunk,budget --chunks 256,512,1024,2048 \
-  --slo p99_itl_ms=100 --slo p99_ttft_ms=2000 --out "$OUT" "$@"
+.venv/bin/sim capacity --profile tiny-cpu --policies whole,chunk,budget \
+  --chunks 256,512,1024,2048 --slo p99_itl_ms=100 --slo p99_ttft_ms=2000 --out "$OUT" "$@"
 .venv/bin/python - "$OUT/capacity.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))

@@ -253,10 +253,17 @@ def test_a_primed_bench_runs_the_layer_before_after_the_eviction_read():
         log = []
         bench._cold = lambda: log.append("evict")
         layers = bench.model.layers
-        for i in (0, 1):
+
+        def logged(i: int):
             real = layers[i].dense_in
-            layers[i].dense_in = (lambda real, i: lambda *a: (log.append(i), real(*a))[1])(
-                real, i)
+
+            def dense_in(*a):
+                log.append(i)
+                return real(*a)
+            return dense_in
+
+        for i in (0, 1):
+            layers[i].dense_in = logged(i)
         t = bench.dense(16)
         assert log == ["evict", 1, 0] * (1 + t.repeats)
         bench.decode_attn([12, 30])  # attention reads layer 1's KV too: it must exist

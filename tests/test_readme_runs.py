@@ -2,7 +2,9 @@
 of the README's kinds of command (every policy and variant, traces, prefix caching,
 priority, jitter, a GPU profile), recorded before the package was reorganized. Every key
 must match to the byte; a key the recording lacks is allowed only if listed here. An entry
-re-recorded since carries a `note` saying why its answer had to change."""
+re-recorded since carries a `note` saying why its answer had to change. The runs on the
+default (component) profile are recorded by tests/fixtures/record_default_runs.py, again
+whenever that profile is re-measured."""
 
 from __future__ import annotations
 

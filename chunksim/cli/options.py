@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from chunksim.core.knobs import Flag, field_docs, flag_of
+from chunksim.latency.profile import DEFAULT_PROFILE
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.fleet_config import FleetConfig
@@ -37,8 +38,8 @@ PolicyChoice = Enum("PolicyChoice", {name: name for name in POLICIES}, type=str)
 
 ProfileOpt = Annotated[str | None, typer.Option(
     "--profile", rich_help_panel="Engine and KV cache", help=(
-        "Latency profile: a bundled name (default tiny-cpu) or a CSV written by "
-        "`sim profile`."))]
+        f"Latency profile: a bundled name (default {DEFAULT_PROFILE}) or a CSV written "
+        "by `sim profile` (either kind)."))]
 
 
 def _option(name: str, hint: Any, default: Any, flag: Flag, doc: str, panel: str | None,

@@ -21,7 +21,7 @@ from chunksim.latency.component_table import kind_of, parse
 KEY_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len")
 TIME_COLUMNS = ("median_s", "p10_s", "p90_s")
 REQUIRED_COLUMNS = KEY_COLUMNS + TIME_COLUMNS
-DEFAULT_PROFILE = "tiny-cpu"
+DEFAULT_PROFILE = "tiny-cpu-components"
 MAX_KEY = 10_000_000
 """Largest token count or decode count a profile row may hold (a data error beyond)."""
 MAX_STEP_S = 1e6
