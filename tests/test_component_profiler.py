@@ -179,10 +179,13 @@ def test_cli_profiles_the_70b_mini_at_tp4(tmp_path):
     out = tmp_path / "m.csv"
     res = CliRunner().invoke(app, ["profile", "--kind", "components", "--model",
                                    "llama-3.1-70b-mini", "--tp", "4", "--device", "cpu",
-                                   "--grid", "quick", "--quiet", "--out", str(out)])
+                                   "--grid", "quick", "--warmup", "1", "--repeats", "3",
+                                   "--point-budget-s", "0.01", "--no-calibrate", "--quiet",
+                                   "--out", str(out)])
     assert res.exit_code == 0, res.output
     meta = json.loads(out.with_suffix(".json").read_text())
-    assert meta["components"]["tp"] == 4 and "composed vs whole-model" in res.output
+    assert meta["components"]["tp"] == 4 and meta["model"]["n_layers"] == 4
+    assert "calibration skipped: --no-calibrate" in res.output  # calibrated at tp: below
 
 
 def test_measure_runs_between_before_every_run_outside_the_clock():
@@ -270,3 +273,35 @@ def test_a_primed_bench_runs_the_layer_before_after_the_eviction_read():
         assert bench.pools["decode"].k[1].shape == bench.pools["decode"].k[0].shape
         plain = LayerBench(cfg, "cpu", torch.float32, 0, lambda: None, timing, evict=4096)
         assert len(plain.model.layers) == 1 and plain.dense(16).median_s > 0
+
+
+def test_link_measured_refuses_formula_flags_and_missing_devices():
+    from chunksim.profiler.allreduce_bench import check_devices, measured_tokens
+
+    assert link_settings(2, "measured", None, None)["preset"] == "measured"
+    with pytest.raises(ValueError, match="--link-gbps"):
+        link_settings(2, "measured", 100.0, None)
+    with pytest.raises(ValueError, match="needs 4 CUDA devices; torch sees 1"):
+        check_devices("cuda", 4, 1)
+    check_devices("cpu", 4, 0)  # gloo: processes, no devices needed
+    assert measured_tokens((1, 16, 32, 48, 64, 96, 700)) == (1, 16, 32, 64, 700)
+
+
+@pytest.mark.slow  # spawns two processes
+def test_a_measured_link_times_the_allreduce_with_torch_distributed(tmp_path):
+    """tp 2 on CPU (gloo): the allreduce rows are two measured all-reduces per layer, and
+    the calibration runs one shard's whole model."""
+    mini = preset_config("llama-3.1-70b-mini")
+    run_components(_micro(tmp_path, model=mini, tp=2,
+                          link=link_settings(2, "measured", None, None)),
+                   show_progress=False)
+    p = load_profile(str(tmp_path / "c.csv"))
+    link = p.provenance["components"]["link"]
+    assert link["preset"] == "measured" and link["backend"] == "gloo"
+    ar = p.table[p.table.component == "allreduce"]
+    assert list(ar.tokens) == [int(t) for t in link["allreduce_s"]]
+    for tokens, t in zip(ar.tokens, ar.median_s, strict=True):
+        assert t == pytest.approx(2 * link["allreduce_s"][str(tokens)]) and t > 0
+    assert "allreduce" in p.provenance["phase_s"]
+    cal = p.provenance["calibration"]
+    assert cal["steps"] == 6 and "tensor-parallel" in cal["note"]

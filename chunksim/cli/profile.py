@@ -47,6 +47,7 @@ class LinkName(str, Enum):
     nvlink_h100 = "nvlink-h100"
     nvlink_h200 = "nvlink-h200"
     pcie = "pcie"
+    measured = "measured"
 
 
 class GridName(str, Enum):
@@ -98,7 +99,9 @@ def profile(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (--kind components): "
                            "time one shard's shapes, add two all-reduces per layer."),
     link: LinkName | None = typer.Option(
-        None, "--link", help="All-reduce link preset with --tp (default nvlink-h100)."),
+        None, "--link", help="All-reduce link preset with --tp (default nvlink-h100), or "
+        "measured: time it with torch.distributed (NCCL over --tp CUDA devices, gloo on "
+        "CPU)."),
     link_gbps: float | None = typer.Option(
         None, "--link-gbps", help="All-reduce bandwidth, Gbit/s (overrides --link)."),
     link_latency_us: float | None = typer.Option(

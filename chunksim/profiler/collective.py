@@ -8,7 +8,8 @@ bytes over N devices costs
     latency + 2 (N - 1) / N x B / bandwidth
 
 per call (each device sends and receives 2 (N - 1) / N of the buffer). The presets are
-nominal figures of the interconnects (override them with measured ones):
+nominal figures of the interconnects (override them with measured ones, or time the
+all-reduce itself with `--link measured`, `allreduce_bench`):
 
 - `nvlink-h100`, `nvlink-h200`: 8-GPU NVSwitch systems, NVLink 4 at 450 GB/s per direction
   per GPU (3600 Gbit/s), 8 us per call (launch and synchronisation of a small
@@ -26,6 +27,8 @@ LINKS: dict[str, tuple[float, float]] = {
 }
 """Preset -> (bandwidth in Gbit/s, latency per all-reduce in microseconds)."""
 ALLREDUCES_PER_LAYER = 2
+MEASURED = "measured"
+"""`--link measured`: time the all-reduce with torch.distributed (`allreduce_bench`)."""
 
 
 def link_settings(tp: int, preset: str | None, gbps: float | None,
@@ -40,8 +43,16 @@ def link_settings(tp: int, preset: str | None, gbps: float | None,
                              f"device has no all-reduce)")
         return None
     name = preset or "nvlink-h100"
+    if name == MEASURED:
+        given = [f for f, v in (("--link-gbps", gbps), ("--link-latency-us", latency_us))
+                 if v is not None]
+        if given:
+            raise ValueError(f"--link measured times the all-reduce; {', '.join(given)} "
+                             f"set the formula's figures instead: give one or the other")
+        return {"preset": MEASURED, "formula": None}
     if name not in LINKS:
-        raise ValueError(f"--link {name!r} is not a preset; use one of {', '.join(LINKS)}")
+        raise ValueError(f"--link {name!r} is not a preset; use one of {', '.join(LINKS)} "
+                         f"or {MEASURED}")
     bw, lat = LINKS[name]
     if gbps is not None:
         if not gbps > 0:

@@ -38,6 +38,7 @@ from chunksim.decoder.model import build_model
 from chunksim.latency.component_table import COLUMNS, FORMAT, KEYS
 from chunksim.latency.composed import ComponentModel
 from chunksim.latency.profile import Profile
+from chunksim.profiler.allreduce_bench import BACKENDS, measure_allreduce_s, measured_tokens
 from chunksim.profiler.calibration import (
     FIXED_PROBES,
     SampleStep,
@@ -47,7 +48,7 @@ from chunksim.profiler.calibration import (
     run_whole,
     sample_steps,
 )
-from chunksim.profiler.collective import layer_allreduce_s
+from chunksim.profiler.collective import ALLREDUCES_PER_LAYER, MEASURED, layer_allreduce_s
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
 from chunksim.profiler.component_points import checkpoint as component_checkpoint
 from chunksim.profiler.component_points import measure_points, row
@@ -214,11 +215,21 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
         gc.collect()
         free_cached(s.device)
     phases = {"components": round(time.perf_counter() - started, 3)}
-    if s.tp > 1:
+    link = s.link
+    if s.tp > 1 and s.link["preset"] == MEASURED:
+        timed = measure_allreduce_s(s.device, s.tp, measured_tokens(axes["tokens"]),
+                                    shard.hidden_size, s.dtype)
+        link = {**s.link, "backend": BACKENDS[s.device],
+                "allreduce_s": {str(t): v for t, v in timed.items()}}
+        for t, sec in timed.items():
+            sec *= ALLREDUCES_PER_LAYER
+            rows.append(row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
+    elif s.tp > 1:
         width = DTYPE_BYTES[s.dtype]
         for t in axes["tokens"]:
             sec = layer_allreduce_s(t, shard.hidden_size, width, s.tp, s.link)
             rows.append(row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
+    phases["allreduce"] = round(time.perf_counter() - started - sum(phases.values()), 3)
 
     calibration, fixed_s, scale = _calibrate(s, shard, rows, dtype, sync, timing,
                                              show_progress)
@@ -247,7 +258,7 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
         "step_overhead": overhead,
         "wake_up": wake_up,
         "components": {"layers": s.model.n_layers, "timed_layers": 1,
-                       "in_sequence_scale": scale, "tp": s.tp, "link": s.link,
+                       "in_sequence_scale": scale, "tp": s.tp, "link": link,
                        "evict_bytes": evict, "prime": _prime(s), "looks": g.looks,
                        "relook_below_s": g.relook_below_s, "relooked_points": relooked,
                        "shard": {k: getattr(shard, k) for k in (

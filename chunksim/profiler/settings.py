@@ -81,11 +81,18 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
                          f"--point-budget-s {spec.point_budget_s}: need warmup >= 0, "
                          f"repeats >= 1 and a positive budget")
     dtype = dtype or ("float32" if dev == "cpu" else "bfloat16")
+    link_model = link_settings(tp, link, link_gbps, link_latency_us)
+    if link_model is not None and link_model["preset"] == "measured":
+        import torch
+
+        from chunksim.profiler.allreduce_bench import check_devices
+
+        check_devices(dev, tp, torch.cuda.device_count() if dev == "cuda" else 0)
     suffix = f"-tp{tp}" if tp > 1 else ""
     return ComponentSettings(
         model=cfg, device=dev, dtype=dtype, grid=spec,
         out_csv=out or Path("out/profiles") / f"{cfg.name}-{dev}{suffix}-components.csv",
         threads=threads if dev == "cpu" else None, seed=seed, tp=tp,
-        link=link_settings(tp, link, link_gbps, link_latency_us), calibrate=calibrate,
+        link=link_model, calibrate=calibrate,
         live_costs=live_costs, resume=resume,
         clock=clock or ("thread-cpu" if dev == "cpu" and threads == 1 else "wall"))
