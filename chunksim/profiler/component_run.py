@@ -204,7 +204,6 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
     with torch.inference_mode():
         bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, evict,
                            prime=_prime(s))
-
         try:
             rows, relooked = measure_points(work, _timer(bench), g.looks, g.relook_below_s,
                                             s.seed, ckpt, done, show_progress)
