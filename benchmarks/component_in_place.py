@@ -76,6 +76,7 @@ def main() -> None:
     from chunksim.decoder.device import pin_host_allocator
     from chunksim.decoder.model import build_model
     from chunksim.profiler.calibration import SampleStep, WholeSteps
+    from chunksim.profiler.component_run import drift_ratios
     from chunksim.profiler.components import LayerBench
 
     prof = load_profile(args.profile)
@@ -129,7 +130,8 @@ def main() -> None:
             rows.append({"kind": st.kind, "whole": total, "place": place, "exact": exact,
                          "table": table,
                          "composed": model_lat.step_s(st.shape())[0]})
-        drift = _drift(bench, prof.table)
+        ratios = drift_ratios(bench, prof.table.to_dict("records"))
+        drift = float(np.median(ratios)) if ratios else 1.0
         bench.close()
 
     def compose(parts: dict) -> float:
@@ -162,29 +164,6 @@ def main() -> None:
     print(json.dumps({"median_signed_error_pct": out, "isolation_by_part_pct": part_iso,
                       "drift_factor": round(drift, 4), "steps": len(rows),
                       "profile_sha256": prof.sha256}))
-
-
-def _drift(bench, table) -> float:
-    """Median of (a few of the table's own grid points timed now / their table figure):
-    how far this machine's speed is from when the profile was measured."""
-    from chunksim.profiler.component_run import DRIFT_POINTS
-
-    ratios = []
-    for name, key in DRIFT_POINTS:
-        t = table[table.component == name]
-        if name in ("dense", "head"):
-            col = "tokens" if name == "dense" else "logits"
-            t = t[t[col] == key]
-            now = bench.dense(key) if name == "dense" else bench.head(key)
-        elif name == "prefill_attn":
-            t = t[(t.chunk_len == key[0]) & (t.prior_len == key[1])]
-            now = bench.prefill_attn(*key)
-        else:
-            t = t[(t.decode_count == key[0]) & (t.kv_len == key[1]) & (t.kv_max == key[1])]
-            now = bench.decode_attn([key[1]] * key[0])
-        if len(t):
-            ratios.append(now.median_s / float(t.median_s.iloc[0]))
-    return float(np.median(ratios)) if ratios else 1.0
 
 
 def _table_parts(lat, st, tokens: int, logits: int) -> dict:

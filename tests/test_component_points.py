@@ -123,7 +123,7 @@ def test_an_interrupted_component_run_resumes_from_the_cli(tmp_path, monkeypatch
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                     reason="the host allocator is pinned on glibc only")
-def test_the_host_allocator_is_pinned_once_and_reported():
+def test_the_host_allocator_is_pinned_once():
     first = pin_host_allocator()
     assert first == {"glibc": HOST_ALLOCATOR}
     assert pin_host_allocator() is first

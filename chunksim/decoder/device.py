@@ -77,7 +77,7 @@ def pin_host_allocator() -> dict | None:
     global _pinned
     if _pinned is not None:
         return _pinned
-    if platform.system() != "Linux" or not platform.libc_ver()[0] == "glibc":
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

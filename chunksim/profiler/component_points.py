@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable
 
-from chunksim.latency.component_table import COLUMNS, KEY_COLUMNS
+from chunksim.latency.component_table import COLUMNS, KEY_COLUMNS, KEYS
 from chunksim.profiler.store import Checkpoint
 from chunksim.profiler.timing import Timing
 from chunksim.progress import ProgressBar
@@ -59,7 +59,7 @@ def checkpoint(out_csv) -> Checkpoint:
 
 
 def _parse(r: dict[str, str]) -> tuple[dict, int]:
-    if r["component"] not in ("dense", "embed", "prefill_attn", "decode_attn", "head"):
+    if r["component"] not in KEYS:
         raise ValueError(r["component"])
     out = {"component": r["component"], **{c: int(r[c]) for c in KEY_COLUMNS},
            **{c: float(r[c]) for c in COLUMNS[8:12]}, "repeats": int(r["repeats"])}

@@ -364,6 +364,18 @@ def _drift(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype, sy
            timing: dict) -> dict:
     """Re-time a few component points after the whole steps; `factor` = median of now /
     table (1: the machine ran as fast as when the components were timed)."""
+    with torch.inference_mode():
+        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard),
+                           prime=_prime(s))
+        ratios = drift_ratios(bench, rows)
+        bench.close()
+    factor = statistics.median(ratios) if ratios else 1.0
+    return {"factor": round(factor, 4), "ratios": [round(r, 4) for r in ratios]}
+
+
+def drift_ratios(bench: LayerBench, rows: list[dict]) -> list[float]:
+    """`DRIFT_POINTS` timed now on `bench` over their figures in `rows` (table rows;
+    points the table lacks are skipped). Call under `torch.inference_mode()`."""
     table = {}
     for r in rows:
         key = {"dense": r["tokens"], "head": r["logits"],
@@ -372,25 +384,20 @@ def _drift(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype, sy
                else None}.get(r["component"])
         table[(r["component"], key)] = r["median_s"]
     ratios = []
-    with torch.inference_mode():
-        bench = LayerBench(shard, s.device, dtype, s.seed, sync, timing, _evict(s, shard),
-                           prime=_prime(s))
-        for name, key in DRIFT_POINTS:
-            old = table.get((name, key))
-            if old is None or not old > 0:
-                continue
-            if name == "dense":
-                t = bench.dense(key)
-            elif name == "head":
-                t = bench.head(key)
-            elif name == "prefill_attn":
-                t = bench.prefill_attn(*key)
-            else:
-                t = bench.decode_attn([key[1]] * key[0])
-            ratios.append(t.median_s / old)
-        bench.close()
-    factor = statistics.median(ratios) if ratios else 1.0
-    return {"factor": round(factor, 4), "ratios": [round(r, 4) for r in ratios]}
+    for name, key in DRIFT_POINTS:
+        old = table.get((name, key))
+        if old is None or not old > 0:
+            continue
+        if name == "dense":
+            t = bench.dense(key)
+        elif name == "head":
+            t = bench.head(key)
+        elif name == "prefill_attn":
+            t = bench.prefill_attn(*key)
+        else:
+            t = bench.decode_attn([key[1]] * key[0])
+        ratios.append(t.median_s / old)
+    return ratios
 
 
 def _pool_tokens(steps: list[SampleStep]) -> int:

@@ -99,13 +99,9 @@ class LayerBench:
         """Time `fn`; before each run, untimed: the eviction read, then `before` (the
         same work on the layer before, when primed)."""
         t = self.timing
-        before = before if self.prime else None
-        if self._evict is not None and before is not None:
-            def between():
-                self._cold()
-                before()
-        else:
-            between = self._cold if self._evict is not None else before
+        untimed = [f for f in (self._cold if self._evict is not None else None,
+                               before if self.prime else None) if f is not None]
+        between = (lambda: [f() for f in untimed]) if untimed else None
         with sdpa_kernels(self.model.sdpa_backends if self.device == "cuda" else None):
             return measure(fn, t["warmup"], t["repeats"], self.sync, min_repeats=3,
                            budget_s=t["point_budget_s"], min_timed_s=t["point_min_s"],

@@ -62,7 +62,7 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
 
     from chunksim.decoder.config import load_hf_config, preset_config, shard_config
     from chunksim.decoder.device import resolve_device
-    from chunksim.profiler.collective import link_settings
+    from chunksim.profiler.collective import MEASURED, link_settings
     from chunksim.profiler.component_grid import component_grid
     from chunksim.profiler.component_run import ComponentSettings
 
@@ -82,7 +82,7 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
                          f"repeats >= 1 and a positive budget")
     dtype = dtype or ("float32" if dev == "cpu" else "bfloat16")
     link_model = link_settings(tp, link, link_gbps, link_latency_us)
-    if link_model is not None and link_model["preset"] == "measured":
+    if link_model is not None and link_model["preset"] == MEASURED:
         import torch
 
         from chunksim.profiler.allreduce_bench import check_devices
