@@ -8,6 +8,7 @@ import pytest
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.latency.model import LatencyModel
 from chunksim.latency.profile import bundled_profiles, load_profile
+from chunksim.policies import POLICIES
 from chunksim.sim.run import RunConfig, simulate
 
 EXPECTED = {
@@ -63,7 +64,7 @@ def test_the_bundled_component_profile_is_a_measured_component_table():
         assert 0 <= alone[kind]["median_abs_error_pct"] <= alone[kind]["p90_abs_error_pct"] < 100
 
 
-@pytest.mark.parametrize("policy", ["whole", "chunk", "budget", "sjf"])
+@pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_policy_runs_on_the_component_profile(policy):
     from chunksim.workloads.scenarios import LongPromptConfig, long_prompt
 

@@ -7,46 +7,62 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chunksim.core.spec import RequestSpec, Workload
+from chunksim.policies import POLICIES as REGISTRY
+from chunksim.policies import VARIANTS, knob_owners
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
-POLICIES = [("budget", None), ("chunk", "mixed"), ("chunk", "two-pass"),
-            ("chunk", "alternate"), ("whole", "prefill-first"), ("whole", "mixed")]
+POLICIES = [(name, variant, priority) for name in REGISTRY
+            for variant in (VARIANTS[name] or (None,))
+            for priority in ((False, True) if name in knob_owners()["priority_scheduling"]
+                             and name != "sjf" else (False,))]
+"""Every policy family and variant of the registry, each family that takes vLLM's priority
+scheduling also with it on (sjf refuses it: its queue is ordered by remaining prompt)."""
+BUDGETED = {name for name in REGISTRY if name in knob_owners()["max_num_batched_tokens"]
+            and name != "whole"}
+"""Families whose chunk is the step's token budget, decodes included."""
 
 requests_st = st.lists(
     st.tuples(st.floats(0, 0.2), st.integers(1, 3000), st.integers(1, 60)),
     min_size=1, max_size=25)
 
 
-def build(reqs, prefixed: bool = False):
+def build(reqs, prefixed: bool = False, priorities: bool = False):
     """Requests from (gap, prompt, output); with `prefixed`, each prompt starts with one
-    of three shared 16-token-block prefixes (by index) so prefix caching has hits."""
+    of three shared 16-token-block prefixes (by index) so prefix caching has hits; with
+    `priorities`, request i has priority (7 i) mod 3, so later arrivals can outrank
+    earlier ones."""
     t, rows = 0.0, []
     for gap, p, o in reqs:
         t += gap
         rows.append((t, p, o))
-    if not prefixed:
+    if not prefixed and not priorities:
         return workload(rows)
     specs = []
     for i, (a, p, o) in enumerate(rows):
-        fam, n = i % 3, -(-p // 16)
-        shared = min(n, 4 + 8 * fam)
-        hashes = tuple(fam * 1000 + j for j in range(shared)) + tuple(
-            10**6 + i * 1000 + j for j in range(n - shared))
-        specs.append(RequestSpec(i, a, p, o, hashes))
-    return Workload("prefixed", tuple(specs), prefix_block_tokens=16)
+        hashes = ()
+        if prefixed:
+            fam, n = i % 3, -(-p // 16)
+            shared = min(n, 4 + 8 * fam)
+            hashes = tuple(fam * 1000 + j for j in range(shared)) + tuple(
+                10**6 + i * 1000 + j for j in range(n - shared))
+        specs.append(RequestSpec(i, a, p, o, hashes, priority=(7 * i) % 3 if priorities else 0))
+    return Workload("prefixed" if prefixed else "prioritized", tuple(specs),
+                    prefix_block_tokens=16)
 
 
-def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
+def config(policy, variant, priority, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
            caching=True):
+    knobs = dict(variant=variant, max_num_seqs=seats,
+                 max_num_batched_tokens=4096 if policy == "whole" else None)
+    if priority:
+        knobs["priority_scheduling"] = True
     return RunConfig(policy=policy, kv_blocks=kv_blocks, prefix_caching=caching,
-                     chunk=None if policy == "whole" else chunk,
-                     knobs=dict(variant=variant, max_num_seqs=seats,
-                                max_num_batched_tokens=4096 if policy == "whole" else None),
+                     chunk=None if policy == "whole" else chunk, knobs=knobs,
                      engine=EngineConfig(fast_forward=ff, jitter=jitter, seed=seed))
 
 
-def check_invariants(w, res, s, policy, variant, chunk, seats, kv_blocks, caching):
+def check_invariants(w, res, s, policy, variant, priority, chunk, seats, kv_blocks, caching):
     r, steps = res.requests, res.steps
     done = r[~r.rejected]
     # every request finishes or is reported rejected, with all its tokens
@@ -65,7 +81,7 @@ def check_invariants(w, res, s, policy, variant, chunk, seats, kv_blocks, cachin
         return
     assert steps.kv_blocks_used.max() <= kv_blocks
     assert steps.running.max() <= seats
-    if policy == "budget":
+    if policy in BUDGETED:
         assert (steps.prefill_tokens + steps.decodes).max() <= chunk
     elif policy == "chunk":
         cap = chunk if variant == "alternate" else 8192
@@ -93,16 +109,16 @@ def check_invariants(w, res, s, policy, variant, chunk, seats, kv_blocks, cachin
 # found by CI: a preempted request re-admitted with a prefix hit covering all but its last
 # token was recorded as a decode inside a prefill-only step
 @example(reqs=[(0.0, 1935, 35), (0.03125, 756, 30), (0.0, 1, 1)],
-         pol=("whole", "prefill-first"), chunk=64, seats=2, kv_blocks=173, jitter=False,
+         pol=("whole", "prefill-first", False), chunk=64, seats=2, kv_blocks=173, jitter=False,
          caching=True, prefixed=False)
-@example(reqs=[(0.0, 753, 49), (0.0, 1935, 19), (0.0, 1, 1)], pol=("chunk", "alternate"),
+@example(reqs=[(0.0, 753, 49), (0.0, 1935, 19), (0.0, 1, 1)], pol=("chunk", "alternate", False),
          chunk=64, seats=2, kv_blocks=173, jitter=False, caching=True, prefixed=False)
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
        seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans(),
        caching=st.booleans(), prefixed=st.booleans())
 def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, caching,
                     prefixed):
-    w = build(reqs, prefixed)
+    w = build(reqs, prefixed, priorities=pol[2])
     res, s = simulate(w, linear_profile, config(*pol, chunk, seats, kv_blocks, jitter,
                                                 caching=caching))
     check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
@@ -119,7 +135,7 @@ def test_invariants_on_a_fixed_random_sweep(linear_profile):
         pol = POLICIES[int(rng.integers(len(POLICIES)))]
         chunk, seats = int(rng.choice([64, 256, 1000])), int(rng.integers(1, 9))
         kv_blocks, caching = int(rng.integers(40, 400)), bool(rng.integers(2))
-        w = build(reqs, prefixed=bool(rng.integers(2)))
+        w = build(reqs, prefixed=bool(rng.integers(2)), priorities=pol[2])
         res, s = simulate(w, linear_profile, config(*pol, chunk, seats, kv_blocks,
                                                     caching=caching))
         check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
@@ -131,7 +147,7 @@ def test_invariants_on_a_fixed_random_sweep(linear_profile):
        prefixed=st.booleans())
 def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_blocks, jitter,
                                       caching, prefixed):
-    w = build(reqs, prefixed)
+    w = build(reqs, prefixed, priorities=pol[2])
     a, sa = simulate(w, linear_profile,
                      config(*pol, chunk, 4, kv_blocks, jitter, ff=True, caching=caching))
     b, sb = simulate(w, linear_profile,
@@ -157,8 +173,8 @@ def test_same_seed_gives_byte_identical_outputs(linear_profile, tmp_path):
             arrivals=ArrivalProcess(ArrivalKind.GAMMA, rate_per_s=8, burstiness=0.5),
             prompt=LogNormal(800, 600, 1, 8000), output=LogNormal(100, 80, 1, 400),
             num_requests=150, seed=7))
-        res, s = simulate(w, linear_profile, config("budget", None, 512, 64, 3000, jitter=True,
-                                                    seed=7))
+        res, s = simulate(w, linear_profile, config("budget", None, False, 512, 64, 3000,
+                                                    jitter=True, seed=7))
         write_outputs(tmp_path / d, res, s)
         return [(tmp_path / d / f).read_bytes() for f in
                 ("summary.json", "requests.parquet", "steps.parquet")]

@@ -9,6 +9,7 @@ import pytest
 from factories import constant_time, make_profile, workload
 
 from chunksim.latency.model import LatencyModel
+from chunksim.policies import POLICIES
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
@@ -75,7 +76,7 @@ def test_an_arrival_into_a_busy_engine_pays_nothing(wake_profile):
     assert np.allclose(steps, 0.010)
 
 
-@pytest.mark.parametrize("policy", ["whole", "chunk", "budget"])
+@pytest.mark.parametrize("policy", list(POLICIES))
 def test_fast_forward_changes_nothing_with_wake_up(wake_profile, policy):
     rng = np.random.default_rng(7)
     arrivals = np.cumsum(rng.exponential(0.08, 40))

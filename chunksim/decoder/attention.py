@@ -6,7 +6,7 @@ decode group: one batched SDPA call over a `[B, H_kv, L, D]` view of adjacent sl
 gather copy when the slots are scattered), padded and masked when lengths differ. Decode
 GQA folds the query heads that share a KV head into the query-length axis
 (`[B, H_kv, group, D]`), so no K/V head is ever repeated. FlexAttention is not used: on
-torch 2.13 CPU it needs torch.compile (~28 s, plus ~3 s per block mask).
+CPU it needs torch.compile, whose compile time per block mask would dominate a profile.
 
 On CUDA, SDPA may use only the kernels in `SDPA_BACKENDS` (see there why not cuDNN).
 """

@@ -3,14 +3,14 @@ profile) measures, so a slow stretch can be told apart: a down-clocked GPU shows
 samples, a slow host does not.
 
 Why: a live loop whose steps run in slow streaks, while the table agrees with the same
-steps replayed alone, may be meeting a lowered clock. The eager forward of an 8B model is
-launch-bound (~17 ms of kernel launches for ~4 ms of GPU work on an H200), so the GPU idles
-most of each step, and its clock governor may lower the clock in such stretches. The
+steps replayed alone, may be meeting a lowered clock. An eager forward pass is often
+launch-bound (more time launching kernels than running them), so the GPU idles most of
+each step, and its clock governor may lower the clock in such stretches. The
 samples come from NVML (`torch.cuda.clock_rate`, which needs the `pynvml` module of
 nvidia-ml-py); where that is missing, nothing is sampled.
 
-A daemon thread reads the clock every `interval_s` (10 Hz by default): each read takes
-the GIL for a few microseconds, far below the steps' own noise.
+A daemon thread reads the clock every `interval_s` (10 Hz by default): each read holds
+the GIL only briefly, far below the steps' own noise.
 """
 
 from __future__ import annotations

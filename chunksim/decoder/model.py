@@ -138,8 +138,8 @@ class LlamaModel(nn.Module):
                              f"length")
         pools = [pools] if isinstance(pools, KVPool) else list(pools)
         x, cos, sin = self.embed_step(token_ids, step)
-        # one context per step, not per layer: it costs ~15 us and the step may be
-        # launch-bound (an eager 8B forward on an H200)
+        # one context per step, not per layer: entering it has a host cost and the step
+        # may be launch-bound (an eager forward on a GPU)
         with sdpa_kernels(self.sdpa_backends if step.cuda_kernels else None):
             for i, block in enumerate(self.layers):
                 x = block(i, x, cos, sin, step, pools)

@@ -1,9 +1,9 @@
 """The live loop's per-step CPU cost outside the forward pass, measured on a synthetic
 session: what `sim profile` should record as the profile's `step_overhead_s`.
 
-Scheduling, input preparation, sampling and bookkeeping grow with the requests in a step
-(~0.2 ms + ~0.09 ms per request for `tiny` on one CPU thread here), so besides the median
-this fits `base_s + per_request_s * requests` over the session's busy steps.
+Scheduling, input preparation, sampling and bookkeeping grow with the requests in a step,
+so besides the median this fits `base_s + per_request_s * requests` over the session's
+busy steps.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from chunksim.decoder.step import StepBatch, prepare_step
 def _median_s(fn: Callable[[], None], sync: Callable[[], None], repeats: int = 5) -> float:
     """One warm-up run, then the median of `repeats` synchronized runs. (Not
     profiler.timing.measure: that collects garbage before each point, which after a live
-    run's millions of objects costs ~0.15 s a call.)"""
+    run's millions of objects costs more than the step itself.)"""
     fn()
     sync()
     samples = []

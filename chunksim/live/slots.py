@@ -10,10 +10,10 @@ stays in `EngineCore` (shared with the simulator); this only maps requests to me
 A slot is taken when a request is admitted and returned when it finishes or is preempted;
 the recompute after a preemption re-writes the KV from position 0 into its new slot.
 Each pool is kept compact: the requests of a class occupy slots 0 .. n-1, and when one
-leaves, the request in slot n-1 moves into its slot (its KV copied, a few hundred KB on
-`tiny`). A decode batch is then a run of adjacent slots, the zero-copy attention view the
-profiler measures, instead of a gather copy of every decode's KV each step (+10-15 % on a
-4-decode CPU step). Deviation from vLLM: no paging; paged attention needs neither.
+leaves, the request in slot n-1 moves into its slot (its KV copied). A decode batch is then
+a run of adjacent slots, the zero-copy attention view the profiler measures, instead of a
+gather copy of every decode's KV each step (which the profiled steps never pay). Deviation
+from vLLM: no paging; paged attention needs neither.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ VALIDATION_GRID = {
 }
 """Profile axes covering the suite's steps: chunks to 8192 (the long prompt, whole),
 dense up to 1024 (chunk/budget steps and chat prompts), up to 32 decodes over 4096-token
-contexts, prior context to 8192 (the long prompt's last chunks). About 3.5 minutes on
-one CPU thread for `tiny`, plus ~25 s per extra round-robin pass."""
+contexts, prior context to 8192 (the long prompt's last chunks). Each extra round-robin pass
+re-times every point, so the profiling time grows with the passes."""
 
 
 def medium_rate(profile, opts: WorkloadOptions, cfg: RunConfig, share: float = 0.5,
