@@ -222,17 +222,38 @@ class Acceptance:
         return m
 
     def summary(self) -> dict:
-        """vLLM's spec-decode metrics: mean acceptance length (tokens per verified decode,
-        the bonus token included), acceptance rate (accepted / drafted tokens), and the
-        per-position acceptance rates achieved."""
-        n = self.drafts
-        return {
-            "spec_drafts": n,
-            "spec_draft_tokens": self.draft_tokens,
-            "spec_accepted_tokens": self.accepted_tokens,
-            "spec_mean_acceptance_length": 1.0 + self.accepted_tokens / n if n else None,
-            "spec_acceptance_rate": (self.accepted_tokens / self.draft_tokens
-                                     if self.draft_tokens else None),
-            "spec_position_acceptance": ([float(c) / n for c in self.per_position]
-                                         if n else []),
-        }
+        """vLLM's spec-decode metrics (`spec_summary`) of the decodes verified so far."""
+        return spec_summary(self.drafts, self.draft_tokens, self.accepted_tokens,
+                            self.per_position.tolist())
+
+
+def spec_summary(drafts: int, draft_tokens: int, accepted_tokens: int,
+                 per_position: list[int]) -> dict:
+    """vLLM's spec-decode metrics from the counts: mean acceptance length (tokens per
+    verified decode, the token sampled after the accepted drafts included), acceptance
+    rate (accepted / drafted tokens) and the per-position acceptance rates achieved
+    (accepted at position i / verified decodes)."""
+    n = drafts
+    return {
+        "spec_drafts": n,
+        "spec_draft_tokens": draft_tokens,
+        "spec_accepted_tokens": accepted_tokens,
+        "spec_accepted_per_position": list(per_position),
+        "spec_mean_acceptance_length": 1.0 + accepted_tokens / n if n else None,
+        "spec_acceptance_rate": accepted_tokens / draft_tokens if draft_tokens else None,
+        "spec_position_acceptance": [c / n for c in per_position] if n else [],
+    }
+
+
+def merge_spec(metas: list[dict]) -> dict:
+    """The spec-decode metrics of several engines (a fleet) from their own; {} when none
+    speculated."""
+    parts = [m for m in metas if "spec_drafts" in m]
+    if not parts:
+        return {}
+    width = max(len(m["spec_accepted_per_position"]) for m in parts)
+    per = [sum(m["spec_accepted_per_position"][i] for m in parts
+               if i < len(m["spec_accepted_per_position"])) for i in range(width)]
+    return spec_summary(sum(m["spec_drafts"] for m in parts),
+                        sum(m["spec_draft_tokens"] for m in parts),
+                        sum(m["spec_accepted_tokens"] for m in parts), per)
