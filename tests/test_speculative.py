@@ -87,7 +87,7 @@ def test_mean_tokens_per_decode_step_matches_the_closed_form(const_profile, a, k
 def test_vllm_per_position_rates_are_reproduced(layered_profile):
     rates = (0.9, 0.6, 0.45, 0.2)
     reqs = [(0.0, 32, 2000)] * 8
-    _, s = run(layered_profile, reqs, spec("eagle", 0, rates=rates), schedule_log=False)
+    _, s = run(layered_profile, reqs, spec("eagle", None, rates=rates), schedule_log=False)
     assert s["speculative"]["num_speculative_tokens"] == 4  # defaults to the list's length
     n = s["spec_drafts"]
     for got, r in zip(s["spec_position_acceptance"], rates, strict=True):
@@ -430,3 +430,48 @@ def test_speculation_invariants(layered_profile, reqs, k, a, method, chunk, kv_b
     assert (dec.tokens <= k + 1).all()
     assert int(res.steps.tokens_emitted.sum()) == int(done.generated_tokens.sum())
     assert s["spec_accepted_tokens"] <= s["spec_draft_tokens"]
+
+
+# ------------------------------------------------------------------ grid axis
+def test_grid_axis_runs_each_k_and_labels_it(tmp_path):
+    from chunksim.cli import app
+
+    out = tmp_path / "cmp"
+    r = CliRunner().invoke(app, [
+        "compare", "-n", "60", "--policies", "budget", "--chunks", "512",
+        "--num-speculative-tokens", "0,3", "--speculative-method", "ngram",
+        "--spec-acceptance-rate", "0.9", "--seeds", "0", "--no-report", "--workers", "1",
+        "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    df = pd.read_csv(out / "comparison.csv")
+    assert df.num_speculative_tokens.tolist() == [0, 3]
+    assert df.config.tolist() == ["budget 512 · spec 0", "budget 512 · spec 3"]
+    # the k = 3 run speculated (fewer steps per token: TPOT falls on this run) and k = 0
+    # did not
+    assert pd.isna(df.spec_mean_acceptance_length.iloc[0])
+    assert df.spec_mean_acceptance_length.iloc[1] > 2.5
+    assert df.mean_tpot_ms.iloc[1] < df.mean_tpot_ms.iloc[0]
+
+
+def test_grid_axis_refuses_policies_that_cannot_speculate():
+    from chunksim.sweep.configs import PolicySpec, make_configs
+
+    cfgs = make_configs([PolicySpec("whole"), PolicySpec("budget")], [512], None, [0])
+    assert [c.spec_tokens for c in cfgs] == [0, 0]
+    with pytest.raises(ValueError, match="--policies whole has no place for draft tokens"):
+        make_configs([PolicySpec("whole"), PolicySpec("budget")], [512], None, [0, 2])
+
+
+def test_grid_axis_values_are_checked_before_running():
+    from chunksim.sweep.configs import parse_spec_tokens
+
+    run_cfg = RunConfig(engine=EngineConfig(speculative=SpecConfig("eagle", None, None,
+                                                                   (0.8, 0.5))))
+    assert run_cfg.engine.speculative.num_speculative_tokens == 2  # the rates' count
+    assert parse_spec_tokens("0,2", run_cfg) == [0, 2]
+    with pytest.raises(ValueError, match="a rate for each draft position"):
+        parse_spec_tokens("0,4", run_cfg)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        parse_spec_tokens("-1", run_cfg)

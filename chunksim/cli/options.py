@@ -153,7 +153,9 @@ def run_params(single_policy: bool = True) -> list[Param]:
         opt.help = _policy_help()
         params[0] = (name, hint, PolicyChoice(default))
     params += options_of(EngineConfig, "Engine and KV cache", _ENGINE_SKIP)
+    # the grid commands take --num-speculative-tokens as a list (`grid_flags`)
     params += options_of(SpecConfig, "Speculative decoding",
+                         () if single_policy else ("num_speculative_tokens",),
                          types={"speculative_method": SpecMethod | None})
     params += options_of(FleetConfig, "Fleet")
     own = {f.name for f in fields(RunConfig)}

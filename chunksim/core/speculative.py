@@ -75,9 +75,10 @@ class SpecConfig:
     """How drafts are proposed (vLLM's speculative_config method): ngram (prompt lookup, no
     GPU cost), eagle or mtp (a small head on the target's hidden states, one pass per draft
     position), draft-model (a second model, priced by --draft-profile)."""
-    num_speculative_tokens: int = knob(0, "--num-speculative-tokens", panel=_S)
-    """Draft tokens k proposed per request per step (0: off). Each decode then schedules
-    1 + k tokens against the token budget and KV."""
+    num_speculative_tokens: int | None = knob(None, "--num-speculative-tokens", panel=_S)
+    """Draft tokens k proposed per request per step (default: as many as --spec-acceptance
+    gives rates, else 0 = off). Each decode then schedules 1 + k tokens against the token
+    budget and KV. `sim compare` / `sim capacity` take a comma list (a grid axis)."""
     spec_acceptance_rate: float | None = knob(None, "--spec-acceptance-rate", panel=_S)
     """Mean acceptance rate a in [0, 1]: each draft is accepted with probability a if the
     ones before it were (position i is accepted with probability a^i)."""
@@ -93,8 +94,11 @@ class SpecConfig:
     (EAGLE and DeepSeek's MTP module are one decoder layer each)."""
 
     def __post_init__(self) -> None:
-        k = self.num_speculative_tokens
         rates = self.spec_acceptance
+        k = self.num_speculative_tokens
+        if k is None:  # unset: one draft per rate given (and a method to draft them)
+            k = len(rates) if rates and self.speculative_method is not None else 0
+            object.__setattr__(self, "num_speculative_tokens", k)
         if k < 0:
             raise ValueError(f"--num-speculative-tokens {k}: must be >= 0 (0 turns "
                              "speculative decoding off)")
@@ -115,9 +119,6 @@ class SpecConfig:
         if self.draft_head_layers < 0:
             raise ValueError(f"--draft-head-layers {self.draft_head_layers}: must be >= 0")
         object.__setattr__(self, "speculative_method", _method(self.speculative_method))
-        if rates and k == 0 and self.speculative_method is not None:
-            object.__setattr__(self, "num_speculative_tokens", len(rates))
-            k = len(rates)
         if self.draft_profile is not None and self.speculative_method != "draft-model":
             raise ValueError("--draft-profile prices a draft model; it needs "
                              "--speculative-method draft-model")
