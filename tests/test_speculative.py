@@ -475,3 +475,15 @@ def test_grid_axis_values_are_checked_before_running():
         parse_spec_tokens("0,4", run_cfg)
     with pytest.raises(ValueError, match="must be >= 0"):
         parse_spec_tokens("-1", run_cfg)
+
+
+def test_drafts_stay_within_max_model_len(const_profile):
+    # vLLM: num_new_tokens <= max_model_len - 1 - num_computed_tokens; the drafter proposes
+    # no more than that, so the last steps of a request at the cap verify fewer drafts
+    mml, prompt, out = 64, 40, 24  # prompt + output = max_model_len
+    res, s = run(const_profile, [(0.0, prompt, out)], spec("ngram", 4, 0.0),
+                 max_model_len=mml)
+    dec = _rows(res.schedule, 0).iloc[1:]
+    assert (dec.computed_tokens + dec.tokens <= mml - 1).all()
+    assert dec.tokens.iloc[-1] < 5  # cut near the cap
+    assert s["completed"] == 1
