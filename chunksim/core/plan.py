@@ -21,7 +21,8 @@ class Plan:
     """One step: which requests run and how many new tokens each computes."""
 
     scheduled: tuple[tuple[Request, int], ...]
-    """(request, new tokens) in batch order; a decode has 1 new token."""
+    """(request, new tokens) in batch order; a decode has 1 new token (1 + the drafts it
+    verifies, with speculative decoding)."""
     admitted: tuple[Request, ...] = ()
     """Waiting requests moved to running by this step (in admission order)."""
     preempted: tuple[Request, ...] = ()

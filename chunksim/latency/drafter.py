@@ -20,6 +20,10 @@ prompts that finished), before the next step can start:
 - draft-model: k sequential decode passes of the draft model's own profile over the same
   requests and contexts, plus its pass over the step's prefill chunks (the draft model
   keeps its own KV of every prompt).
+
+Memory is not priced: the head's or draft model's weights and KV are not taken from the
+default KV capacity (vLLM sizes its cache after loading both); give --kv-blocks for what
+is left.
 """
 
 from __future__ import annotations

@@ -30,9 +30,9 @@ from chunksim.sim.spread_guard import SpreadGuard
 _NOISE_BLOCK = 4096
 _MAX_BULK_STEPS = 65536
 PROGRESS_EVERY_STEPS = 4096
+"""How often (in engine iterations) a run reports its progress, when asked to."""
 _SPEC_STREAM = 0x5EC
 """Seed word of the speculative acceptance stream (apart from the jitter's)."""
-"""How often (in engine iterations) a run reports its progress, when asked to."""
 
 
 _E = "Engine and KV cache"
@@ -171,6 +171,10 @@ class Engine:
                                speculative=spec,
                                spec_seed=[_SPEC_STREAM, *np.atleast_1d(seed).tolist()])
         self.drafter = self.latency.drafter if spec.enabled else None
+        if spec.enabled and self.drafter is None and spec.speculative_method != "ngram":
+            raise RuntimeError(f"--speculative-method {spec.speculative_method} without its "
+                               "drafter cost on the latency model (sim.run.engine_parts "
+                               "attaches it): a bug")
         self.noise = _Noise(seed) if self.config.jitter else None
         # only a policy that declares decode-all a fixed point is run in bulk (async
         # scheduling plans a step ahead of the state the bulk path extrapolates)
