@@ -487,3 +487,15 @@ def test_drafts_stay_within_max_model_len(const_profile):
     assert (dec.computed_tokens + dec.tokens <= mml - 1).all()
     assert dec.tokens.iloc[-1] < 5  # cut near the cap
     assert s["completed"] == 1
+
+
+def test_a_method_without_a_draft_count_is_refused(const_profile):
+    # unset k: refused when the engine starts (a grid sets it per configuration first)
+    sp = SpecConfig("eagle", None, 0.7)
+    assert not sp.enabled
+    with pytest.raises(ValueError, match="needs --num-speculative-tokens"):
+        run(const_profile, [(0.0, 20, 5)], sp)
+    # k = 0 given: off, and the run is today's
+    a, _ = run(const_profile, [(0.0, 20, 5)], SpecConfig("eagle", 0, 0.7))
+    b, _ = run(const_profile, [(0.0, 20, 5)], None)
+    assert a.steps.equals(b.steps)

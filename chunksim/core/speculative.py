@@ -96,10 +96,10 @@ class SpecConfig:
     def __post_init__(self) -> None:
         rates = self.spec_acceptance
         k = self.num_speculative_tokens
-        if k is None:  # unset: one draft per rate given (and a method to draft them)
-            k = len(rates) if rates and self.speculative_method is not None else 0
+        if k is None and rates and self.speculative_method is not None:
+            k = len(rates)  # unset: one draft per rate given
             object.__setattr__(self, "num_speculative_tokens", k)
-        if k < 0:
+        if k is not None and k < 0:
             raise ValueError(f"--num-speculative-tokens {k}: must be >= 0 (0 turns "
                              "speculative decoding off)")
         a = self.spec_acceptance_rate
@@ -125,8 +125,10 @@ class SpecConfig:
         if self.speculative_method is None and (a is not None or rates):
             raise ValueError("--spec-acceptance-rate / --spec-acceptance describe drafts; "
                              "they need --speculative-method and --num-speculative-tokens")
-        if k == 0:
-            return  # off (a grid's k = 0 point keeps the method and acceptance it shares)
+        if not k:
+            # off (a grid's k = 0 point keeps the method and acceptance it shares; unset,
+            # a grid sets it per configuration, and `check_set` refuses it left so)
+            return
         if self.speculative_method is None:
             raise ValueError(f"--num-speculative-tokens {k} needs --speculative-method "
                              "(ngram, eagle, mtp or draft-model)")
@@ -146,7 +148,14 @@ class SpecConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.num_speculative_tokens > 0
+        return bool(self.num_speculative_tokens)
+
+    def check_set(self) -> None:
+        """Refuse a method left without its draft count (the flag would do nothing)."""
+        if self.speculative_method is not None and self.num_speculative_tokens is None:
+            raise ValueError(f"--speculative-method {self.speculative_method} needs "
+                             "--num-speculative-tokens K (or --spec-acceptance with one rate "
+                             "per draft)")
 
     @property
     def lookahead_tokens(self) -> int:

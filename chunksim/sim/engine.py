@@ -159,6 +159,7 @@ class Engine:
         `wake_up`); `noise_key` gives each replica its own jitter stream."""
         seed = self.config.seed if noise_key is None else [self.config.seed, noise_key]
         spec = self.config.speculative
+        spec.check_set()
         if spec.enabled and not self.policy.speculative:
             raise ValueError(
                 f"speculative decoding (--num-speculative-tokens) runs under vLLM V1's "

@@ -160,6 +160,7 @@ def parse_spec_tokens(text: str | None, run) -> list[int] | None:
     """`--num-speculative-tokens 0,2,4` of a grid command -> [0, 2, 4] (None: not given),
     each checked against the run's speculative flags now rather than mid-grid."""
     if text is None:
+        run.engine.speculative.check_set()
         return None
     ks = parse_ints(text, "--num-speculative-tokens", minimum=0, example="0,2,4")
     for k in ks:
