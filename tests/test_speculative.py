@@ -350,6 +350,10 @@ def test_fleets_and_pd_decode_instances_speculate(const_profile):
     (dict(speculative_method="ngram", num_speculative_tokens=2, spec_acceptance_rate=0.5,
           spec_acceptance=(0.5, 0.2)), "give one"),
     (dict(speculative_method="medusa"), "unknown"),
+    (dict(speculative_method="ngram", num_speculative_tokens=2, spec_acceptance_rate=0.5,
+          draft_head_layers=2.0), "needs --speculative-method eagle or mtp"),
+    (dict(speculative_method="eagle", num_speculative_tokens=2, spec_acceptance_rate=0.5,
+          draft_head_layers=-1.0), "must be >= 0"),
 ])
 def test_bad_spec_input_is_refused_with_a_sentence(kw, msg):
     with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
@@ -499,3 +503,16 @@ def test_a_method_without_a_draft_count_is_refused(const_profile):
     a, _ = run(const_profile, [(0.0, 20, 5)], SpecConfig("eagle", 0, 0.7))
     b, _ = run(const_profile, [(0.0, 20, 5)], None)
     assert a.steps.equals(b.steps)
+
+
+def test_draft_head_layers_scales_the_head_cost(tmp_path):
+    prof = make_profile(tmp_path, provenance={"model": {"name": "x", "n_layers": 4}})
+    durs = []
+    for head in (None, 2.0):
+        res, _ = run(prof, [(0.0, 40, 6)], spec("mtp", 2, 0.0, draft_head_layers=head))
+        durs.append(res.steps.duration_s.to_numpy()[1:])
+    # decode steps: target + 2 x head/4 x T(1 decode); the head's part doubles with 2 layers
+    ng, _ = run(prof, [(0.0, 40, 6)], spec("ngram", 2, 0.0))
+    base = ng.steps.duration_s.to_numpy()[1:]
+    np.testing.assert_allclose(durs[1] - base, 2 * (durs[0] - base), rtol=1e-9)
+    assert (durs[0] > base).all()

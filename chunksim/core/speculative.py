@@ -89,9 +89,9 @@ class SpecConfig:
     --spec-acceptance-rate. --num-speculative-tokens defaults to their count."""
     draft_profile: str | None = knob(None, "--draft-profile", panel=_S)
     """Latency profile of the draft model (draft-model only): a bundled name or a CSV."""
-    draft_head_layers: float = knob(1.0, "--draft-head-layers", panel=_S)
+    draft_head_layers: float | None = knob(None, "--draft-head-layers", panel=_S)
     """Cost of one eagle/mtp head pass, in target decoder layers over the same batch
-    (EAGLE and DeepSeek's MTP module are one decoder layer each)."""
+    (default 1: EAGLE and DeepSeek's MTP module are one decoder layer each)."""
 
     def __post_init__(self) -> None:
         rates = self.spec_acceptance
@@ -116,9 +116,13 @@ class SpecConfig:
                     f"{i + 1} ({r:g}) exceeds position {i} ({rates[i - 1]:g}); a draft is "
                     "accepted only after the ones before it, so vLLM's per-position rates "
                     "never increase")
-        if self.draft_head_layers < 0:
-            raise ValueError(f"--draft-head-layers {self.draft_head_layers}: must be >= 0")
         object.__setattr__(self, "speculative_method", _method(self.speculative_method))
+        if self.draft_head_layers is not None:
+            if self.draft_head_layers < 0:
+                raise ValueError(f"--draft-head-layers {self.draft_head_layers}: must be >= 0")
+            if self.speculative_method not in ("eagle", "mtp"):
+                raise ValueError("--draft-head-layers prices an eagle or mtp head; it needs "
+                                 "--speculative-method eagle or mtp")
         if self.draft_profile is not None and self.speculative_method != "draft-model":
             raise ValueError("--draft-profile prices a draft model; it needs "
                              "--speculative-method draft-model")
@@ -145,6 +149,11 @@ class SpecConfig:
         if self.speculative_method == "draft-model" and self.draft_profile is None:
             raise ValueError("--speculative-method draft-model needs --draft-profile (the "
                              "draft model's latency profile)")
+
+    @property
+    def head_layers(self) -> float:
+        """An eagle/mtp head pass in target layers (--draft-head-layers, default 1)."""
+        return 1.0 if self.draft_head_layers is None else self.draft_head_layers
 
     @property
     def enabled(self) -> bool:
@@ -188,7 +197,9 @@ class SpecConfig:
                 "position_rates": list(self.position_rates),
                 "lookahead_tokens": self.lookahead_tokens,
                 "draft_profile": self.draft_profile,
-                "draft_head_layers": self.draft_head_layers}
+                "draft_head_layers": (self.head_layers
+                                      if self.speculative_method in ("eagle", "mtp")
+                                      else None)}
 
 
 class Acceptance:

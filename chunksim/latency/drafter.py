@@ -52,7 +52,7 @@ class Drafter:
                     f"--speculative-method {self.method} prices its head as a share of one "
                     "target layer, and the profile records no model.n_layers; use a profile "
                     "that does")
-            self.share = spec.draft_head_layers / float(target_layers)
+            self.share = spec.head_layers / float(target_layers)
         if self.method == "draft-model" and draft is None:
             raise ValueError("--speculative-method draft-model needs --draft-profile")
 
