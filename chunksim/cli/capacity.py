@@ -17,6 +17,7 @@ from chunksim.cli.grid_flags import (
     RayOpt,
     SeedsOpt,
     SloOpt,
+    SpecTokensOpt,
     WorkersOpt,
     resolved_command,
 )
@@ -38,6 +39,7 @@ def capacity(
     policies: PoliciesOpt = DEFAULT_POLICIES,
     chunks: ChunksOpt = DEFAULT_CHUNKS,
     seeds: SeedsOpt = None,
+    spec_tokens: SpecTokensOpt = None,
     workers: WorkersOpt = None,
     ray: RayOpt = None,
     max_rate: Annotated[float, typer.Option("--max-rate", min=0.0, help=(
@@ -94,7 +96,14 @@ def capacity(
         window_note,
     )
     from chunksim.sweep.capacity_io import capacity_document, probes_csv
-    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
+    from chunksim.sweep.configs import (
+        make_configs,
+        parse_ints,
+        parse_policies,
+        parse_spec_tokens,
+        refuse_unused_knobs,
+        with_spec_tokens,
+    )
     from chunksim.sweep.fleets import gpu_splits
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
@@ -109,8 +118,15 @@ def capacity(
     chunk_list = parse_ints(chunks, "--chunks")
     sized = gpus is not None or target_rate is not None
     layouts, template = _fleets(fleet, gpus, target_rate, max_gpus, workload_opts, run_cfg)
+    ks = parse_spec_tokens(spec_tokens, run_cfg)
+    if ks is not None and target_rate is not None:  # the GPU search takes one k
+        if len(ks) > 1:
+            raise ValueError(f"--target-rate searches GPUs for one configuration of draft "
+                             f"tokens; give one --num-speculative-tokens, not {spec_tokens}")
+        run_cfg, ks = with_spec_tokens(run_cfg, ks[0]), None
     configs = make_configs(specs, chunk_list,
-                           gpu_splits(gpus, template) if gpus is not None else layouts or None)
+                           gpu_splits(gpus, template) if gpus is not None else layouts or None,
+                           ks)
     if not 0 < tol < 1:
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
     params = search_params(workload_opts, max_rate, tol)

@@ -16,6 +16,7 @@ from chunksim.cli.grid_flags import (
     RayOpt,
     SeedsOpt,
     SloOpt,
+    SpecTokensOpt,
     WorkersOpt,
     resolved_command,
 )
@@ -36,6 +37,7 @@ def compare(
     chunks: ChunksOpt = DEFAULT_CHUNKS,
     fleet: FleetOpt = None,
     seeds: SeedsOpt = None,
+    spec_tokens: SpecTokensOpt = None,
     slo: SloOpt = None,
     capacity: Annotated[bool | None, typer.Option(
         "--capacity/--no-capacity", help=(
@@ -78,7 +80,13 @@ def compare(
     from chunksim.sweep.capacity import capacity_search, search_params, window_note
     from chunksim.sweep.capacity_io import verdict_document
     from chunksim.sweep.compare import run_comparison
-    from chunksim.sweep.configs import make_configs, parse_ints, parse_policies, refuse_unused_knobs
+    from chunksim.sweep.configs import (
+        make_configs,
+        parse_ints,
+        parse_policies,
+        parse_spec_tokens,
+        refuse_unused_knobs,
+    )
     from chunksim.sweep.fleets import parse_fleets, refuse_fleet_flags
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
@@ -96,7 +104,8 @@ def compare(
     fleets = parse_fleets(fleet)
     if fleets:
         refuse_fleet_flags(run_cfg.fleet, "--fleet")
-    configs = make_configs(specs, parse_ints(chunks, "--chunks"), fleets or None)
+    configs = make_configs(specs, parse_ints(chunks, "--chunks"), fleets or None,
+                           parse_spec_tokens(spec_tokens, run_cfg))
     if report:  # fail on a bad --timeline-chunk before simulating, not after
         from chunksim.reports.compare_report import timeline_configs
 

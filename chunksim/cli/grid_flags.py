@@ -47,13 +47,18 @@ FleetOpt = Annotated[list[str] | None, typer.Option(
         "E.g. --fleet 4,router=least-tokens --fleet pd=2:2,kv-link=ib-400g. Replaces "
         "--replicas / --pd / --replica-groups. With capacity --gpus / --target-rate: one "
         "entry without a layout (router=R,kv-link=L) for every generated split."))]
+SpecTokensOpt = Annotated[str | None, typer.Option(
+    "--num-speculative-tokens", rich_help_panel=_G, help=(
+        "Comma list of draft tokens per step k (speculative decoding; 0 = off), a grid "
+        "axis: every configuration runs with each, e.g. 0,2,4 (needs --speculative-method "
+        "and the acceptance; budget and sjf only)."))]
 RayOpt = Annotated[str | None, typer.Option(
     "--ray", metavar="ADDRESS", rich_help_panel=_G, help=(
         "Run on Ray (pip install 'chunksim\\[ray]'): 'auto' = a running cluster, 'local' = "
         "start one here, or ray://HOST:PORT."))]
 
 __all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "PoliciesOpt",
-           "RayOpt",
+           "RayOpt", "SpecTokensOpt",
            "SeedsOpt", "SloOpt", "WorkersOpt", "command_line", "resolved_command"]
 
 

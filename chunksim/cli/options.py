@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from chunksim.core.knobs import Flag, field_docs, flag_of
+from chunksim.core.speculative import SpecConfig, SpecMethod
 from chunksim.latency.profile import DEFAULT_PROFILE
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine import EngineConfig
@@ -152,6 +153,10 @@ def run_params(single_policy: bool = True) -> list[Param]:
         opt.help = _policy_help()
         params[0] = (name, hint, PolicyChoice(default))
     params += options_of(EngineConfig, "Engine and KV cache", _ENGINE_SKIP)
+    # the grid commands take --num-speculative-tokens as a list (`grid_flags`)
+    params += options_of(SpecConfig, "Speculative decoding",
+                         () if single_policy else ("num_speculative_tokens",),
+                         types={"speculative_method": SpecMethod | None})
     params += options_of(FleetConfig, "Fleet")
     own = {f.name for f in fields(RunConfig)}
     params += _policy_knob_options(tuple(own) + (() if single_policy else ("variant",)))
@@ -163,7 +168,8 @@ def build_run_config(picked: dict[str, Any]) -> RunConfig:
     run = _values(RunConfig, picked)
     if "policy" in run:
         run["policy"] = PolicyChoice(run["policy"]).value
-    engine = EngineConfig(**_values(EngineConfig, picked))
+    engine = EngineConfig(**_values(EngineConfig, picked),
+                          speculative=SpecConfig(**_values(SpecConfig, picked)))
     fleet = FleetConfig(**_values(FleetConfig, picked))
     knobs = {}
     for name, fams in knob_owners().items():  # a knob's flag is the same in every family

@@ -13,6 +13,7 @@ from chunksim.cli.grid_flags import (
     ChunksOpt,
     PoliciesOpt,
     RayOpt,
+    SpecTokensOpt,
     WorkersOpt,
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
@@ -39,6 +40,7 @@ def sweep(
         "workload flags apply to each."))] = None,
     workers: WorkersOpt = None,
     ray: RayOpt = None,
+    spec_tokens: SpecTokensOpt = None,
     profile: ProfileOpt = None,
 ) -> None:
     """Run a grid (policies x chunks x rates x seeds x workloads) into one resumable table.
@@ -56,7 +58,9 @@ def sweep(
         parse_floats,
         parse_ints,
         parse_policies,
+        parse_spec_tokens,
         refuse_unused_knobs,
+        with_spec_tokens,
     )
     from chunksim.sweep.grid import (
         KEY_COLUMNS,
@@ -72,6 +76,12 @@ def sweep(
     check_out_file(out)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
+    ks = parse_spec_tokens(spec_tokens, run_cfg)
+    if ks is not None:  # a setting here, not an axis (the table's keys have no column)
+        if len(ks) > 1:
+            raise ValueError(f"--num-speculative-tokens {spec_tokens}: sim sweep takes one "
+                             "value (sim compare and sim capacity take a list)")
+        run_cfg = with_spec_tokens(run_cfg, ks[0])
     configs = make_configs(specs, parse_ints(chunks, "--chunks"))
     rate_list = parse_floats(rates, "--rates") if rates is not None else [workload_opts.rate]
     seed_list = (parse_ints(seeds, "--seeds", minimum=0, example="0,1,2") if seeds is not None

@@ -21,7 +21,8 @@ class Plan:
     """One step: which requests run and how many new tokens each computes."""
 
     scheduled: tuple[tuple[Request, int], ...]
-    """(request, new tokens) in batch order; a decode has 1 new token."""
+    """(request, new tokens) in batch order; a decode has 1 new token (1 + the drafts it
+    verifies, with speculative decoding)."""
     admitted: tuple[Request, ...] = ()
     """Waiting requests moved to running by this step (in admission order)."""
     preempted: tuple[Request, ...] = ()
@@ -63,6 +64,9 @@ class SchedulerState:
     """Requests that finish in the step still in flight (async scheduling): not in
     `running` and not schedulable, but they still count against the seat cap and hold
     their KV blocks until that step's output is processed."""
+    lookahead_tokens: int = 0
+    """KV slots a running decode reserves beyond its scheduled tokens (vLLM's
+    `num_lookahead_tokens`: speculative decoding with eagle, mtp or a draft model)."""
 
 
 class Policy(Protocol):
@@ -73,6 +77,9 @@ class Policy(Protocol):
     """The family name (`--policy`)."""
     queue: QueueDiscipline
     """Waiting order and preemption victim; the engine keeps its waiting queue so."""
+    speculative: bool
+    """True if the policy schedules a decode's draft tokens (`Request.num_spec_tokens`) as
+    vLLM V1 does: the engine refuses speculative decoding under any other policy."""
     bulk_decode: bool
     """True only if, with nothing waiting and every running request decoding, the next
     plan decodes all of them again: then the engine may run such stretches in bulk

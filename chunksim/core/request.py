@@ -46,6 +46,9 @@ class Request:
     first admission computes nothing of the prompt and its first step is a decode."""
     block_keys: tuple | None = None
     """Prefix-cache identities of its shareable prompt blocks (set by the cache on first use)."""
+    num_spec_tokens: int = 0
+    """Draft tokens proposed after its last step, to be verified by its next one (vLLM's
+    `len(spec_token_ids)`; 0 without speculative decoding). A decode schedules 1 + these."""
 
     @property
     def request_id(self) -> int:

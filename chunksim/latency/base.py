@@ -15,6 +15,9 @@ class StepCosts:
 
     prices_spread: bool = False
     """Whether `decode_steps_s` takes the decodes' longest context (the engine passes it)."""
+    drafter = None
+    """Speculative decoding's drafter cost (`latency.drafter.Drafter`), attached when a run
+    speculates; None otherwise."""
 
     def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
         raise NotImplementedError

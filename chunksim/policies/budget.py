@@ -18,6 +18,12 @@ caps the prefills in a step, counted as vLLM V0's chunked-prefill scheduler (0.7
 them: every request in its prefill stage, whole or partial, a prompt's 1-token tail and a
 1-token resumed prompt included. (V0 also splits the budget evenly among those prefills;
 that is not modelled: here the cap is the only effect.)
+
+Speculative decoding (`core.speculative`): a decode schedules 1 + its draft tokens
+(`num_tokens_with_spec - num_computed_tokens`, cut to the budget left, as vLLM cuts it),
+and its KV allocation covers the lookahead slots too (`allocate_slots(...,
+num_lookahead_tokens)`). vLLM also gives lookahead slots to running prefill chunks; here
+only decodes reserve them (a chunk's lookahead would be filled by its own next chunk).
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ class TokenBudgetPolicy(PolicyBase):
     name: ClassVar[str] = "budget"
     chunk_knob: ClassVar[str | None] = "max_num_batched_tokens"
     bulk_decode: ClassVar[bool] = True  # decode-all with nothing waiting is a fixed point
+    speculative: ClassVar[bool] = True  # a decode schedules 1 + its drafts (vLLM V1)
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < 1:
@@ -153,6 +160,7 @@ class TokenBudgetPolicy(PolicyBase):
         partial = 0
         max_partial = self.max_num_partial_prefills or 1 << 30
         queue = self.queue  # a property: read once, not per running request
+        lookahead = state.lookahead_tokens
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -165,16 +173,20 @@ class TokenBudgetPolicy(PolicyBase):
                 want = self._cap(req, rem) if rem > 1 else 1
                 if want > budget:
                     want = budget
-            else:
-                want = 1
-            if ledger.try_grow(req, want):  # it fits: no victim to look for
+                grow = want
+            else:  # a decode: 1 + its drafts (speculative decoding), as the budget allows
+                want = 1 + req.num_spec_tokens
+                if want > budget:
+                    want = budget
+                grow = want + lookahead  # its KV slots: + lookahead (EAGLE/MTP/draft model)
+            if ledger.try_grow(req, grow):  # it fits: no victim to look for
                 scheduled.append((req, want))
                 budget -= want
                 i += 1
                 continue
             n_preempted = len(preempted)
             ok, removed = preempt_until_fits(
-                req, want, running, ledger, scheduled, preempted, queue)
+                req, grow, running, ledger, scheduled, preempted, queue)
             budget += sum(n for _, n in removed)
             if not ok:
                 break

@@ -30,6 +30,7 @@ class PolicyBase:
     name: ClassVar[str]
     queue: ClassVar[QueueDiscipline] = FCFS
     bulk_decode: ClassVar[bool] = False
+    speculative: ClassVar[bool] = False
     chunk_knob: ClassVar[str | None] = None
     """The knob `--chunk` / `--chunks` sets (None: the policy has no chunk size)."""
 

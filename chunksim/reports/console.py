@@ -47,6 +47,10 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     hit = summary.get("prefix_cache_hit_rate")
     if hit is not None:
         con.print(f"prefix cache hit rate {hit:.1%}")
+    mal = summary.get("spec_mean_acceptance_length")
+    if mal is not None:
+        con.print(f"speculative decoding: {mal:.2f} accepted tokens per step, acceptance "
+                  f"rate {summary['spec_acceptance_rate']:.1%}")
     by_class = summary.get("by_class")
     if by_class:
         con.print(class_table(by_class))

@@ -7,13 +7,18 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
      "the prompt's last chunk emits it)."),
     ("ITL", "inter-token latency: every gap between consecutive output tokens of a request, "
      "all requests pooled; stats are over gaps. P99 ITL is where prefill stalls show "
-     "(Sarathi-Serve's P99 TBT)."),
+     "(Sarathi-Serve's P99 TBT). With speculative decoding a step streams its accepted "
+     "tokens as one chunk, and ITL is the gap between chunks, as `vllm bench serve` "
+     "records one gap per chunk received (TPOT still divides by tokens)."),
     ("TPOT", "time per output token, per request: (E2EL − TTFT) / (output tokens − 1), "
      "over requests with more than one output token; stats are over requests."),
     ("E2EL", "end-to-end latency: arrival → last output token."),
     ("sched delay", "scheduling delay: arrival → the first step that computes any of the "
      "request's tokens (Sarathi-Serve bounds its median at 2 s for capacity)."),
     ("max decode stall", "the longest single ITL gap of the run."),
+    ("accepted tokens per step", "speculative decoding: the mean tokens a decode emits "
+     "per step, its accepted drafts plus the token sampled after them (vLLM's mean "
+     "acceptance length); acceptance rate = accepted / drafted tokens."),
     ("throughput", "completed requests/s, output tokens/s, (prompt + output) tokens/s over "
      "the run (first arrival → last finish)."),
     ("goodput", "requests/s that meet every --goodput SLO (ttft, tpot, e2el, or itl = the "

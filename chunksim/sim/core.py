@@ -17,6 +17,7 @@ from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
 from chunksim.core.spec import SpecTable, Workload
+from chunksim.core.speculative import Acceptance, SpecConfig
 from chunksim.sim.records import (
     KIND_DECODE,
     KIND_NEW,
@@ -223,7 +224,8 @@ class EngineCore:
 
     def __init__(self, workload: Workload, policy: Policy, kv: KVConfig,
                  max_model_len: int | None = None, schedule_log: bool = False,
-                 inbox: Inbox | None = None, steps: StepLog | None = None) -> None:
+                 inbox: Inbox | None = None, steps: StepLog | None = None,
+                 speculative: SpecConfig | None = None, spec_seed=0) -> None:
         self.workload = workload
         self.inbox = inbox if inbox is not None else Inbox(workload.requests)
         self.on_retire = None  # called with (request, end time) as it finishes (fleets)
@@ -267,6 +269,15 @@ class EngineCore:
         seats and blocks until its output is processed (`release_finishing`)."""
         self.schedule_log: ScheduleLog | None = ScheduleLog() if schedule_log else None
         """One row per (step, request) and per preemption, when asked for."""
+        on = speculative is not None and speculative.enabled
+        self.speculative = speculative if on else None
+        self.spec_k = speculative.num_speculative_tokens if on else 0
+        """Drafts proposed per request after each step that samples (0: off)."""
+        self.lookahead = speculative.lookahead_tokens if on else 0
+        self.acceptance = Acceptance(speculative.position_rates, spec_seed) if on else None
+        """Draws each verified decode's accepted drafts (None: no speculative decoding)."""
+        self.drafting = 0
+        """Requests that sample in the step begun last (they propose drafts after it)."""
 
     # ------------------------------------------------------------------ arrivals / queues
     def rejection(self, spec) -> tuple[str, str] | None:
@@ -345,7 +356,8 @@ class EngineCore:
         if visible_s is not None:
             waiting = [r for r in waiting if r.spec.arrival_s <= visible_s]
         plan = self.policy.plan(SchedulerState(self.running, waiting, self.kv,
-                                               self.last_prefill, len(self.finishing)))
+                                               self.last_prefill, len(self.finishing),
+                                               self.lookahead))
         if plan.scheduled:
             return plan
         if not plan.preempted:
@@ -380,6 +392,7 @@ class EngineCore:
                         held, self.kv.free_blocks - free)
             self.recomputed[victim.request_id] += victim.num_computed_tokens
             victim.num_computed_tokens = 0
+            victim.num_spec_tokens = 0  # its drafts go with its KV
             victim.num_preemptions += 1
             self._enqueue(victim, front=True)
 
@@ -416,6 +429,8 @@ class EngineCore:
         log = self.schedule_log
         step = self.steps.n
         prefill = prefill_reqs = decodes = kv_sum = kv_max = prefill_logits = 0
+        lookahead = self.lookahead
+        extra_rows = 0  # verify rows beyond one per decode (speculative decoding)
         work = 0.0
         chunks = []
         for pos, (req, n) in enumerate(sched):
@@ -429,8 +444,11 @@ class EngineCore:
                         f"{req.request_id}, {req.num_remaining} are left after its prefix "
                         "hit: the plan saw another cache than the engine (a bug)")
             c = req.num_computed_tokens
-            if -(-(c + n) // bs) > req.num_blocks:  # else kv.grow has nothing to do
-                kv.grow(req, n)
+            g = n
+            if lookahead and not is_new and req.num_output_tokens and c + 1 == req.num_tokens:
+                g = n + lookahead  # a running decode's lookahead slots (vLLM allocate_slots)
+            if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
+                kv.grow(req, g)
             if caching and req.block_keys != ():  # () : nothing it holds is shareable
                 kv.commit(req, c + n)
             # as Plan.is_decode: a request admitted with KV carried from a P/D prefill
@@ -442,6 +460,15 @@ class EngineCore:
                 kv_sum += c
                 if c > kv_max:
                     kv_max = c
+            elif n > 1 and c + 1 == req.num_tokens and req.num_output_tokens and not is_new:
+                # a decode verifying n - 1 drafts: one query of n tokens over its context,
+                # priced as n decode rows at contexts c .. c + n - 1 (`latency.drafter`)
+                decode = True
+                extra_rows += n - 1
+                decodes += n
+                kv_sum += n * c + n * (n - 1) // 2
+                if c + n - 1 > kv_max:
+                    kv_max = c + n - 1
             else:
                 prefill += n
                 prefill_reqs += 1
@@ -457,6 +484,8 @@ class EngineCore:
             if req.first_scheduled_s < 0:
                 req.first_scheduled_s = start_s
         prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
+        if self.spec_k:  # the decoding requests and the prompts that sample will draft
+            self.drafting = decodes - extra_rows + prefill_logits
         kv_mean = kv_sum / decodes if decodes else 0.0
         self._step_counts = (len(self.running), len(self.waiting), self.kv.used_blocks)
         return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass,
@@ -473,11 +502,27 @@ class EngineCore:
         finished = False
         computed = self.computed
         add_gap = self.gaps.add
+        k = self.spec_k
+        accepted = 0  # drafts accepted in this step (speculative decoding)
         for req, n in plan.scheduled:
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
             spec = req.spec
             computed[spec.request_id] += n
+            if k and c > spec.prompt_tokens + req.num_output_tokens:
+                # verified drafts (scheduled past the request's own tokens): the first m
+                # are accepted, plus the token sampled after them; the rejected ones give
+                # back their computed-token count (vLLM: num_computed_tokens -= rejected)
+                drafts = c - spec.prompt_tokens - req.num_output_tokens
+                m = self.acceptance.draw(drafts)
+                c -= drafts - m
+                out = req.num_output_tokens + m
+                if out >= spec.output_tokens:  # past max_tokens: dropped (vLLM's stop check)
+                    out = spec.output_tokens - 1
+                    c = spec.prompt_tokens + out
+                req.num_computed_tokens = c
+                accepted += out - req.num_output_tokens
+                req.num_output_tokens = out  # the m accepted; the sampled one follows
             if c == spec.prompt_tokens + req.num_output_tokens:  # req.num_tokens
                 emitted.append(req)
                 req.num_output_tokens += 1
@@ -491,11 +536,16 @@ class EngineCore:
                 req.last_token_s = end_s
                 if req.num_output_tokens >= spec.output_tokens:
                     finished = True
+                elif k:  # the drafter proposes k more, within --max-model-len
+                    cap = self.max_model_len
+                    req.num_spec_tokens = k if cap is None else max(
+                        0, min(k, cap - 1 - req.num_tokens))
         n_running, n_waiting, used = self._step_counts
         dur = end_s - start_s if duration_s is None else duration_s
         self.steps.append((start_s, dur, shape.prefill_tokens,
                            shape.prefill_requests, shape.prior_tokens, shape.decodes,
-                           shape.decode_kv_tokens, len(emitted), used, n_running, n_waiting,
+                           shape.decode_kv_tokens, len(emitted) + accepted, used, n_running,
+                           n_waiting,
                            len(plan.preempted), extrapolated))
         self.last_prefill = shape.prefill_tokens > 0
         if finished:
@@ -662,4 +712,11 @@ class EngineCore:
                                       else None),
             "priority_scheduling": self.queue.name == "priority",
             "waiting_order": self.queue.name,
+            **self.spec_meta(),
         }
+
+    def spec_meta(self) -> dict:
+        """Speculative decoding's settings and achieved acceptance (nothing when off)."""
+        if self.acceptance is None:
+            return {}
+        return {"speculative": self.speculative.params(), **self.acceptance.summary()}

@@ -21,6 +21,7 @@ from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
+from chunksim.core.speculative import SpecConfig
 from chunksim.latency.base import StepCosts
 from chunksim.sim.core import DecodeStretch, EngineCore, Inbox, _steps
 from chunksim.sim.records import StepLog
@@ -30,6 +31,8 @@ _NOISE_BLOCK = 4096
 _MAX_BULK_STEPS = 65536
 PROGRESS_EVERY_STEPS = 4096
 """How often (in engine iterations) a run reports its progress, when asked to."""
+_SPEC_STREAM = 0x5EC
+"""Seed word of the speculative acceptance stream (apart from the jitter's)."""
 
 
 _E = "Engine and KV cache"
@@ -61,9 +64,15 @@ class EngineConfig:
     (cold cores and caches, lower GPU clocks; profiles without a wake-up table are priced
     warm)."""
 
+    speculative: SpecConfig = field(default_factory=SpecConfig)
+    """Speculative decoding (`core.speculative`; off by default)."""
+
     def __post_init__(self) -> None:
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError(f"max_model_len={self.max_model_len} must be >= 2 (--max-model-len)")
+        if self.async_scheduling and self.speculative.enabled:
+            raise ValueError("--async-scheduling with speculative decoding is not modelled "
+                             "(drafts would be planned before their verification); drop one")
 
 
 @dataclass
@@ -148,16 +157,32 @@ class Engine:
         """Start this engine's processes on `env`. A fleet runs several engines on one
         environment, each fed by its router through `inbox` (and waking it through
         `wake_up`); `noise_key` gives each replica its own jitter stream."""
+        seed = self.config.seed if noise_key is None else [self.config.seed, noise_key]
+        spec = self.config.speculative
+        spec.check_set()
+        if spec.enabled and not self.policy.speculative:
+            raise ValueError(
+                f"speculative decoding (--num-speculative-tokens) runs under vLLM V1's "
+                f"token-budget scheduler only (--policy budget or sjf); --policy "
+                f"{self.policy.name} has no place for draft tokens")
         self.core = EngineCore(self.workload, self.policy, self.kv_config,
                                self.config.max_model_len, schedule_log=self.schedule_log,
                                inbox=inbox,
-                               steps=self.step_log() if self.step_log is not None else None)
-        seed = self.config.seed if noise_key is None else [self.config.seed, noise_key]
+                               steps=self.step_log() if self.step_log is not None else None,
+                               speculative=spec,
+                               spec_seed=[_SPEC_STREAM, *np.atleast_1d(seed).tolist()])
+        self.drafter = self.latency.drafter if spec.enabled else None
+        if spec.enabled and self.drafter is None and spec.speculative_method != "ngram":
+            raise RuntimeError(f"--speculative-method {spec.speculative_method} without its "
+                               "drafter cost on the latency model (sim.run.engine_parts "
+                               "attaches it): a bug")
         self.noise = _Noise(seed) if self.config.jitter else None
         # only a policy that declares decode-all a fixed point is run in bulk (async
         # scheduling plans a step ahead of the state the bulk path extrapolates)
         self.async_ = self.config.async_scheduling
-        self.bulk = self.config.fast_forward and self.policy.bulk_decode and not self.async_
+        # (and a decode that speculates emits a random count of tokens: stepped too)
+        self.bulk = (self.config.fast_forward and self.policy.bulk_decode and not self.async_
+                     and not spec.enabled)
         self.plan_at: float | None = None  # async: when the next plan is made
         self.wake: simpy.Event | None = None
         self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
@@ -274,6 +299,8 @@ class Engine:
                 self.guard.check(c.steps.n, t, self.latency.step_s(bs, None)[0], z)
             dur += t
             out = out or o
+        if self.drafter is not None:  # proposing the next drafts (no jitter)
+            dur += self.drafter.draft_s(shape, c.drafting)
         if self.async_:
             # the previous step's outputs are processed (requests finishing there free
             # their blocks) after this step's slots were allocated, as in vLLM

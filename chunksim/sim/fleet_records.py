@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from chunksim.core.speculative import merge_spec
 from chunksim.sim.engine import SimResult
 from chunksim.sim.metrics import percentile_s, pool_gaps
 
@@ -45,6 +46,7 @@ def merged_meta(metas: list[dict]) -> dict:
     """Replica 0's run facts, counters summed; KV blocks are per replica."""
     meta = dict(metas[0])
     meta["preemption_only_steps"] = sum(m["preemption_only_steps"] for m in metas)
+    meta.update(merge_spec(metas))  # speculative decoding: every engine's drafts
     return meta
 
 

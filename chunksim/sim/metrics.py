@@ -4,6 +4,11 @@ TTFT = arrival -> first token; E2EL = arrival -> last token; TPOT per request =
 (E2EL - TTFT) / (output_tokens - 1) over requests with > 1 output token; ITL = every gap
 between consecutive tokens of a request, all requests pooled. Percentiles use numpy's
 default (linear) method, as vLLM does. Seconds inside, `_ms` keys at the edge.
+
+With speculative decoding a step emits its accepted drafts and one sampled token to a
+request at once: one streamed chunk. ITL then counts one gap per chunk (the gap between
+chunks), as `vllm bench serve` appends one ITL entry per chunk it receives, while TPOT
+still divides by tokens; the engine records gaps so (`EngineCore.end_step`).
 """
 
 from __future__ import annotations

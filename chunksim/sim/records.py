@@ -14,7 +14,8 @@ STEP_COLUMNS: dict[str, type] = {
     "prefill_tokens": int,     # prefill tokens over all chunks
     "prefill_requests": int,   # requests computing a chunk of > 1 token
     "prior_tokens": float,     # effective prior context of the prefill part (latency.py)
-    "decodes": int,            # requests computing exactly one token
+    "decodes": int,            # requests computing exactly one token (speculative
+                               # decoding: query rows, 1 + drafts verified per decode)
     "decode_kv_tokens": float, # mean context of the decodes
     "tokens_emitted": int,     # output tokens sampled at the end of the step
     "kv_blocks_used": int,     # KV blocks in use during the step

@@ -130,7 +130,25 @@ def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig):
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
+    spec = cfg.engine.speculative
+    if spec.enabled:
+        latency.drafter = make_drafter(spec, profile, latency)
     return device, latency, kv
+
+
+def make_drafter(spec, profile: Profile, latency):
+    """The drafter cost of a speculating engine on `profile` (`latency.drafter`), with a
+    warning when the draft profile's model cannot share the target's tokenizer."""
+    from chunksim.latency.drafter import Drafter, model_layers, tokenizer_mismatch
+    from chunksim.latency.profile import load_profile
+
+    draft = None
+    warning = None
+    if spec.draft_profile is not None:
+        dp = load_profile(spec.draft_profile)
+        draft = latency_model(dp, 0.0)  # the host work of a step is priced once, by the target
+        warning = tokenizer_mismatch(profile.provenance, dp.provenance)
+    return Drafter(spec, latency, model_layers(profile.provenance), draft, warning)
 
 
 def engine_config(profile: Profile, cfg: RunConfig) -> EngineConfig:
@@ -158,6 +176,9 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
     if by_class:
         summary["by_class"] = by_class
     summary["warnings"] = extrapolation_warnings(steps, grid_ranges(profile.table))
+    warning = getattr(latency.drafter, "warning", None)
+    if warning:
+        summary["warnings"].append(warning)
     return summary
 
 

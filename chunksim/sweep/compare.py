@@ -91,11 +91,13 @@ class Comparison:
 
 
 def config_keys(c: Config) -> dict[str, object]:
-    """A configuration's key columns: config, policy, chunk, and fleet_layout for fleet
-    grids."""
+    """A configuration's key columns: config, policy, chunk, fleet_layout for fleet grids
+    and num_speculative_tokens for grids over draft tokens."""
     keys: dict[str, object] = {"config": c.label, "policy": c.policy.label, "chunk": c.chunk}
     if c.fleet is not None:
         keys["fleet_layout"] = c.fleet.label
+    if c.spec_tokens is not None:
+        keys["num_speculative_tokens"] = c.spec_tokens
     return keys
 
 

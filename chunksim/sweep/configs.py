@@ -66,6 +66,9 @@ class Config:
     """chunk: prefill tokens per request per step; budget: tokens per step."""
     fleet: FleetSpec | None = None
     """The fleet layout it runs on (None: the run's own flags, one engine by default)."""
+    spec_tokens: int | None = None
+    """Speculative decoding's draft tokens per step (None: the run's own flags; a grid
+    axis of `--num-speculative-tokens 0,2,4`)."""
 
     @property
     def policy_label(self) -> str:
@@ -74,10 +77,11 @@ class Config:
 
     @property
     def label(self) -> str:
-        """`budget 512`, or with a fleet `4x · budget 512`, `P/D 2:2 · budget 512`."""
-        if self.fleet is None:
-            return self.policy_label
-        return f"{self.fleet.label} · {self.policy_label}"
+        """`budget 512`, or with a fleet `4x · budget 512`, `P/D 2:2 · budget 512`; on a
+        speculative grid axis `budget 512 · spec 2`."""
+        label = self.policy_label if self.fleet is None else \
+            f"{self.fleet.label} · {self.policy_label}"
+        return label if self.spec_tokens is None else f"{label} · spec {self.spec_tokens}"
 
     @property
     def sort_key(self) -> tuple:
@@ -85,6 +89,8 @@ class Config:
         variants = VARIANTS[p.family]
         own = (FAMILIES.index(p.family), variants.index(p.variant) if p.variant else 0,
                self.chunk or 0)
+        if self.spec_tokens is not None:
+            own = (*own, self.spec_tokens)
         return own if self.fleet is None else (*self.fleet.sort_key, *own)
 
 
@@ -129,16 +135,46 @@ def parse_floats(text: str, flag: str) -> list[float]:
 
 
 def make_configs(policies: list[PolicySpec], chunks: list[int],
-                 fleets: list[FleetSpec] | None = None) -> list[Config]:
-    """The grid policies x chunks (x fleets, when given), `whole` once per fleet, sorted
-    by configuration."""
+                 fleets: list[FleetSpec] | None = None,
+                 spec_tokens: list[int] | None = None) -> list[Config]:
+    """The grid policies x chunks (x fleets, x draft tokens, when given), `whole` once per
+    fleet, sorted by configuration."""
     if not policies:
         raise ValueError("--policies: give at least one policy (e.g. whole,chunk,budget)")
     if not chunks and any(p.chunked for p in policies):
         raise ValueError("--chunks: give at least one chunk size (e.g. 256,512)")
-    out = {Config(p, c if p.chunked else None, f) for p in policies for c in chunks or [None]
-           for f in fleets or [None]}
+    drafts = [k for k in spec_tokens or [] if k > 0]
+    for p in policies:
+        if drafts and not POLICIES[p.family].speculative:
+            raise ValueError(
+                f"--num-speculative-tokens {drafts[0]}: speculative decoding runs under vLLM "
+                f"V1's token-budget scheduler only (budget, sjf); --policies {p.label} has no "
+                "place for draft tokens: drop it from --policies or give "
+                "--num-speculative-tokens 0")
+    out = {Config(p, c if p.chunked else None, f, k) for p in policies
+           for c in chunks or [None] for f in fleets or [None] for k in spec_tokens or [None]}
     return sorted(out, key=lambda c: c.sort_key)
+
+
+def parse_spec_tokens(text: str | None, run) -> list[int] | None:
+    """`--num-speculative-tokens 0,2,4` of a grid command -> [0, 2, 4] (None: not given),
+    each checked against the run's speculative flags now rather than mid-grid."""
+    if text is None:
+        run.engine.speculative.check_set()
+        return None
+    ks = parse_ints(text, "--num-speculative-tokens", minimum=0, example="0,2,4")
+    for k in ks:
+        with_spec_tokens(run, k)
+    return ks
+
+
+def with_spec_tokens(run, k: int):
+    """`run` (a RunConfig) with k draft tokens per step."""
+    from dataclasses import replace
+
+    engine = run.engine
+    return replace(run, engine=replace(engine, speculative=replace(
+        engine.speculative, num_speculative_tokens=k)))
 
 
 def refuse_unused_knobs(policies: list[PolicySpec], knobs) -> None:

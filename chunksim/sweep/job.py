@@ -21,7 +21,7 @@ from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.engine import SimResult
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.sweep.configs import Config
+from chunksim.sweep.configs import Config, with_spec_tokens
 from chunksim.workloads.options import WorkloadOptions, build_workload
 
 
@@ -53,6 +53,8 @@ def run_config(job: SimJob) -> RunConfig:
     cfg = job.run.variant(spec.family, job.config.chunk, job.workload.seed, spec.variant)
     if job.config.fleet is not None:
         cfg = dataclasses.replace(cfg, fleet=job.config.fleet.apply(cfg.fleet))
+    if job.config.spec_tokens is not None:
+        cfg = with_spec_tokens(cfg, job.config.spec_tokens)
     return cfg
 
 

@@ -127,6 +127,9 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     differ from each other (`live_repeatability`, validate.repeat)."""
     if live_runs < 1:
         raise ValueError(f"--live-runs {live_runs}: use 1 or more")
+    if cfg.engine.speculative.enabled:
+        raise ValueError("speculative decoding is simulated only: the live loop runs no "
+                         "drafter to compare with; drop --num-speculative-tokens")
     from chunksim.core.kv_cache import KVConfig
     from chunksim.latency.select import latency_model
     from chunksim.sim.run import simulate
