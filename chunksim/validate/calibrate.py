@@ -39,7 +39,7 @@ PARAMS = ("framework", "compute", "memory")
 """The fittable parameters, as `--fit` names them."""
 FIT_METRICS = ("ttft", "tpot", "e2el")
 FIT_STATS = ("mean", "median", "p90")
-COLLINEAR_BELOW = 0.10
+COLLINEAR_BELOW = 0.15
 """A parameter is refused when the part of its effect on the residuals that the other
 fitted parameters cannot reproduce is below this share of it (sine of the angle between
 its column of the sensitivity matrix and the others' span)."""
@@ -49,19 +49,19 @@ residuals by less than this (RMS log ratio)."""
 WHY = {
     "framework": (
         "the per-step framework time cannot be told apart from the scales in these runs: "
-        "its effect on TTFT, TPOT and E2E is one the scales make too (steps of one size "
-        "throughout, as in a run that never queued); add a run at a higher request rate, "
-        "where requests queue and steps batch several of them, or one with prompts of "
-        "varied lengths, or leave it out (--fit compute,memory)"),
+        "its effect on TTFT, TPOT and E2E is one the scales make too, since their steps "
+        "cost about the same whatever they hold (a run that never queued runs steps of "
+        "one size; a launch-bound engine prices a decode step alike at any batch); add a "
+        "run at a higher request rate, where requests queue and steps batch several of "
+        "them, or one with prompts of varied lengths"),
     "compute": (
         "the compute scale cannot be identified from these runs: their prefill work "
         "does not change TTFT apart from what the other parameters do; add a run with "
-        "prompts of several lengths (some long), or leave it out (--fit framework,memory)"),
+        "prompts of several lengths (some long)"),
     "memory": (
         "the memory scale cannot be identified from these runs: their decode work does "
         "not change TPOT apart from what the other parameters do; add a run whose "
-        "requests generate many tokens at several concurrencies, or leave it out "
-        "(--fit framework,compute)"),
+        "requests generate many tokens at several concurrencies"),
 }
 
 
@@ -401,20 +401,40 @@ def identifiability(cases, measured, profile, cfg, fitted, f_ref,
         r = residuals(cases, measured, profile, cfg, _calibration(x, fitted, f_ref))
         cols.append((r - base) / (x[i]))
     J = np.stack(cols, axis=1) if cols else np.zeros((len(base), 0))
-    out = {}
-    for i, name in enumerate(fitted):
-        c = J[:, i]
-        norm = float(np.linalg.norm(c))
-        rms = norm / math.sqrt(max(len(c), 1))
-        others = np.delete(J, i, axis=1)
-        if others.shape[1] and norm > 0:
-            coef, *_ = np.linalg.lstsq(others, c, rcond=None)
-            unique = float(np.linalg.norm(c - others @ coef)) / norm
-        else:
-            unique = 1.0 if norm > 0 else 0.0
-        out[name] = {"effect_rms": rms, "unique_share": unique,
-                     "identifiable": bool(rms >= NO_EFFECT_BELOW and unique >= COLLINEAR_BELOW)}
-    return out, J
+    return _judge(J, fitted), J
+
+
+def _unique_share(J: np.ndarray, i: int, keep: list[int]) -> float:
+    c = J[:, i]
+    norm = float(np.linalg.norm(c))
+    others = J[:, [j for j in keep if j != i]]
+    if norm == 0:
+        return 0.0
+    if not others.shape[1]:
+        return 1.0
+    coef, *_ = np.linalg.lstsq(others, c, rcond=None)
+    return float(np.linalg.norm(c - others @ coef)) / norm
+
+
+def _judge(J: np.ndarray, fitted: tuple[str, ...]) -> dict[str, dict]:
+    """Each parameter's effect and unique share; the least identifiable one below the
+    bar is refused first and the others judged again without it (a pair that mimic each
+    other is one refusal, not two)."""
+    keep = list(range(len(fitted)))
+    out: dict[str, dict] = {}
+    while keep:
+        shares = {i: _unique_share(J, i, keep) for i in keep}
+        rms = {i: float(np.linalg.norm(J[:, i])) / math.sqrt(max(len(J), 1)) for i in keep}
+        bad = [i for i in keep if rms[i] < NO_EFFECT_BELOW or shares[i] < COLLINEAR_BELOW]
+        for i in keep:
+            out[fitted[i]] = {"effect_rms": rms[i], "unique_share": shares[i],
+                              "identifiable": True}
+        if not bad:
+            break
+        worst = min(bad, key=lambda i: (rms[i] >= NO_EFFECT_BELOW, shares[i]))
+        out[fitted[worst]]["identifiable"] = False
+        keep.remove(worst)
+    return out
 
 
 def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
@@ -438,7 +458,10 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
     idf, jac = identifiability(fit_cases, measured, profile, cfg, fitted, f_ref, base)
     refused = [n for n in fitted if not idf[n]["identifiable"]]
     if refused:
-        raise ValueError("cannot calibrate: " + "; ".join(WHY[n] for n in refused))
+        rest = [n for n in fitted if n not in refused]
+        fix = (f"; or fit only what they do identify: --fit {','.join(rest)}" if rest
+               else "")
+        raise ValueError("cannot calibrate: " + "; ".join(WHY[n] for n in refused) + fix)
 
     def residual(x: np.ndarray) -> np.ndarray:
         return residuals(fit_cases, measured, profile, cfg, _calibration(x, fitted, f_ref))
