@@ -191,3 +191,16 @@ def test_not_json_and_summary_only(tmp_path):
     doc["request_throughput"] = 1.0
     with pytest.raises(InputError, match="'input_lens' is missing.*--save-detailed"):
         load_results(_write(tmp_path, "s.json", doc))
+
+
+def test_shipped_example_results_parse_and_say_made_up():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "data" / "results"
+    names = sorted(p.name for p in root.glob("made_up_*.json"))
+    assert names == ["made_up_high.json", "made_up_low.json", "made_up_mid.json"]
+    for name in names:
+        doc = json.loads((root / name).read_text())
+        assert doc["label"].startswith("MADE UP")
+        run = load_results(root / name)
+        assert run.format == "vllm" and len(run) == 80 and run.arrivals.startswith("recorded")

@@ -58,8 +58,9 @@ def print_against(report: dict, console=None) -> None:
     console.print(f"{report['requests']} requests ({report['results_format']} results; "
                   f"{report['failed_in_results']} failed left out); arrivals "
                   f"{report['arrivals']}", markup=False, highlight=False)
-    console.print(f"note: measured figures include {report['measured_includes']}",
-                  markup=False, highlight=False)
+    for note in [f"measured figures include {report['measured_includes']}",
+                 *report.get("notes", [])]:
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def _cdf(ax, values_ms, label: str, style: str) -> None:

@@ -111,6 +111,15 @@ def validate_against(run: MeasuredRun, profile: Profile, cfg: RunConfig) -> Agai
             "engine's --max-model-len or --kv-blocks so that both serve the same requests")
     measured = measured_summary(run)
     metrics = compare(predicted, measured)
+    notes = []
+    if run.cached_tokens is not None and run.cached_tokens.any():
+        share = float(run.cached_tokens.sum()) / float(run.prompt_tokens.sum())
+        notes.append(
+            f"the file records {share:.0%} of prompt tokens served from the prefix cache; "
+            "the replay does not reuse them (its prefix cache matches prefix hashes, which "
+            "the file lacks), so predicted TTFT prices those tokens")
+    if run.itl_s is None:
+        notes.append("the file has no token gaps: ITL is not compared")
     report = {
         "format": FORMAT,
         "results": run.path,
@@ -130,6 +139,7 @@ def validate_against(run: MeasuredRun, profile: Profile, cfg: RunConfig) -> Agai
         "kv_blocks": cfg.kv_blocks,
         "prefix_caching": cfg.prefix_caching,
         "metrics": metrics,
+        "notes": notes,
         "measured_includes": "client-side time (HTTP, tokenization) the simulator does "
                              "not price",
         "counts": {"predicted_steps": predicted.get("steps"),
