@@ -235,3 +235,10 @@ def test_calibration_in_provenance_is_checked(tmp_path):
     bad = replace(profile, provenance={**profile.provenance, KEY: {"memory_scale": -1}})
     with pytest.raises(ValueError, match="memory_scale"):
         latency_model(bad)
+
+
+def test_validate_against_refuses_live_loop_flags(tmp_path):
+    res = CliRunner().invoke(app, ["validate", "--against", "x.json", "--live-runs", "3",
+                                   "--grid", "fine", "--out", str(tmp_path / "v")])
+    assert res.exit_code != 0
+    assert "--grid, --live-runs" in str(res.exception) and "live loop" in str(res.exception)

@@ -83,6 +83,15 @@ def validate(
     benchmark's results).
     """
     if against is not None:
+        live_only = {"--model": (model, "tiny"), "--device": (device, "auto"),
+                     "--dtype": (dtype, None), "--grid": (grid, "quick"),
+                     "--passes": (passes, 1), "--threads": (threads, None),
+                     "--idle-wait": (idle_wait, "sleep"), "--replay-steps": (replay_steps, None),
+                     "--live-runs": (live_runs, 1)}
+        given = [flag for flag, (v, default) in live_only.items() if v != default]
+        if given:
+            raise ValueError(f"{', '.join(given)} set(s) up the live loop, which --against "
+                             "does not run; drop them or --against")
         _validate_against(against, results_format, run_index, run_cfg, workload_opts, out,
                           profile, plot, as_json)
         return

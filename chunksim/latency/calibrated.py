@@ -96,6 +96,8 @@ class CalibratedModel:
         of one table carry different stamps."""
 
     def __getattr__(self, name: str):
+        if name == "base":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.base, name)
 
     def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
