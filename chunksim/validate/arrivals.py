@@ -1,14 +1,15 @@
 """Rebuild a benchmark's send schedule when its results file did not record it: the draws
 the tool made, from its seed, in its order. Pure numpy.
 
-vLLM (`vllm/benchmarks/serve.py`, `get_request`, since PR #21108, vLLM 0.10.1; unchanged
-on main through 2026): `np.random.seed(seed)` at start; one interval per request,
-gamma(shape=burstiness, scale=1 / (rate x burstiness)) (exponential at burstiness 1;
-1 / rate at burstiness inf; 0 at rate inf), the rate following `--ramp-up-strategy`
-where set; cumulated, and without ramp-up rescaled so that the last send falls at
-N / rate. The first request waits its own interval too.
+vLLM (`vllm/benchmarks/serve.py`, `get_request`, as since PR #21108 of July 2025;
+checked against main at commit 009e6d4, 2026): `np.random.seed(seed)` at start; one
+interval per request, gamma(shape=burstiness, scale=1 / (rate x burstiness))
+(exponential at burstiness 1; 1 / rate at burstiness inf; 0 at rate inf), the rate
+following `--ramp-up-strategy` where set; cumulated, and without ramp-up rescaled so
+that the last send falls at N / rate. The first request waits its own interval too.
 
-SGLang (`python/sglang/bench_serving.py`, `get_request`): `np.random.seed(seed)`; the
+SGLang (`python/sglang/bench_serving.py` at commit 0033168, `get_request`):
+`np.random.seed(seed)`; the
 first request at once, then after each request an exponential(1 / rate) sleep. Its
 `random` dataset draws the prompt and output lengths from the same generator first
 (`np.random.randint`, twice); those draws are replayed and checked against the file's
