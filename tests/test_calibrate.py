@@ -242,3 +242,16 @@ def test_validate_against_refuses_live_loop_flags(tmp_path):
                                    "--grid", "fine", "--out", str(tmp_path / "v")])
     assert res.exit_code != 0
     assert "--grid, --live-runs" in str(res.exception) and "live loop" in str(res.exception)
+
+
+def test_validate_against_is_deterministic(tmp_path):
+    src = ROOT / "examples" / "data" / "results" / "made_up_low.json"
+    outs = []
+    for k in range(2):
+        out = tmp_path / f"v{k}"
+        res = CliRunner().invoke(app, ["validate", "--against", str(src), "--profile",
+                                       "llama-3.1-8b-h200", "--no-plot", "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        outs.append(out)
+    for name in ("validation.json", "sim_requests.csv", "measured_requests.csv"):
+        assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
