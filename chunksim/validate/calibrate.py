@@ -1,13 +1,13 @@
 """`sim calibrate`: fit a per-step framework time and two scales (`latency.calibrated`)
 so that the simulator reproduces measured runs, check the fit on data it did not see,
-and write the calibrated profile. No torch, no scipy: a few parameters, Nelder-Mead.
+and write the calibrated profile. No torch, no scipy: a few parameters,
+Levenberg-Marquardt and a compass search (numpy).
 
 Objective: the squared log ratio, predicted over measured, of the mean, median and P90
 of TTFT, TPOT and E2E and of the mean TTFT and TPOT of each third of the requests by
 prompt length and by arrival time, over every fitted run, each run's requests replayed
-at their measured arrivals (`_features`). Parameters:
-framework time in units of the uncalibrated run's mean step (|u| keeps it >= 0), and
-each scale's log.
+at their measured arrivals (`_features`). Parameters: the framework time in units of the
+uncalibrated run's mean step (kept >= 0), and each scale's log.
 
 Held out: with several runs, one run (`hold_out`, default the last) is left out of the
 fit; with one run, its later part (`tail_fraction` of the requests, by arrival) is: both
@@ -267,49 +267,6 @@ def gauss_newton(residual, x0: np.ndarray, h: np.ndarray, lower: np.ndarray,
     return x, cost, evals
 
 
-def nelder_mead(f, x0: np.ndarray, step: np.ndarray, max_evals: int = 120,
-                tol: float = 1e-6) -> tuple[np.ndarray, float, int]:
-    """Minimise f from x0 (simplex edges `step`); (x, f(x), evaluations)."""
-    n = len(x0)
-    pts = [np.asarray(x0, dtype=float)]
-    for i in range(n):
-        p = pts[0].copy()
-        p[i] += step[i]
-        pts.append(p)
-    vals = [f(p) for p in pts]
-    evals = n + 1
-    while evals < max_evals:
-        order = np.argsort(vals)
-        pts = [pts[i] for i in order]
-        vals = [vals[i] for i in order]
-        if abs(vals[-1] - vals[0]) <= tol * (abs(vals[0]) + tol):
-            break
-        centroid = np.mean(pts[:-1], axis=0)
-        xr = centroid + (centroid - pts[-1])
-        fr = f(xr)
-        evals += 1
-        if fr < vals[0]:
-            xe = centroid + 2.0 * (centroid - pts[-1])
-            fe = f(xe)
-            evals += 1
-            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
-        elif fr < vals[-2]:
-            pts[-1], vals[-1] = xr, fr
-        else:
-            xc = centroid + 0.5 * (pts[-1] - centroid)
-            fc = f(xc)
-            evals += 1
-            if fc < vals[-1]:
-                pts[-1], vals[-1] = xc, fc
-            else:  # shrink towards the best
-                for i in range(1, n + 1):
-                    pts[i] = pts[0] + 0.5 * (pts[i] - pts[0])
-                    vals[i] = f(pts[i])
-                    evals += 1
-    best = int(np.argmin(vals))
-    return pts[best], float(vals[best]), evals
-
-
 @dataclass
 class Fit:
     """What `calibrate` found."""
@@ -383,7 +340,7 @@ def split_cases(runs: list[MeasuredRun], hold_out: int | None = None,
 def _calibration(x: np.ndarray, fitted: tuple[str, ...], f_ref: float) -> Calibration:
     vals = {"framework": 0.0, "compute": 1.0, "memory": 1.0}
     for name, v in zip(fitted, x, strict=True):
-        vals[name] = abs(v) * f_ref if name == "framework" else math.exp(v)
+        vals[name] = float(abs(v) * f_ref if name == "framework" else math.exp(v))
     return Calibration(vals["framework"], vals["compute"], vals["memory"])
 
 
@@ -470,9 +427,10 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
         return float(np.sum(residual(x) ** 2))
 
     # Levenberg-Marquardt first (the predictions are nearly linear in the parameters for
-    # a fixed schedule), then a coordinate search from its optimum: the objective is
-    # slightly rugged (a step time that moves an arrival into another step changes the
-    # schedule after it), which stalls derivative steps near the optimum
+    # a fixed schedule), then a compass search from its optimum along the sensitivity's
+    # principal directions: the objective is slightly rugged (a step time that moves an
+    # arrival into another step changes the schedule after it), which stalls derivative
+    # steps near the optimum
     h = np.asarray([0.1 if n == "framework" else 0.05 for n in fitted])
     lower = np.asarray([0.0 if n == "framework" else -3.0 for n in fitted])
     x, _, evals = gauss_newton(residual, np.zeros(len(fitted)), h, lower)
