@@ -72,6 +72,9 @@ _command(app, "sweep", _sweep)
 from chunksim.cli.validate import validate as _validate  # noqa: E402
 
 _command(app, "validate", _validate)
+from chunksim.cli.calibrate import calibrate as _calibrate  # noqa: E402
+
+_command(app, "calibrate", _calibrate)
 # END REGISTRATIONS
 
 

@@ -58,6 +58,17 @@ def validate(
         "Draw validation.png."))] = True,
     as_json: Annotated[bool, typer.Option("--json", rich_help_panel=_V, help=(
         "Print validation.json's metrics as one JSON line, last on stdout."))] = False,
+    against: Annotated[Path | None, typer.Option("--against", rich_help_panel=_V, help=(
+        "Validate against a benchmark's results instead of the live loop: a `vllm bench "
+        "serve --save-result --save-detailed` JSON, an SGLang `bench_serving "
+        "--output-details` JSONL, or a per-request CSV/JSONL (docs/validation.md). Its "
+        "requests are replayed at their arrivals (rebuilt from --seed, the bench tool's, "
+        "where the file has none) under the engine flags given. No torch."))] = None,
+    results_format: Annotated[str | None, typer.Option("--results-format", rich_help_panel=_V,
+                                                       help=(
+        "vllm, sglang or generic (default: detected from the file)."))] = None,
+    run_index: Annotated[int | None, typer.Option("--run", min=0, rich_help_panel=_V, help=(
+        "Which run of an SGLang JSONL holding several (0-based; default the last)."))] = None,
     profile: ProfileOpt = None,
 ) -> None:
     """Check the simulator against real execution: run the workload live (real forward
@@ -67,8 +78,23 @@ def validate(
     Examples (the second profiles first; the third also serves the workload three times):
     `sim validate --profile tiny-cpu --policy chunk --chunk 256 --out v`;
     `sim validate --grid quick --out runs/val`;
-    `sim validate --grid quick --live-runs 3 --out runs/val`.
+    `sim validate --grid quick --live-runs 3 --out runs/val`;
+    `sim validate --against result.json --profile llama-3.1-8b-h200 --out v` (a vLLM
+    benchmark's results).
     """
+    if against is not None:
+        live_only = {"--model": (model, "tiny"), "--device": (device, "auto"),
+                     "--dtype": (dtype, None), "--grid": (grid, "quick"),
+                     "--passes": (passes, 1), "--threads": (threads, None),
+                     "--idle-wait": (idle_wait, "sleep"), "--replay-steps": (replay_steps, None),
+                     "--live-runs": (live_runs, 1)}
+        given = [flag for flag, (v, default) in live_only.items() if v != default]
+        if given:
+            raise ValueError(f"{', '.join(given)} set(s) up the live loop, which --against "
+                             "does not run; drop them or --against")
+        _validate_against(against, results_format, run_index, run_cfg, workload_opts, out,
+                          profile, plot, as_json)
+        return
     from chunksim.cli.paths import check_out_dir
     from chunksim.latency.profile import load_profile
     from chunksim.live.settings import LiveSettings
@@ -123,3 +149,37 @@ def replay_steps_for(profile_kind: str, given: int | None) -> int:
     if given is not None:
         return given
     return 0 if profile_kind == "components" else 180
+
+
+def _validate_against(against: Path, results_format: str | None, run_index: int | None,
+                      run_cfg: RunConfig, workload_opts: WorkloadOptions, out: Path,
+                      profile: str | None, plot: bool, as_json: bool) -> None:
+    """`--against`: replay the results file's requests and compare (no live loop)."""
+    from dataclasses import replace
+
+    from chunksim.cli.paths import check_out_dir
+    from chunksim.latency.profile import load_profile
+    from chunksim.validate.against import validate_against, write_against
+    from chunksim.validate.results import load_results
+
+    given = replace(workload_opts, seed=0) != WorkloadOptions()
+    if given:
+        raise ValueError("--against replays the results file's own requests; drop the "
+                         "workload flags (--rate, --workload, --trace, ...); --seed stays: "
+                         "it is the seed the bench tool ran with")
+    check_out_dir(out)
+    run = load_results(against, results_format, seed=workload_opts.seed, run=run_index)
+    v = validate_against(run, load_profile(profile), run_cfg.variant(seed=workload_opts.seed))
+    draw = None
+    if plot:
+        from chunksim.reports.against_report import plot_against
+
+        draw = plot_against
+    write_against(out, v, draw)
+    if as_json:
+        typer.echo(json.dumps(v.report, default=str))
+        return
+    from chunksim.reports.against_report import print_against
+
+    print_against(v.report)
+    typer.echo(f"wrote {out}/validation.json, validation.html and the records next to it")

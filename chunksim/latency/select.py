@@ -7,11 +7,15 @@ from chunksim.latency.profile import Profile
 
 
 def latency_model(profile: Profile, step_overhead_s: float | None = None) -> StepCosts:
-    """`LatencyModel` for a whole-step profile, `ComponentModel` for a component one."""
+    """`LatencyModel` for a whole-step profile, `ComponentModel` for a component one;
+    with the profile's calibration (`sim calibrate`) applied where it has one."""
+    from chunksim.latency.calibrated import calibrated
+
     if profile.kind == "components":
         from chunksim.latency.composed import ComponentModel
 
-        return ComponentModel(profile, step_overhead_s)
+        return calibrated(ComponentModel(profile, step_overhead_s), profile.provenance,
+                          profile.path)
     from chunksim.latency.model import LatencyModel
 
-    return LatencyModel(profile, step_overhead_s)
+    return calibrated(LatencyModel(profile, step_overhead_s), profile.provenance, profile.path)

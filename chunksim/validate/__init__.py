@@ -10,6 +10,11 @@ Modules, one job each:
     scenarios   the validation suite: each policy x light/medium/heavy load + long-prompt
     suite       run a list of scenarios on one profile and model, tabulate the errors
     output      write validation.json, the per-request/step CSVs and the plot atomically
+    results     read a benchmark's per-request results (vLLM, SGLang, generic; no torch)
+    arrivals    rebuild a benchmark's send schedule from its seed
+    against     `--against`: replay a results file's requests and compare (no torch)
+    calibrate   `sim calibrate`: fit framework time and scales, hold out, refuse, write
+    bench_format  write requests' timings as a `vllm bench serve` result (synthetic runs)
 The plot and the console table are drawn by `chunksim.reports`; the command is
 `chunksim.cli.validate`. User guide: docs/validation.md.
 """
