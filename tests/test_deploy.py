@@ -265,3 +265,21 @@ def test_bench_line_follows_the_workload_arrivals():
     d = deployment(Config(PolicySpec("budget"), 2048), RunConfig(), H200.provenance, 3.0,
                    burst)
     assert parse_command(d.bench)[1]["--request-rate"] == "inf"
+
+
+def test_gpus_split_answer_deploys_the_split_and_prices_each(tmp_path):
+    out = tmp_path / "s"
+    res = RUNNER.invoke(app, ["capacity", "-n", "40", "--gpus", "2", "--policies", "budget",
+                              "--chunks", "512", "--seeds", "0", "--tol", "0.3", "--workers",
+                              "1", "--gpu-cost-per-hour", "2", "--no-report", "--out",
+                              str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "capacity.json").read_text())
+    costs = doc["cost"]["configurations"]
+    assert {c["label"] for c in costs} == {"2x · budget 512", "P/D 1:1 · budget 512"}
+    assert all(c["gpus"] == 2 and c["gpu_hours_per_day"] == 48 for c in costs)
+    dep = doc["deploy"]
+    assert dep["gpus"] == 2 and sum(c["count"] for c in dep["vllm"]) == 2
+    for c in dep["vllm"] + dep["sglang"]:
+        parse_command(c["text"])
+    parse_command(dep["bench"])
