@@ -95,7 +95,7 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
         assert ("--async-scheduling" in flags) == async_
         if kv_blocks is not None:
             assert flags["--num-gpu-blocks-override"] == str(kv_blocks)
-        if mml is not None:
+        if mml is not None and "--no-enable-chunked-prefill" not in flags:
             assert flags["--max-model-len"] == str(mml)
         if spec.family in ("budget", "sjf"):
             assert flags["--max-num-batched-tokens"] == str(chunk)
@@ -108,6 +108,8 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
             assert flags["--long-prefill-token-threshold"] == str(chunk)
         if spec.family == "whole":
             assert "--no-enable-chunked-prefill" in flags
+        if "--no-enable-chunked-prefill" in flags:  # else vLLM refuses to start
+            assert int(flags["--max-model-len"]) <= int(flags["--max-num-batched-tokens"])
     for flags in parsed.get("sglang", []):
         assert set(flags) <= set(SGLANG_SERVE)
         assert ("--disable-radix-cache" in flags) == (not prefix)

@@ -189,9 +189,16 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
         common_v.append(("--async-scheduling", None))
     else:
         common_s.append(("--disable-overlap-schedule", None))
-    if cfg.engine.max_model_len is not None:
-        common_v.append(("--max-model-len", cfg.engine.max_model_len))
-        common_s.append(("--context-length", cfg.engine.max_model_len))
+    mml = cfg.engine.max_model_len
+    chunked = getattr(policy, "enable_chunked_prefill", policy.name != "whole")
+    cap = getattr(policy, "max_num_batched_tokens", None)
+    if not chunked and cap is not None and (mml is None or mml > cap):
+        mml = cap  # vLLM refuses max_model_len > max_num_batched_tokens without chunking
+        notes.append(f"--max-model-len {cap}: without chunked prefill vLLM needs the model "
+                     "length within the step budget (chunksim rejects longer requests too)")
+    if mml is not None:
+        common_v.append(("--max-model-len", mml))
+        common_s.append(("--context-length", mml))
     if cfg.block_size != 16:
         common_v.append(("--block-size", cfg.block_size))
         common_s.append(("--page-size", cfg.block_size))
