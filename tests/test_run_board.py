@@ -147,7 +147,7 @@ def test_long_prompt_waiting_while_the_engine_idles_points_at_a_larger_budget():
                               "running": 5, "kv_blocks_used": 10} for i in range(10)])
     assert _fired(obs) >= {"long_idle"} and "long_rationed" not in _fired(obs)
     idle = next(o for o in obs if o.key == "long_idle")
-    assert "larger budget" in idle.advice and len(idle.windows) == 10
+    assert "larger budget" in idle.advice and idle.windows == (0.0, 0.5)  # its windows
 
 
 def test_long_prompt_waiting_behind_full_steps_is_rationed():
@@ -247,3 +247,65 @@ def test_report_refuses_what_it_cannot_draw(extra, message, tmp_path):
     res = RUNNER.invoke(app, ["run", "-n", "5", "--report", *extra])
     assert res.exit_code != 0
     assert message in str(res.exception) + res.output
+
+
+def test_measured_windows_read_a_bench_results_requests_as_the_board_does():
+    """A bench result's per-request arrival, TTFT and gap lists give the same windows as
+    the records would: token times are arrival + TTFT + the gaps so far."""
+    from chunksim.sim.board import measured_windows
+
+    ttft, itl = measured_windows([0.0, 1.0], [0.5, 0.2], [[0.1, 0.6], [0.05]],
+                                 ["a", "b"], 1.0, 3.0)
+    allc = itl[itl["request_class"] == "all"].set_index("t_s")
+    # request 0 tokens at 0.6 (1st), 0.7, 1.3; request 1 at 1.2 (1st), 1.25
+    assert allc.loc[0.0, "count"] == 1 and allc.loc[0.0, "p50_ms"] == pytest.approx(100.0)
+    assert allc.loc[1.0, "count"] == 2
+    assert sorted(itl[itl["t_s"] == 1.0]["request_class"]) == ["a", "all", "b"]
+    assert ttft[ttft["request_class"] == "all"]["count"].tolist() == [1, 1]
+
+
+def test_a_long_run_reads_every_kth_request(linear_profile):
+    res, _ = _run(linear_profile, "budget", max_num_batched_tokens=512)
+    full, every = token_gaps(res.requests, res.steps)
+    cap = len(full) // 3
+    few, k = token_gaps(res.requests, res.steps, max_gaps=cap)
+    assert every == 1 and k == math.ceil(len(full) / cap) >= 3
+    assert 0 < len(few) < len(full) / 2
+
+
+@pytest.mark.parametrize("fleet", [["--replicas", "2", "--router", "least-tokens"],
+                                   ["--pd", "1:1"]])
+def test_the_board_reads_a_fleet(fleet, tmp_path):
+    res = RUNNER.invoke(app, ["run", "-n", "60", "--rate", "8", *fleet, "--out",
+                              str(tmp_path / "f"), "--report"])
+    assert res.exit_code == 0, res.output
+    from chunksim.sim.outputs import read_table
+
+    steps = read_table(tmp_path / "f" / "steps.parquet")
+    req = read_table(tmp_path / "f" / "requests.parquet")
+    summary = json.loads((tmp_path / "f" / "summary.json").read_text())
+    gaps, _ = token_gaps(req, steps, prefill_instances=summary["fleet"].get(
+        "prefill_instances") or 0)
+    done = req[req["generated_tokens"] >= 2]
+    assert len(gaps) == int((done["generated_tokens"] - 1).sum())
+    assert gaps["exact"].mean() > 0.5  # each request's tokens found on its own engine
+    w = engine_windows(steps, 1.0)
+    assert (w["busy_fraction"] <= 1.0 + 1e-9).all()
+
+
+@pytest.mark.parametrize("fleet", [{"replicas": 2, "router": "least-tokens"}, {"pd": "1:2"}])
+def test_fleet_gaps_are_the_fleets_own_gaps(linear_profile, fleet):
+    """Each request's tokens are found on the engine that made them: the gaps equal the
+    fleet's pooled ITL samples (a P/D request's first gap spans its KV transfer)."""
+    from chunksim.sim.fleet_config import FleetConfig
+
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(0.05, 80))
+    specs = tuple(RequestSpec(i, float(t), int(rng.integers(20, 1500)),
+                              int(rng.integers(2, 40))) for i, t in enumerate(arrivals))
+    res, summary = simulate(Workload("fleet", specs), linear_profile,
+                            RunConfig(kv_blocks=4000, fleet=FleetConfig(**fleet)))
+    pool = (summary.get("fleet") or {}).get("prefill_instances") or 0
+    gaps, _ = token_gaps(res.requests, res.steps, prefill_instances=pool)
+    assert gaps["exact"].all()
+    assert np.allclose(np.sort(gaps["gap_s"]), np.sort(res.itl_s), rtol=0, atol=1e-9)

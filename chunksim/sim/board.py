@@ -25,7 +25,7 @@ BOARD_FILES = ("report.html", "board_queue.png", "board_kv.png", "board_busy.png
                "board_tokens.png", "board_ttft.png", "board_itl.png")
 """What `sim run --out D --report` adds to D."""
 
-MAX_GAPS = 4_000_000
+MAX_GAPS = 2_000_000
 """Most token gaps the board keeps: past it, every k-th completed request is read (the
 board says so)."""
 _TOL_S = 1e-9
@@ -112,18 +112,22 @@ def engine_windows(steps, window_s: float, end_s: float | None = None):
     })
 
 
-def _served_on(requests) -> np.ndarray | None:
-    """The engine that made each request's later tokens (None: one engine)."""
-    for col in ("decode_replica", "replica"):
-        if col in requests.columns:
-            return requests[col].to_numpy()
+def _served_on(requests, prefill_instances: int) -> np.ndarray | None:
+    """The engine (steps' `replica`) that made each request's later tokens (None: one
+    engine). P/D steps number the prefill instances first, so decode instance j is
+    engine `prefill_instances` + j."""
+    if "decode_replica" in requests.columns:
+        return requests["decode_replica"].to_numpy() + prefill_instances
+    if "replica" in requests.columns:
+        return requests["replica"].to_numpy()
     return None
 
 
-def token_gaps(requests, steps, max_gaps: int = MAX_GAPS) -> tuple:
+def token_gaps(requests, steps, max_gaps: int = MAX_GAPS, prefill_instances: int = 0) -> tuple:
     """(frame, read_every): one row per inter-token gap of the completed requests with
     time_s (when the later token came), gap_s, request_class and exact (see the module
-    docstring); read_every k > 1 when only every k-th request was read (`max_gaps`)."""
+    docstring); read_every k > 1 when only every k-th request was read (`max_gaps`).
+    `prefill_instances`: a P/D run's prefill pool size (summary `fleet`)."""
     import pandas as pd
 
     req = requests
@@ -133,7 +137,7 @@ def token_gaps(requests, steps, max_gaps: int = MAX_GAPS) -> tuple:
     total = int((gen[pick] - 1).sum())
     every = max(1, math.ceil(total / max_gaps)) if total else 1
     pick = pick[::every]
-    served = _served_on(req)
+    served = _served_on(req, prefill_instances)
     parts = []
     engines = _engines(steps)
     ids = [int(g["replica"].iloc[0]) if "replica" in g.columns and len(g) else 0
@@ -143,14 +147,20 @@ def token_gaps(requests, steps, max_gaps: int = MAX_GAPS) -> tuple:
         if not len(mine):
             continue
         ends = np.sort((g["start_s"] + g["duration_s"]).to_numpy())
-        parts.append(_gaps_on(ends, req, mine))
+        parts.append(_gaps_on(ends, req, mine, handed_over=prefill_instances > 0))
     if not parts:
         return pd.DataFrame({"time_s": [], "gap_s": [], "request_class": [],
                              "exact": np.zeros(0, bool)}), every
     return pd.concat(parts, ignore_index=True), every
 
 
-def _gaps_on(ends: np.ndarray, req, rows: np.ndarray):
+def _gaps_on(ends: np.ndarray, req, rows: np.ndarray, handed_over: bool = False):
+    """The gaps of requests `rows`, whose later tokens were made by the engine whose
+    sorted step ends are `ends`. On one engine a request decoded every step from its
+    first token to its last when exactly its count of gaps of step ends lie between; a
+    request `handed_over` (P/D: its first token came from a prefill instance, then the KV
+    moved) was admitted by its decode engine some steps after its first token, so its
+    tokens are the last ends up to its finish when it was never preempted."""
     import pandas as pd
 
     ft = req["first_token_s"].to_numpy()[rows]
@@ -159,7 +169,12 @@ def _gaps_on(ends: np.ndarray, req, rows: np.ndarray):
     cls = req["request_class"].to_numpy()[rows]
     lo = np.searchsorted(ends, ft + _TOL_S, side="left")  # first step end after the 1st
     hi = np.searchsorted(ends, fin + _TOL_S, side="right")  # past the last token's end
-    exact = (hi - lo) == n
+    if handed_over:
+        calm = req["preemptions"].to_numpy()[rows] == 0
+        exact = ((hi - lo) >= n) & calm
+        lo = np.where(exact, hi - n, lo)
+    else:
+        exact = (hi - lo) == n
     out_t, out_g, out_c, out_x = [], [], [], []
     if exact.any():  # each token at a step end: the gaps are consecutive step ends
         e_lo, e_n = lo[exact], n[exact]
@@ -255,10 +270,13 @@ def observables(steps, requests, windows, ttft_w, itl_w, summary: dict,
     - windows whose P99 TTFT is over the TTFT SLO;
     - busy fraction: how much of the run the engine was idle."""
     out: list[Observable] = []
+    window_s = float(windows["t_s"].iloc[1] - windows["t_s"].iloc[0]) if len(windows) > 1 \
+        else None
     budget = step_budget(summary.get("policy_params") or {})
     kv_cap = summary.get("kv_blocks")
     seats = (summary.get("policy_params") or {}).get("max_num_seqs")
-    out += _long_prompt_wait(steps, requests, budget, kv_cap, seats, long_quantile)
+    out += _long_prompt_wait(steps, requests, budget, kv_cap, seats, long_quantile,
+                             window_s)
     itl_slo = slos_s.get("itl")
     if itl_slo is not None:
         out.append(_over("itl", itl_w, itl_slo * 1000.0, "P99 ITL",
@@ -282,7 +300,8 @@ def observables(steps, requests, windows, ttft_w, itl_w, summary: dict,
     return out
 
 
-def _long_prompt_wait(steps, requests, budget, kv_cap, seats, q: float) -> list[Observable]:
+def _long_prompt_wait(steps, requests, budget, kv_cap, seats, q: float,
+                      window_s: float | None = None) -> list[Observable]:
     """Steps run while a long prompt (top decile of prompt length) waited for its first
     schedule: split by why it waited."""
     done = requests[np.isfinite(requests["first_scheduled_s"].to_numpy())]
@@ -311,6 +330,8 @@ def _long_prompt_wait(steps, requests, budget, kv_cap, seats, q: float) -> list[
     rationed = waiting & full & ~blocked
     held = waiting & blocked
     t = steps["start_s"].to_numpy()
+    if window_s:  # mark windows, not steps: a long run has millions of steps
+        t = np.floor(t / window_s) * window_s
     obs = []
     share = idle_under.sum() / n
     obs.append(Observable(
@@ -351,8 +372,8 @@ def _over(key: str, frame, slo_ms: float, name: str, advice: str, steps,
         extra = (f"; the largest step held {int(steps['prefill_tokens'].max())} prefill "
                  f"tokens (budget {budget})")
     return Observable(key, True,
-                      f"{name} over the {slo_ms:g} ms SLO in {len(over)} of {len(allc)} "
-                      f"windows (worst {worst:.0f} ms){extra}", advice,
+                      f"{name} over the {slo_ms:g} ms SLO in {len(over)} of the {len(allc)} "
+                      f"windows with samples (worst {worst:.0f} ms){extra}", advice,
                       tuple(float(x) for x in over["t_s"]))
 
 
@@ -367,7 +388,8 @@ def build_board(requests, steps, summary: dict, slos_s: dict[str, float],
                       np.nanmax(fin) if np.isfinite(fin).any() else 0.0))
     ws = window_s or window_size_s(end_s)
     windows = engine_windows(steps, ws, end_s)
-    gaps, every = token_gaps(requests, steps)
+    pool = (summary.get("fleet") or {}).get("prefill_instances") or 0
+    gaps, every = token_gaps(requests, steps, prefill_instances=int(pool))
     ttft, itl = latency_windows(requests, gaps, ws, end_s)
     obs = observables(steps, requests, windows, ttft, itl, summary, slos_s)
     kv = summary.get("kv_blocks")
@@ -379,3 +401,27 @@ def build_board(requests, steps, summary: dict, slos_s: dict[str, float],
         "gap_facts": {"gaps": len(gaps), "every": every,
                       "exact": float(gaps["exact"].mean()) if len(gaps) else 1.0},
     }
+
+
+def measured_windows(arrival_s, ttft_s, itls_s, request_class, window_s: float,
+                     end_s: float) -> tuple:
+    """(ttft, itl) windows of a measured run (a bench result's per-request arrival, TTFT
+    and list of inter-token gaps, seconds), in `latency_windows`' shape, for the board's
+    `measured` series: each token's time is arrival + TTFT + the gaps so far."""
+    import pandas as pd
+
+    arrival = np.asarray(arrival_s, dtype=float)
+    ttft = np.asarray(ttft_s, dtype=float)
+    cls = np.asarray(request_class, dtype=object)
+    lens = np.array([len(g) for g in itls_s], dtype=np.int64)
+    flat = np.concatenate([np.asarray(g, dtype=float) for g in itls_s]) if lens.sum() \
+        else np.zeros(0)
+    first = np.repeat(arrival + ttft, lens)
+    starts = np.cumsum(lens) - lens
+    csum = np.cumsum(flat)
+    base = np.repeat(np.where(starts > 0, csum[np.maximum(starts - 1, 0)], 0.0), lens)
+    requests = pd.DataFrame({"arrival_s": arrival, "first_token_s": arrival + ttft,
+                             "request_class": cls})
+    gaps = pd.DataFrame({"time_s": first + (csum - base), "gap_s": flat,
+                         "request_class": np.repeat(cls, lens)})
+    return latency_windows(requests, gaps, window_s, end_s)
