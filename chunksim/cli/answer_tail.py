@@ -33,7 +33,7 @@ class AnswerTail:
     def print(self) -> None:
         from chunksim.reports.deploy_text import print_deploy
 
-        if self.deployment is not None:
+        if self.deployment is not None or self.costs:
             print_deploy(self.deployment, self.costs, self.price, self.at)
 
     def section(self, doc) -> None:

@@ -72,14 +72,14 @@ def _count(c) -> str:
     return f"{c.count}× {c.role}: "
 
 
-def print_deploy(d: Deployment, costs: Sequence[Cost] = (), price: GpuPrice | None = None,
+def print_deploy(d: Deployment | None, costs: Sequence[Cost] = (), price: GpuPrice | None = None,
                  at: str = "", console=None) -> None:
     """The console's closing lines: the deployment, then the costs (a table)."""
     from rich.console import Console
     from rich.table import Table
 
     con = console or Console()
-    for line in deploy_lines(d):
+    for line in deploy_lines(d) if d is not None else []:
         con.print(line.replace("**", "").replace("`", ""), markup=False, highlight=False,
                   soft_wrap=True)
     if costs and price is not None:
@@ -90,7 +90,7 @@ def print_deploy(d: Deployment, costs: Sequence[Cost] = (), price: GpuPrice | No
         for row in cost_rows(costs):
             t.add_row(*row)
         con.print(t)
-        best = next((c for c in costs if c.label == d.label), None)
+        best = next((c for c in costs if d is not None and c.label == d.label), None)
         if best is not None:
             con.print(cost_sentence(best, price, at).replace("**", ""), markup=False,
                       highlight=False)
