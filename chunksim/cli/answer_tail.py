@@ -39,7 +39,7 @@ class AnswerTail:
     def section(self, doc) -> None:
         from chunksim.reports.deploy_text import deploy_section
 
-        if self.deployment is not None:
+        if self.deployment is not None or self.costs:
             deploy_section(doc, self.deployment, self.costs, self.price, self.at)
 
     def document(self) -> dict[str, Any]:

@@ -96,9 +96,23 @@ def print_deploy(d: Deployment | None, costs: Sequence[Cost] = (), price: GpuPri
                       highlight=False)
 
 
-def deploy_section(doc, d: Deployment, costs: Sequence[Cost] = (),
+def deploy_section(doc, d: Deployment | None, costs: Sequence[Cost] = (),
                    price: GpuPrice | None = None, at: str = "") -> None:
     """The report's "Deploy it" section (and "Cost", when a price was given)."""
+    if d is not None:
+        _deploy_blocks(doc, d)
+    if costs and price is not None:
+        doc.heading("Cost")
+        best = next((c for c in costs if d is not None and c.label == d.label), None)
+        if best is not None:
+            doc.para(cost_sentence(best, price, at))
+        doc.table(cost_headers(), cost_rows(costs))
+        doc.para("$ per million output tokens = GPUs × price per GPU-hour ÷ (output tokens/s "
+                 "× 3600) × 10⁶, at the rate in the row; GPU-hours per day = GPUs × 24; "
+                 f"price: {price_text(price)}.")
+
+
+def _deploy_blocks(doc, d: Deployment) -> None:
     doc.heading("Deploy it")
     lines = deploy_lines(d)
     doc.para(lines[0])
@@ -114,14 +128,6 @@ def deploy_section(doc, d: Deployment, costs: Sequence[Cost] = (),
     doc.code(f"{d.bench}\n{d.validate}")
     if d.notes:
         doc.bullets(list(d.notes))
-    if costs and price is not None:
-        doc.heading("Cost")
-        best = next((c for c in costs if c.label == d.label), None)
-        if best is not None:
-            doc.para(cost_sentence(best, price, at))
-        doc.table(cost_headers(), cost_rows(costs))
-        doc.para("$ per million output tokens = GPUs × price per GPU-hour ÷ (output tokens/s "
-                 "× 3600) × 10⁶, at the rate in the row; GPU-hours per day = GPUs × 24.")
 
 
 def insert_after_verdict(doc, section) -> None:
