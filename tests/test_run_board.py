@@ -309,3 +309,14 @@ def test_fleet_gaps_are_the_fleets_own_gaps(linear_profile, fleet):
     gaps, _ = token_gaps(res.requests, res.steps, prefill_instances=pool)
     assert gaps["exact"].all()
     assert np.allclose(np.sort(gaps["gap_s"]), np.sort(res.itl_s), rtol=0, atol=1e-9)
+
+
+def test_a_run_too_long_for_the_board_keeps_its_files_and_says_so(tmp_path, monkeypatch):
+    import chunksim.sim.board as board
+
+    monkeypatch.setattr(board, "MAX_STEPS", 10)
+    out = tmp_path / "long"
+    res = RUNNER.invoke(app, ["run", "-n", "20", "--out", str(out), "--report"])
+    assert res.exit_code != 0
+    assert "--report reads every step into memory" in str(res.exception) + res.output
+    assert (out / "summary.json").exists() and not (out / "report.html").exists()

@@ -97,13 +97,15 @@ def run(
         if writer is not None:
             writer.close()
         board = (_board(result, summary, run_cfg, staged, output_cfg)
-                 if report and summary["completed"] else None)
+                 if report and summary["completed"] and not _too_long(summary) else None)
         if out is not None:
             written = write_outputs(out, result, summary, output_cfg.table_format,
                                     steps=bool(keep), steps_file=staged, extra=board)
     finally:
         if staged is not None:
             staged.unlink(missing_ok=True)
+    if report and _too_long(summary):
+        raise ValueError(_too_long(summary) + (f"; the run's files are in {out}"))
     failed = nothing_completed(result, summary)
     if failed:
         where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
@@ -127,7 +129,7 @@ def _stderr_is_terminal() -> bool:
 def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dict[str, bytes]:
     """report.html and its figures: the run board (`sim.board`, `reports.run_board`)."""
     from chunksim.reports.run_board import render_board
-    from chunksim.sim.board import build_board
+    from chunksim.sim.board import STEP_FIELDS, build_board
     from chunksim.sim.outputs import OutputFormat
     from chunksim.sweep.slos import DEFAULT_SLOS
 
@@ -135,8 +137,24 @@ def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dic
     if staged is not None:  # streamed to the staged file while the run went
         import pandas as pd
 
-        steps = (pd.read_csv(staged) if output_cfg.table_format is OutputFormat.CSV
-                 else pd.read_parquet(staged))
+        if output_cfg.table_format is OutputFormat.CSV:
+            steps = pd.read_csv(staged, usecols=lambda c: c in STEP_FIELDS)
+        else:
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(staged).names
+            steps = pd.read_parquet(staged, columns=[c for c in STEP_FIELDS if c in names])
     slos = dict(run_cfg.slos_s) or {"ttft": DEFAULT_SLOS["p99_ttft_ms"] / 1000.0,
                                     "itl": DEFAULT_SLOS["p99_itl_ms"] / 1000.0}
     return render_board(build_board(result.requests, steps, summary, slos), summary)
+
+
+def _too_long(summary: dict) -> str | None:
+    """Why the board cannot be drawn for this run (None: it can)."""
+    from chunksim.sim.board import MAX_STEPS
+
+    n = int(summary.get("steps") or 0)
+    if n <= MAX_STEPS:
+        return None
+    return (f"--report reads every step into memory and this run has {n:,} (most "
+            f"{MAX_STEPS:,}); shorten it (--duration, --num-requests) for the board")

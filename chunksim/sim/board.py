@@ -28,6 +28,11 @@ BOARD_FILES = ("report.html", "board_queue.png", "board_kv.png", "board_busy.png
 MAX_GAPS = 2_000_000
 """Most token gaps the board keeps: past it, every k-th completed request is read (the
 board says so)."""
+MAX_STEPS = 20_000_000
+"""Most steps the board reads (each ~70 bytes in memory): a longer run is refused."""
+STEP_FIELDS = ("start_s", "duration_s", "prefill_tokens", "decodes", "kv_blocks_used",
+               "running", "waiting", "replica")
+"""The steps columns the board reads."""
 _TOL_S = 1e-9
 
 
