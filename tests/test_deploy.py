@@ -285,3 +285,27 @@ def test_gpus_split_answer_deploys_the_split_and_prices_each(tmp_path):
     for c in dep["vllm"] + dep["sglang"]:
         parse_command(c["text"])
     parse_command(dep["bench"])
+
+
+def test_the_validate_line_replays_what_was_deployed(tmp_path):
+    """The settings on the `sim validate` line are chunksim flags (sim run takes them) and
+    carry the deployed configuration."""
+    import shlex
+
+    run = RunConfig(knobs={"priority_scheduling": True, "max_num_seqs": 64,
+                           "long_prefill_token_threshold": 128},
+                    prefix_caching=False, kv_blocks=2000,
+                    engine=EngineConfig(async_scheduling=True))
+    d = deployment(Config(PolicySpec("budget"), 512), run, H200.provenance, 2.0,
+                   profile_name="tiny-cpu")
+    words = shlex.split(d.validate)
+    assert words[:3] == ["sim", "validate", "--against"]
+    args = words[words.index("--profile"):]
+    res = RUNNER.invoke(app, ["run", *args, "-n", "5", "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "v" / "summary.json").read_text())
+    p = s["policy_params"]
+    assert (p["max_num_batched_tokens"], p["max_num_seqs"], p["long_prefill_token_threshold"],
+            p["priority_scheduling"]) == (512, 64, 128, True)
+    assert s["prefix_caching"] is False and s["async_scheduling"] is True
+    assert s["kv_blocks"] == 2000

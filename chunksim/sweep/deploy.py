@@ -244,7 +244,7 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
                 f"--profile {profile_name} --policy {config.policy.family}"
                 + (f" --variant {config.policy.variant}" if config.policy.variant else "")
                 + (f" --chunk {config.chunk}" if config.chunk is not None else "")
-                + fleet_flags)
+                + "".join(f" {w}" for w in sim_flags(cfg)) + fleet_flags)
     return Deployment(config.label, model, instances * tp, vllm, sg, exact, tuple(notes),
                       bench, validate)
 
@@ -316,3 +316,34 @@ def bench_command(model: str, rate: float | None, opts: WorkloadOptions | None,
               ("--save-result", None), ("--save-detailed", None),
               ("--result-dir", result_dir), ("--result-filename", _result_name(label))]
     return command_text("vllm bench serve", flag_args(VLLM_BENCH, *pairs)), notes
+
+
+def sim_flags(cfg: RunConfig) -> list[str]:
+    """The chunksim flags of the settings `cfg` sets beyond policy and chunk (the knobs
+    the user gave, engine and KV settings off their defaults), for the `sim validate`
+    line: the replay runs what was deployed."""
+    from chunksim.core.knobs import flag_names
+    from chunksim.policies import POLICIES
+
+    cls = POLICIES[cfg.policy]
+    out: list[str] = []
+    for name, value in cfg.knobs:
+        if name in ("variant", cls.chunk_knob):
+            continue
+        names = flag_names(cls, name)
+        if isinstance(value, bool):  # an on/off pair: the first spelling is on
+            out.append(names[0] if value else names[1])
+        elif isinstance(value, tuple):  # repeated CLASS=N items
+            out += [w for cls_, n in value for w in (names[0], f"{cls_}={n}")]
+        else:
+            out += [names[0], str(value)]
+    if not cfg.prefix_caching:
+        out.append("--no-prefix-caching")
+    if cfg.engine.async_scheduling:
+        out.append("--async-scheduling")
+    for flag, value, default in (("--kv-blocks", cfg.kv_blocks, None),
+                                 ("--block-size", cfg.block_size, 16),
+                                 ("--max-model-len", cfg.engine.max_model_len, None)):
+        if value != default:
+            out += [flag, str(value)]
+    return out
