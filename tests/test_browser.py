@@ -89,3 +89,28 @@ def test_report_renders_on_a_phone(linear_profile, tmp_path):
     assert v["top"] < 844  # on the first screen of a 390 x 844 phone
     assert got["width"] == 390
     assert got["page_width"] <= got["width"] + 1  # wide tables scroll in their own box
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (Debian: apt-get install "
+                    "chromium); .ci/run installs it where apt-get is available")
+def test_run_board_renders_on_a_phone(tmp_path):
+    """`sim run --report`'s board: every panel loads, nothing is fetched from outside, and
+    what the run says is on the first screen."""
+    from chunksim.cli import app as sim
+
+    out = tmp_path / "board"
+    res = CliRunner().invoke(sim, [
+        "run", "-w", "long-prompt", "--duration", "8", "--long-arrival", "3",
+        "--long-prompt-tokens", "4096", "--policy", "budget", "--chunk", "512",
+        "--out", str(out), "--report"])
+    assert res.exit_code == 0, res.output
+    page = out / "report.html"
+    assert not re.search(r"(src|href)=['\"]?(https?:)?//", page.read_text())
+    got = _render(page)
+    assert got["images"] == 6 and got["broken"] == []
+    assert got["external"] == []
+    v = got["verdict"]
+    assert v is not None and v["display"] != "none" and v["visibility"] == "visible"
+    assert v["top"] < 844 and v["right"] <= got["width"] + 1
+    assert got["page_width"] <= got["width"] + 1

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from chunksim.cli.answer_tail import with_cost_options
 from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
@@ -23,15 +24,18 @@ from chunksim.cli.grid_flags import (
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
 from chunksim.sim.run import RunConfig
+from chunksim.sweep.cost import CostConfig
 from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
 
 @with_grid_run_options
 @with_workload_options
+@with_cost_options
 def capacity(
     ctx: typer.Context,
     run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
+    cost_cfg: CostConfig,
     slo: SloOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help=(
         "Directory for capacity.json, capacity_probes.csv, the knee plots, report.md and "
@@ -140,7 +144,8 @@ def capacity(
             raise ValueError(f"{' and '.join(given)} {verb} the rate search; --target-rate "
                              "probes the target rate only: drop them")
         _fewest_gpus(target_rate, max_gpus or 64, specs, chunk_list, template, workload_opts,
-                     run_cfg, slos, params, seed_values, profile, workers, ray, out)
+                     run_cfg, slos, params, seed_values, profile, workers, ray, out,
+                     cost_cfg)
         return
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
         entries = capacity_search(configs, workload_opts, run_cfg, slos, runner, params, bar,
@@ -157,6 +162,8 @@ def capacity(
     print_capacity(entries, best, slos)
     print_verdict(verdict, capacity_searched=True, trace=trace)
     split_table = split_list = None
+    tail = _capacity_tail(verdict, entries, run_cfg, workload_opts, params, profile,
+                          cost_cfg)
     if sized:
         from chunksim.reports.console import print_splits
         from chunksim.sweep.gpus import split_ranking
@@ -166,10 +173,12 @@ def capacity(
         split_list = split_rows(ranked)
         print_splits(split_list, gpus)
         split_table = splits_csv(ranked)
+    tail.print()
     if out is not None:
         doc = capacity_document(entries, best, slos, params, profile,
                                 probe_workload(workload_opts, params.start, workload_opts.seed,
                                                params), seed_values, verdict, window)
+        doc.update(tail.document())
         atomic.write_json(out / "capacity.json", doc)
         atomic.write_text(out / "capacity_probes.csv", probes_csv(entries))
         formats = ("png", "svg") if svg else ("png",)
@@ -184,7 +193,7 @@ def capacity(
             name = str(workload).split("-")[0] + " (rate varied)"
             paths = write_capacity_report(out, entries, verdict, profile, window, name,
                                           resolved_command(ctx), formats, trace,
-                                          splits=split_list)
+                                          splits=split_list, tail=tail.section)
         else:
             from chunksim.reports.capacity_report import write_capacity_plots
 
@@ -228,7 +237,7 @@ def _fleets(entries: list[str] | None, gpus: int | None, target_rate: float | No
 def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], template,
                  workload: WorkloadOptions, run_cfg: RunConfig, slos: dict[str, float],
                  params, seeds: list[int], profile, workers: int | None, ray: str | None,
-                 out: Path | None) -> None:
+                 out: Path | None, cost_cfg: CostConfig | None = None) -> None:
     """`--target-rate`: the fewest GPUs meeting the SLOs at `target`, and their split."""
     from chunksim import atomic
     from chunksim.progress import ProgressBar
@@ -247,8 +256,45 @@ def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], templat
             make_configs(specs, chunks, gpu_splits(g, template)), workload, run_cfg, slos,
             runner, at_target, bar, seeds=seeds))
     print_gpu_search(search, slos)
+    tail = _gpu_search_tail(search, run_cfg, workload, profile, cost_cfg or CostConfig())
+    tail.print()
     if out is not None:
         entries = [e for _, t in sorted(search.trials.items()) for e in t.entries]
-        atomic.write_json(out / "gpus.json", gpu_search_document(search, slos, seeds))
+        gdoc = gpu_search_document(search, slos, seeds)
+        gdoc.update(tail.document())
+        atomic.write_json(out / "gpus.json", gdoc)
         atomic.write_text(out / "gpu_probes.csv", probes_csv(entries))
         typer.echo(f"wrote {out}/: gpus.json, gpu_probes.csv")
+
+
+def _capacity_tail(verdict, entries, run_cfg, workload_opts, params, profile, cost_cfg):
+    """The recommendation's deployment at its capacity, and every configuration's cost
+    there (the capacity answer as a cost)."""
+    from chunksim.cli.answer_tail import answer_tail
+    from chunksim.sweep.capacity import probe_workload
+
+    rec = verdict.recommended
+    by_label = {e.config.label: e for e in entries}
+    best = by_label.get(rec.label) if rec is not None else None
+    rate = best.max_rate if best is not None else None
+    opts = (probe_workload(workload_opts, rate, workload_opts.seed, params)
+            if rate else workload_opts)
+    return answer_tail((best.config, rate) if best is not None else None,
+                       [(e.config, e.at_max, e.max_rate) for e in entries], run_cfg, opts,
+                       profile, cost_cfg, "its capacity under the SLOs")
+
+
+def _gpu_search_tail(search, run_cfg, workload_opts, profile, cost_cfg):
+    """`--target-rate`: the best configuration on the fewest GPUs, deployed at the target
+    rate, and the cost of every configuration that met it there."""
+    from chunksim.cli.answer_tail import answer_tail
+
+    g = search.answer
+    meeting = search.trials[g].meeting if g is not None else []
+    from dataclasses import replace
+
+    opts = replace(workload_opts, rate=search.target)
+    best = meeting[0] if meeting else None
+    return answer_tail((best.config, search.target) if best is not None else None,
+                       [(e.config, e.at_max, search.target) for e in meeting], run_cfg, opts,
+                       profile, cost_cfg, "the target rate")

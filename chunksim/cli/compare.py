@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from chunksim.cli.answer_tail import with_cost_options
 from chunksim.cli.grid_flags import (
     DEFAULT_CHUNKS,
     DEFAULT_POLICIES,
@@ -22,15 +23,18 @@ from chunksim.cli.grid_flags import (
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
 from chunksim.sim.run import RunConfig
+from chunksim.sweep.cost import CostConfig
 from chunksim.workloads.options import WorkloadOptions
 
 
 @with_grid_run_options
 @with_workload_options
+@with_cost_options
 def compare(
     ctx: typer.Context,
     run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
+    cost_cfg: CostConfig,
     out: Annotated[Path, typer.Option("--out", help=(
         "Directory for comparison.csv/.json, the plots, report.md and report.html."))],
     policies: PoliciesOpt = DEFAULT_POLICIES,
@@ -142,10 +146,13 @@ def compare(
 
         doc["capacity"] = {"window": window,
                            "configurations": [entry_document(e, slos, comp.seeds) for e in entries]}
+    tail = _tail(verdict, comp, entries, run_cfg, workload_opts, profile, cost_cfg)
+    doc.update(tail.document())
     atomic.write_text(out / "comparison.csv", full.csv())
     atomic.write_json(out / "comparison.json", doc)
     print_comparison(full.configs, full.summaries, stats=full.stats)
     print_verdict(verdict, capacity_searched=entries is not None, trace=trace)
+    tail.print()
     written = ["comparison.csv", "comparison.json"]
     for warning in dict.fromkeys(w for s in full.summaries for w in s.get("warnings", [])):
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
@@ -155,7 +162,7 @@ def compare(
         paths = write_compare_report(out, comp, profile, verdict, entries,
                                      command=resolved_command(ctx), timeline_chunk=timeline_chunk,
                                      formats=("png", "svg") if svg else ("png",),
-                                     window=window, trace=trace)
+                                     window=window, trace=trace, tail=tail.section)
         written += [p.name for p in paths]
     typer.echo(f"wrote {out}/: {', '.join(written)}")
 
@@ -175,3 +182,23 @@ def _completing(comp) -> list[int]:
                                  "requests' reject_reason in `sim run --out`")
             typer.secho(f"warning: {msg}", err=True, fg=typer.colors.YELLOW)
     return done
+
+
+def _tail(verdict, comp, entries, run_cfg, workload_opts, profile, cost_cfg):
+    """The deployment of the recommendation and each configuration's cost: at its
+    capacity when searched, else at the compared load."""
+    from chunksim.cli.answer_tail import answer_tail
+
+    rec = verdict.recommended
+    if entries is not None:
+        by_label = {e.config.label: e for e in entries}
+        points = [(e.config, e.at_max, e.max_rate) for e in entries]
+        rate = by_label[rec.label].max_rate if rec is not None else None
+        at = "its capacity under the SLOs"
+    else:
+        rate = workload_opts.rate
+        points = [(c, s, float(s.get("request_throughput") or 0.0))
+                  for c, s in zip(comp.configs, comp.summaries, strict=True)]
+        at = "the compared load"
+    return answer_tail((rec.config, rate) if rec is not None else None, points, run_cfg,
+                       workload_opts, profile, cost_cfg, at)

@@ -39,6 +39,11 @@ def run(
         "tokens scheduled, the kind (new, resumed, prefill, decode), the place in the batch "
         "and the prefix-cache hit at admission, and one row per preemption (blocks freed). "
         "Large for long runs."))] = False,
+    report: Annotated[bool, typer.Option("--report", help=(
+        "Also write the run board to --out: report.html with, over the run's time, waiting "
+        "and running requests, KV blocks in use, busy fraction, prefill and decode tokens "
+        "per step, TTFT and ITL percentiles per window by request class, and what they "
+        "point at (SLOs: --goodput, else P99 TTFT 2 s and P99 ITL 100 ms)."))] = False,
     profile: ProfileOpt = None,
 ) -> None:
     """Simulate a workload under one scheduling policy and print TTFT/ITL/TPOT/E2EL.
@@ -62,6 +67,14 @@ def run(
         raise ValueError(f"{' and '.join(given)} only {'shape' if len(given) > 1 else 'shapes'}"
                          " what --out writes; "
                          "give --out DIR (a run without --out writes no tables)")
+    if report and out is None:
+        raise ValueError("--report writes report.html into the --out directory; give --out "
+                         "DIR")
+    if report and output_cfg.keep != 1:
+        from chunksim.sim.records import steps_keep_label
+
+        raise ValueError(f"--report reads every step; drop --steps "
+                         f"{steps_keep_label(output_cfg.keep)}")
     check_out_dir(out, replace=True)
     foreign = atomic.foreign_entries(out, OUTPUT_FILES) if out is not None else []
     if foreign:
@@ -83,12 +96,16 @@ def run(
                                        steps_sink=writer)
         if writer is not None:
             writer.close()
+        board = (_board(result, summary, run_cfg, staged, output_cfg)
+                 if report and summary["completed"] and not _too_long(summary) else None)
         if out is not None:
             written = write_outputs(out, result, summary, output_cfg.table_format,
-                                    steps=bool(keep), steps_file=staged)
+                                    steps=bool(keep), steps_file=staged, extra=board)
     finally:
         if staged is not None:
             staged.unlink(missing_ok=True)
+    if report and _too_long(summary):
+        raise ValueError(_too_long(summary) + (f"; the run's files are in {out}"))
     failed = nothing_completed(result, summary)
     if failed:
         where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
@@ -107,3 +124,37 @@ def run(
 def _stderr_is_terminal() -> bool:
     """A progress bar is for a person watching: only when stderr is a terminal."""
     return sys.stderr.isatty()
+
+
+def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dict[str, bytes]:
+    """report.html and its figures: the run board (`sim.board`, `reports.run_board`)."""
+    from chunksim.reports.run_board import render_board
+    from chunksim.sim.board import STEP_FIELDS, build_board
+    from chunksim.sim.outputs import OutputFormat
+    from chunksim.sweep.slos import DEFAULT_SLOS
+
+    steps = result.steps
+    if staged is not None:  # streamed to the staged file while the run went
+        import pandas as pd
+
+        if output_cfg.table_format is OutputFormat.CSV:
+            steps = pd.read_csv(staged, usecols=lambda c: c in STEP_FIELDS)
+        else:
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(staged).names
+            steps = pd.read_parquet(staged, columns=[c for c in STEP_FIELDS if c in names])
+    slos = dict(run_cfg.slos_s) or {"ttft": DEFAULT_SLOS["p99_ttft_ms"] / 1000.0,
+                                    "itl": DEFAULT_SLOS["p99_itl_ms"] / 1000.0}
+    return render_board(build_board(result.requests, steps, summary, slos), summary)
+
+
+def _too_long(summary: dict) -> str | None:
+    """Why the board cannot be drawn for this run (None: it can)."""
+    from chunksim.sim.board import MAX_STEPS
+
+    n = int(summary.get("steps") or 0)
+    if n <= MAX_STEPS:
+        return None
+    return (f"--report reads every step into memory and this run has {n:,} (most "
+            f"{MAX_STEPS:,}); shorten it (--duration, --num-requests) for the board")

@@ -110,9 +110,10 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
                           workload_name: str, command: str | None = None,
                           formats: tuple[str, ...] = ("png", "svg"),
                           trace: bool = False,
-                          splits: list[dict] | None = None) -> list[Path]:
+                          splits: list[dict] | None = None, tail=None) -> list[Path]:
     """The figures and report.{md,html} of `sim capacity`; returns the paths written.
-    `splits` (`sweep.gpus_io.split_rows`, `--gpus`) adds the ranked splits."""
+    `splits` (`sweep.gpus_io.split_rows`, `--gpus`) adds the ranked splits; `tail(doc)`
+    adds the deployment and cost after the verdict."""
     out = Path(out_dir)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
@@ -130,6 +131,10 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
         _splits_section(doc, splits)
     capacity_section(doc, entries, verdict.slos, len(verdict.seeds), window)
     closing_sections(doc, profile, command)
+    if tail is not None:
+        from chunksim.reports.deploy_text import insert_after_verdict
+
+        insert_after_verdict(doc, tail)
     md, page = out / "report.md", out / "report.html"
     atomic.write_text(md, doc.to_markdown())
     atomic.write_text(page, doc.to_html(out))

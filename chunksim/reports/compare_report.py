@@ -73,7 +73,7 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
                          verdict: Verdict, capacity: list[CapacityEntry] | None = None,
                          command: str | None = None, timeline_chunk: int | None = None,
                          formats: tuple[str, ...] = ("png", "svg"), window: str | None = None,
-                         trace: bool = False) -> list[Path]:
+                         trace: bool = False, tail=None) -> list[Path]:
     """Write the figures and report.{md,html} into `out_dir`; returns the paths written."""
     import pandas as pd
 
@@ -126,6 +126,10 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
         paths += write_capacity_plots(out, capacity, best, verdict.slos, profile, formats)
     doc = _document(comp, verdict, capacity, profile, title, shown, command, sat, window,
                     trace, fleets)
+    if tail is not None:  # the deployment and cost that end the verdict
+        from chunksim.reports.deploy_text import insert_after_verdict
+
+        insert_after_verdict(doc, tail)
     md, page = out / "report.md", out / "report.html"
     atomic.write_text(md, doc.to_markdown())
     atomic.write_text(page, doc.to_html(out))

@@ -15,6 +15,7 @@ from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.latency.select import latency_model
 from chunksim.policies import chosen_defaults, knob_owners, make_policy
+from chunksim.sim.board import BOARD_FILES
 from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_ranges
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.fleet_config import FleetConfig
@@ -246,13 +247,16 @@ def nothing_completed(result: SimResult, summary: dict) -> str | None:
             f"report: {'; '.join(parts) or 'no reason recorded'}")
 
 
-OUTPUT_FILES = ("summary.json", *(name for fmt in OutputFormat for name in table_names(fmt)))
-"""What `write_outputs` may write: the run's whole output directory."""
+OUTPUT_FILES = ("summary.json", *(name for fmt in OutputFormat for name in table_names(fmt)),
+                *BOARD_FILES)
+"""What `write_outputs` may write: the run's whole output directory (with --report, the
+run board, `sim.board`)."""
 
 
 def write_outputs(out_dir: str | Path, result: SimResult, summary: dict,
                   fmt: OutputFormat | str = OutputFormat.PARQUET, steps: bool = True,
-                  steps_file: Path | None = None) -> list[str]:
+                  steps_file: Path | None = None,
+                  extra: dict[str, bytes] | None = None) -> list[str]:
     """summary.json, requests and steps tables in `fmt` (parquet or csv; and the schedule
     when the run logged it), written as one set (`atomic.write_dir`): a reader of
     `out_dir` sees one run's files, never a mix of two. The steps table holds
@@ -268,5 +272,6 @@ def write_outputs(out_dir: str | Path, result: SimResult, summary: dict,
     if result.schedule is not None:
         files[sched_name] = table_bytes(result.schedule, fmt)
     files["summary.json"] = atomic.json_bytes(summary)
+    files.update(extra or {})  # the run board (report.html and its figures)
     atomic.write_dir(out_dir, files, owned=OUTPUT_FILES)
     return ["summary.json", *(n for n in files if n != "summary.json")]

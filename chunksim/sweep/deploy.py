@@ -1,0 +1,349 @@
+"""A recommended configuration as the commands that run it: `vllm serve` flags (and
+SGLang's where an equivalent exists), P/D instances with their KV transfer, and a `vllm
+bench serve` line that replays the workload at the recommended rate, whose saved result
+goes back into `sim validate --against`.
+
+Every flag comes from `engine_flags` (the one table, with the engine versions checked).
+Where a policy has no engine equivalent the deployment says so (`exact` False, a note)
+and gives the closest flags rather than pretend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from chunksim.sim.run import RunConfig
+from chunksim.sweep.configs import Config
+from chunksim.sweep.engine_flags import (
+    ENGINE_VERSIONS,
+    SGLANG_SERVE,
+    VLLM_BENCH,
+    VLLM_SERVE,
+    command_text,
+    flag_args,
+)
+from chunksim.workloads.options import WorkloadOptions
+
+MODEL_IDS: dict[str, str] = {
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+}
+"""Profile model name -> the Hugging Face id to serve (others: the profile's name as is)."""
+
+NIXL = "NixlConnector"
+"""vLLM's KV connector for P/D (NIXL over UCX: NVLink within a node, RDMA across)."""
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """One kind of engine instance: how many, and the command each runs."""
+
+    engine: str
+    """`vllm` or `sglang`."""
+    role: str
+    """serve, prefill or decode."""
+    count: int
+    text: str
+    """The shell line (flags from the table only)."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The commands of one recommended configuration."""
+
+    label: str
+    model: str
+    gpus: int
+    """GPUs the deployment occupies (instances x tensor-parallel size)."""
+    vllm: tuple[ServeCommand, ...]
+    sglang: tuple[ServeCommand, ...]
+    """Empty when SGLang has no equivalent."""
+    exact: bool
+    """Whether the vLLM flags run the policy chunksim modelled (False: the closest)."""
+    notes: tuple[str, ...]
+    bench: str
+    """`vllm bench serve` at the recommended rate."""
+    validate: str
+    """The `sim validate --against` line its result goes to."""
+
+    @property
+    def versions(self) -> str:
+        return f"vLLM {ENGINE_VERSIONS['vllm']}, SGLang {ENGINE_VERSIONS['sglang']}"
+
+
+def tensor_parallel(provenance: dict) -> int:
+    """The profile's tensor-parallel degree (1 when it records none)."""
+    tp = (provenance.get("components") or {}).get("tp") or 1
+    return int(tp) if isinstance(tp, int) and tp >= 1 else 1
+
+
+def model_id(provenance: dict) -> str:
+    m = provenance.get("model")
+    name = m.get("name") if isinstance(m, dict) else None
+    return MODEL_IDS.get(name or "", name or "MODEL")
+
+
+def _policy_flags(policy, run: RunConfig) -> tuple[list, list | None, bool, list[str]]:
+    """(vLLM pairs, SGLang pairs or None, exact, notes) of one policy's knobs."""
+    fam = policy.name
+    notes: list[str] = []
+    v: list = []
+    s: list | None = []
+    exact = True
+    if fam in ("budget", "sjf"):
+        v += [("--max-num-batched-tokens", policy.max_num_batched_tokens),
+              ("--max-num-seqs", policy.max_num_seqs)]
+        if policy.enable_chunked_prefill:
+            v.append(("--enable-chunked-prefill", None))
+            s += [("--chunked-prefill-size", policy.max_num_batched_tokens),
+                  ("--enable-mixed-chunk", None)]
+            notes.append("SGLang's --chunked-prefill-size counts prefill tokens only; with "
+                         "--enable-mixed-chunk decodes ride along on top of it, so its step "
+                         "holds up to max-running-requests more tokens than vLLM's budget")
+        else:
+            v.append(("--no-enable-chunked-prefill", None))
+            s += [("--chunked-prefill-size", -1),
+                  ("--max-prefill-tokens", policy.max_num_batched_tokens)]
+        s.append(("--max-running-requests", policy.max_num_seqs))
+        if policy.long_prefill_token_threshold:
+            v.append(("--long-prefill-token-threshold", policy.long_prefill_token_threshold))
+            notes.append("SGLang has no per-request cap on prefill tokens per step "
+                         "(--long-prefill-token-threshold)")
+        if policy.priority_scheduling:
+            v.append(("--scheduling-policy", "priority"))
+            s.append(("--enable-priority-scheduling", None))
+        if policy.max_num_partial_prefills:
+            exact = False
+            notes.append(f"--max-num-partial-prefills {policy.max_num_partial_prefills} is "
+                         "not emitted: vLLM V1's scheduler does not enforce a cap on "
+                         "requests mid-prefill")
+        if not policy.reserve_full_prompt:
+            exact = False
+            notes.append("--no-reserve-full-prompt models an older vLLM admission check; "
+                         "no flag selects it")
+        if policy.class_chunk_caps:
+            exact = False
+            notes.append("per-class chunk caps (--class-chunk) have no engine flag")
+        if fam == "sjf":
+            exact = False
+            s = None
+            notes.append("shortest-prompt-first has no vLLM or SGLang scheduling policy; "
+                         "these are the token-budget flags it shares with vLLM's FCFS")
+    elif fam == "chunk":
+        exact = False
+        budget = policy.prefill_budget + policy.max_num_seqs
+        v += [("--max-num-batched-tokens", budget), ("--max-num-seqs", policy.max_num_seqs),
+              ("--enable-chunked-prefill", None),
+              ("--long-prefill-token-threshold", policy.chunk)]
+        s = None
+        notes.append(
+            f"Sarathi's fixed chunk ({policy.variant}) has no engine equivalent; closest in "
+            f"vLLM V1: each request capped at {policy.chunk} prefill tokens a step "
+            f"(--long-prefill-token-threshold) under a budget of the prefill budget plus "
+            f"one token per seat ({budget})"
+            + ("; V1 always mixes decodes into the step, so the "
+               f"{policy.variant} step shape is not reproduced" if policy.variant != "mixed"
+               else ""))
+    elif fam == "whole":
+        v += [("--max-num-batched-tokens", policy.max_num_batched_tokens),
+              ("--max-num-seqs", policy.max_num_seqs), ("--no-enable-chunked-prefill", None)]
+        s += [("--chunked-prefill-size", -1),
+              ("--max-prefill-tokens", policy.max_num_batched_tokens),
+              ("--max-running-requests", policy.max_num_seqs)]
+        if policy.variant == "prefill-first":
+            exact = False
+            notes.append("whole prefill-first is vLLM V0's scheduler, which V1 no longer "
+                         "has; V1 without chunking mixes decodes into a prompt's step "
+                         "(whole:mixed). SGLang without chunking runs prefill-only batches "
+                         "first, as prefill-first does")
+        else:
+            notes.append("SGLang runs prefill and decode batches apart without chunking; "
+                         "only the vLLM flags run whole:mixed")
+            s = None
+    else:  # a policy added without a mapping: say so rather than print guesses
+        exact, s = False, None
+        notes.append(f"no engine mapping for --policy {fam}")
+    return v, s, exact, notes
+
+
+def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | None,
+               workload: WorkloadOptions | None = None, profile_name: str = "PROFILE",
+               result_dir: str = "bench") -> Deployment:
+    """The commands of `config` under `run`'s engine settings, on the profile described by
+    `provenance`; `rate` (req/s) and `workload` (the flags of the requests it replays, at
+    that rate) shape the bench line."""
+    cfg = run.variant(policy=config.policy.family, chunk=config.chunk,
+                      variant=config.policy.variant)
+    if config.fleet is not None:
+        cfg = replace(cfg, fleet=config.fleet.apply(cfg.fleet))
+    policy = cfg.make_policy(provenance.get("device_name"))
+    v, s, exact, notes = _policy_flags(policy, cfg)
+    tp = tensor_parallel(provenance)
+    common_v: list = [("--tensor-parallel-size", tp)]
+    common_s: list = [("--tp-size", tp)]
+    common_v.append(("--enable-prefix-caching" if cfg.prefix_caching
+                     else "--no-enable-prefix-caching", None))
+    if not cfg.prefix_caching:
+        common_s.append(("--disable-radix-cache", None))
+    if cfg.engine.async_scheduling:
+        common_v.append(("--async-scheduling", None))
+    else:
+        common_s.append(("--disable-overlap-schedule", None))
+    mml = cfg.engine.max_model_len
+    chunked = getattr(policy, "enable_chunked_prefill", policy.name != "whole")
+    cap = getattr(policy, "max_num_batched_tokens", None)
+    if not chunked and cap is not None and (mml is None or mml > cap):
+        mml = cap  # vLLM refuses max_model_len > max_num_batched_tokens without chunking
+        notes.append(f"--max-model-len {cap}: without chunked prefill vLLM needs the model "
+                     "length within the step budget (chunksim rejects longer requests too)")
+    if mml is not None:
+        common_v.append(("--max-model-len", mml))
+        common_s.append(("--context-length", mml))
+    if cfg.block_size != 16:
+        common_v.append(("--block-size", cfg.block_size))
+        common_s.append(("--page-size", cfg.block_size))
+    if cfg.kv_blocks is not None:
+        common_v.append(("--num-gpu-blocks-override", cfg.kv_blocks))
+        common_s.append(("--max-total-tokens", cfg.kv_blocks * cfg.block_size))
+    else:
+        common_v.append(("--gpu-memory-utilization", cfg.gpu_memory_utilization))
+    model = model_id(provenance)
+    fleet = cfg.fleet
+    pd = fleet.pd_counts if fleet.active else None
+    replicas = fleet.replicas or 1
+    if pd is not None:
+        roles = (("prefill", pd[0], "kv_producer"), ("decode", pd[1], "kv_consumer"))
+        vllm = tuple(ServeCommand("vllm", role, n, command_text("vllm serve", flag_args(
+            VLLM_SERVE, *v, *common_v,
+            ("--kv-transfer-config", {"kv_connector": NIXL, "kv_role": kv_role})), model))
+            for role, n, kv_role in roles)
+        sg = () if s is None else tuple(ServeCommand("sglang", role, n, command_text(
+            "sglang", flag_args(SGLANG_SERVE, ("--model-path", model), *s, *common_s,
+                                ("--disaggregation-mode", role),
+                                ("--disaggregation-transfer-backend", "nixl"))))
+            for role, n, _ in roles)
+        notes.append(f"P/D {pd[0]}:{pd[1]}: a router (vLLM's disaggregated-serving proxy "
+                     "example) sends each request to a prefill instance, then to a decode "
+                     f"instance; chunksim's link `{fleet.kv_link}` is the transport NIXL "
+                     "uses, not a flag")
+        instances = sum(pd)
+    else:
+        vllm = (ServeCommand("vllm", "serve", replicas, command_text(
+            "vllm serve", flag_args(VLLM_SERVE, *v, *common_v), model)),)
+        sg = () if s is None else (ServeCommand("sglang", "serve", replicas, command_text(
+            "sglang", flag_args(SGLANG_SERVE, ("--model-path", model), *s, *common_s))),)
+        instances = replicas
+    if replicas > 1 and pd is None:
+        notes.append(f"{replicas} instances behind a load balancer routing as chunksim's "
+                     f"`{fleet.router or 'round-robin'}` router (no engine flag)")
+    bench, bench_notes = bench_command(model, rate, workload, result_dir, config.label)
+    notes += bench_notes
+    fleet_flags = (f" --pd {pd[0]}:{pd[1]}" if pd is not None else
+                   f" --replicas {replicas}" if replicas > 1 else "")
+    validate = (f"sim validate --against {result_dir}/{_result_name(config.label)} "
+                f"--profile {profile_name} --policy {config.policy.family}"
+                + (f" --variant {config.policy.variant}" if config.policy.variant else "")
+                + (f" --chunk {config.chunk}" if config.chunk is not None else "")
+                + "".join(f" {w}" for w in sim_flags(cfg)) + fleet_flags)
+    return Deployment(config.label, model, instances * tp, vllm, sg, exact, tuple(notes),
+                      bench, validate)
+
+
+def _result_name(label: str) -> str:
+    safe = "".join(c if c.isalnum() else "-" for c in label).strip("-")
+    while "--" in safe:
+        safe = safe.replace("--", "-")
+    return f"{safe or 'result'}.json"
+
+
+def bench_command(model: str, rate: float | None, opts: WorkloadOptions | None,
+                  result_dir: str, label: str) -> tuple[str, list[str]]:
+    """`vllm bench serve` replaying the workload of `opts` at `rate` (its request count,
+    mean lengths and their spread, its burstiness and seed); notes where the bench tool
+    cannot draw what chunksim drew."""
+    notes: list[str] = []
+    pairs: list = [("--backend", "vllm"), ("--model", model), ("--dataset-name", "random")]
+    n, burst, seed = 1000, 1.0, 0
+    if opts is not None:
+        import numpy as np
+
+        from chunksim.workloads.options import WorkloadKind, build_workload
+
+        seed = opts.seed
+        at_rate = replace(opts, rate=rate) if rate and rate > 0 else opts
+        built = build_workload(at_rate)
+        reqs = built.requests
+        if not (rate and rate > 0) and built.duration_s > 0:  # the workload's own rate
+            rate = (len(reqs) - 1) / built.duration_s
+        if hasattr(reqs, "prompt_tokens") and not isinstance(reqs, tuple):
+            prompt = np.asarray(reqs.prompt_tokens, dtype=float)
+            output = np.asarray(reqs.output_tokens, dtype=float)
+        else:
+            prompt = np.array([r.prompt_tokens for r in reqs], dtype=float)
+            output = np.array([r.output_tokens for r in reqs], dtype=float)
+        n = len(prompt)
+        p_mean, o_mean = max(1, round(prompt.mean())), max(1, round(output.mean()))
+        # uniform on [L(1-r), L(1+r)] has std L r / sqrt(3): match the workload's spread
+        cv = max(prompt.std() / prompt.mean(), output.std() / output.mean())
+        ratio = min(0.99, round(math.sqrt(3) * float(cv), 2))
+        pairs += [("--random-input-len", p_mean), ("--random-output-len", o_mean),
+                  ("--random-range-ratio", ratio)]
+        notes.append(f"the bench draws prompt and output lengths uniformly around the "
+                     f"workload's means ({p_mean}, {o_mean} tokens, ratio {ratio}); its "
+                     "saved per-request lengths and arrivals are what `sim validate "
+                     "--against` replays, so the check is like for like")
+        kind = WorkloadKind.TRACE if opts.trace is not None else opts.workload
+        if kind is WorkloadKind.GAMMA and opts.burstiness:
+            burst = float(opts.burstiness)
+        elif kind is WorkloadKind.TRACE:
+            notes.append("a trace's own arrival times cannot be given to `vllm bench "
+                         "serve`; it draws Poisson gaps at the trace's mean rate")
+        elif kind is WorkloadKind.FIXED_RATE:
+            burst = 100.0
+            notes.append("`vllm bench serve` has no constant-rate arrivals; --burstiness "
+                          "100 draws gamma gaps with CV 0.1")
+        elif kind is WorkloadKind.BURST:
+            rate = None
+        elif kind in (WorkloadKind.LONG_PROMPT, WorkloadKind.SHARED_PREFIX):
+            notes.append(f"the bench's random dataset has no {kind.value} structure "
+                         "(one long prompt at a set time, shared system prompts)")
+    pairs.append(("--ignore-eos", None))
+    pairs.append(("--request-rate", float(f"{rate:.4g}") if rate and rate > 0
+                  else float("inf")))
+    pairs += [("--burstiness", burst), ("--num-prompts", n), ("--seed", seed),
+              ("--percentile-metrics", "ttft,tpot,itl,e2el"),
+              ("--metric-percentiles", "50,90,95,99"),
+              ("--save-result", None), ("--save-detailed", None),
+              ("--result-dir", result_dir), ("--result-filename", _result_name(label))]
+    return command_text("vllm bench serve", flag_args(VLLM_BENCH, *pairs)), notes
+
+
+def sim_flags(cfg: RunConfig) -> list[str]:
+    """The chunksim flags of the settings `cfg` sets beyond policy and chunk (the knobs
+    the user gave, engine and KV settings off their defaults), for the `sim validate`
+    line: the replay runs what was deployed."""
+    from chunksim.core.knobs import flag_names
+    from chunksim.policies import POLICIES
+
+    cls = POLICIES[cfg.policy]
+    out: list[str] = []
+    for name, value in cfg.knobs:
+        if name in ("variant", cls.chunk_knob):
+            continue
+        names = flag_names(cls, name)
+        if isinstance(value, bool):  # an on/off pair: the first spelling is on
+            out.append(names[0] if value else names[1])
+        elif isinstance(value, tuple):  # repeated CLASS=N items
+            out += [w for cls_, n in value for w in (names[0], f"{cls_}={n}")]
+        else:
+            out += [names[0], str(value)]
+    if not cfg.prefix_caching:
+        out.append("--no-prefix-caching")
+    if cfg.engine.async_scheduling:
+        out.append("--async-scheduling")
+    for flag, value, default in (("--kv-blocks", cfg.kv_blocks, None),
+                                 ("--block-size", cfg.block_size, 16),
+                                 ("--max-model-len", cfg.engine.max_model_len, None)):
+        if value != default:
+            out += [flag, str(value)]
+    return out
