@@ -371,3 +371,42 @@ def test_the_component_profiler_times_the_expert_by_tokens_per_expert(tmp_path):
     assert lat.routing.experts_per_device == 4
     one, _ = lat.step_s(BatchShape(0, 0, 1, 16))
     assert math.isfinite(one) and one > 0
+
+
+# --- the bundled MoE profile ----------------------------------------------------------------
+
+def test_the_bundled_moe_profile_is_labelled_and_expert_parallel():
+    p = load_profile("qwen3-30b-a3b-h200-ep2")
+    assert p.provenance["device"] == "modelled" and p.provenance["calibration"] is None
+    assert p.provenance["source"]["kind"] == "aiconfigurator" and p.devices == 2
+    lat = latency_model(p)
+    assert (lat.routing.num_experts, lat.routing.top_k, lat.routing.ep) == (128, 8, 2)
+    cfg = shard_moe(PRESETS["qwen3-30b-a3b"], 2, 2)
+    assert p.provenance["kv_bytes_per_token"] == cfg.kv_bytes_per_token("bfloat16")
+
+
+@pytest.mark.parametrize("tokens", [16, 1024, 8192])
+def test_the_bundled_moe_profile_reproduces_the_databases_prefill_sum(tokens):
+    """At a grid shape the database prices directly, the composed step equals the sum of
+    its context ops (its MoE op included, through the back-solved `expert`) plus the LM
+    head of the chunk's one logit row."""
+    pytest.importorskip("aiconfigurator_core")
+    import contextlib
+    import io
+    import logging
+
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            h = EngineHandle.compile("Qwen/Qwen3-30B-A3B", "h200_sxm", "vllm", tp_size=2,
+                                     moe_ep_size=2)
+            shared, ctx, _ = h.mixed_step_breakdown_per_op(16, 1, 16, 2, 0)
+            ops = h.evaluate_context_ops(list(range(len(shared) + len(ctx))), batch_size=1,
+                                         s=tokens, prefix=0)
+    finally:
+        logging.disable(logging.NOTSET)
+    lat = latency_model(load_profile("qwen3-30b-a3b-h200-ep2"))
+    want = sum(ms for _, ms, _, _ in ops) / 1e3 + lat.head.at(1)[0]
+    assert lat.step_s(BatchShape(tokens, 0, 0, 0))[0] == pytest.approx(want, rel=1e-6)
