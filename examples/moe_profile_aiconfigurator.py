@@ -36,13 +36,13 @@ import hashlib
 import io
 import json
 import logging
-import math
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
 from chunksim.decoder.config import PRESETS, shard_moe
 from chunksim.latency.component_table import COLUMNS, KEYS
+from chunksim.latency.moe import Routing, expert_from_layer
 
 MODEL, HF_ID, SYSTEM, BACKEND, TP, EP = "qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "h200_sxm", \
     "vllm", 2, 2
@@ -98,8 +98,8 @@ def row(component: str, seconds: float, **keys) -> dict:
 
 def build(db: Database) -> list[dict]:
     cfg = PRESETS[MODEL]
-    layers, moe = cfg.n_layers, cfg.moe
-    e, k = moe.num_experts, moe.top_k
+    layers = cfg.n_layers
+    routing = Routing(cfg.moe.num_experts, cfg.moe.top_k, EP)
     rows = []
     for t in TOKENS:
         rows.append(row("dense", db.context("dense", DENSE_OPS, t) / layers, tokens=t))
@@ -108,10 +108,8 @@ def build(db: Database) -> list[dict]:
         rows.append(row("alltoall", db.context("alltoall", ("moe_pre_dispatch",
                                                             "moe_post_dispatch"), t) / layers,
                         tokens=t))
-        per_layer = db.context("expert", ("moe",), t) / layers
-        active = -math.expm1(t * math.log1p(-k / e))
-        n = t * k / (e * active)
-        rows.append(row("expert", per_layer * EP / (e * active), tokens=round(n, 9)))
+        n, sec = expert_from_layer(t, db.context("expert", ("moe",), t) / layers, routing)
+        rows.append(row("expert", sec, tokens=round(n, 9)))
     for n in LOGITS:
         head = db.generation("head", ("logits_gemm",), n, 2) if n else 0.0
         rows.append(row("head", head, logits=n))

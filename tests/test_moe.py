@@ -410,3 +410,18 @@ def test_the_bundled_moe_profile_reproduces_the_databases_prefill_sum(tokens):
     lat = latency_model(load_profile("qwen3-30b-a3b-h200-ep2"))
     want = sum(ms for _, ms, _, _ in ops) / 1e3 + lat.head.at(1)[0]
     assert lat.step_s(BatchShape(tokens, 0, 0, 0))[0] == pytest.approx(want, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tokens=st.integers(1, 20000), experts=st.sampled_from([8, 64, 128]),
+       top_k=st.integers(1, 8), ep=st.sampled_from([1, 2, 8]), layer_s=st.floats(1e-6, 1e-2))
+def test_expert_rows_back_solved_from_a_whole_moe_op_price_it_back(
+        tokens, experts, top_k, ep, layer_s):
+    from chunksim.latency.moe import expert_from_layer
+
+    r = Routing(experts, top_k, ep)
+    n, sec = expert_from_layer(tokens, layer_s, r)
+    got, _, _ = routed_expert_s(tokens, r.device_shares(),
+                                lambda x: (sec if x == pytest.approx(n) else math.nan, 0.0,
+                                           False))
+    assert got == pytest.approx(layer_s, rel=1e-9)

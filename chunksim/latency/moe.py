@@ -95,7 +95,9 @@ def routed_expert_s(tokens: float, shares: np.ndarray,
         out = False
         for p, count in row:
             active = -math.expm1(tokens * math.log1p(-p)) if p < 1.0 else 1.0
-            s, sig, o = expert(tokens * p / active)
+            # an active expert runs at least one token; rounding may put T p / active a
+            # hair below 1, which would read as below the grid
+            s, sig, o = expert(max(1.0, tokens * p / active))
             total += count * (active * s)
             wsig += count * (active * s * sig)
             out = out or o
@@ -114,3 +116,14 @@ def _distinct_rows(shares: np.ndarray) -> list[tuple[tuple[float, int], ...]]:
             counts[float(x)] = counts.get(float(x), 0) + 1
         seen.setdefault(tuple(counts.items()), None)
     return list(seen)
+
+
+def expert_from_layer(tokens: float, layer_s: float, routing: Routing) -> tuple[float, float]:
+    """(n, expert(n)) that make uniform routing price a whole MoE layer's routed experts
+    at `layer_s` seconds on a `tokens`-token step: n = T k / (E active), expert(n) =
+    layer_s x ep / (E active). What an importer writes as `expert` rows from a source that
+    times the whole MoE op per step (a kernel database); `routed_expert_s` at `tokens`
+    then gives back `layer_s`."""
+    e, k = routing.num_experts, routing.top_k
+    active = -math.expm1(tokens * math.log1p(-k / e)) if k < e else 1.0
+    return max(1.0, tokens * k / (e * active)), layer_s * routing.ep / (e * active)
