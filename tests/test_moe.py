@@ -425,3 +425,24 @@ def test_expert_rows_back_solved_from_a_whole_moe_op_price_it_back(
                                 lambda x: (sec if x == pytest.approx(n) else math.nan, 0.0,
                                            False))
     assert got == pytest.approx(layer_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "tiny", "--tp", "2", "--ep", "2"], "has no experts"),
+    (["--model", "tiny-moe", "--tp", "2", "--ep", "4"], "--ep 4 with --tp 2"),
+    (["--model", "tiny-moe", "--tp", "2", "--ep", "2", "--link", "measured"],
+     "--ep 2 with --link measured"),
+    (["--model", "deepseek-v3"], "multi-head latent attention"),
+])
+def test_sim_profile_refuses_ep_it_cannot_honour(tmp_path, args, message):
+    res = RUNNER.invoke(app, ["profile", "--kind", "components", "--device", "cpu",
+                              "--out", str(tmp_path / "p.csv"), "--quiet", *args])
+    assert isinstance(res.exception, ValueError), res.output
+    assert message in str(res.exception)
+
+
+def test_sim_profile_whole_step_refuses_ep(tmp_path):
+    res = RUNNER.invoke(app, ["profile", "--model", "tiny-moe", "--ep", "2", "--device",
+                              "cpu", "--out", str(tmp_path / "p.csv")])
+    assert isinstance(res.exception, ValueError)
+    assert "--ep 2 applies to --kind components only" in str(res.exception)

@@ -287,6 +287,14 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+def check_runnable(cfg: ModelConfig) -> None:
+    """ValueError naming --model when the torch decoder cannot run `cfg` (MLA)."""
+    if cfg.mla is not None:
+        raise ValueError(f"--model {cfg.name}: multi-head latent attention, which the torch "
+                         f"decoder does not run; profile a GQA model (e.g. --model "
+                         f"qwen3-30b-a3b or tiny-moe)")
+
+
 def shard_moe(cfg: ModelConfig, tp: int, ep: int) -> ModelConfig:
     """`shard_config`, then a MoE model's experts: with `ep` 1, each expert's width / tp
     (tensor-parallel experts, as vLLM shards them by default); with `ep` == tp (vLLM's

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chunksim.decoder.attention import SDPA_BACKENDS, attend, sdpa_kernels, write_kv
-from chunksim.decoder.config import ModelConfig, load_hf_config, preset_config
+from chunksim.decoder.config import ModelConfig, check_runnable, load_hf_config, preset_config
 from chunksim.decoder.kv import KVPool
 from chunksim.decoder.moe import MoeFFN
 from chunksim.decoder.step import PreparedStep
@@ -96,10 +96,7 @@ class LlamaModel(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        if cfg.mla is not None:
-            raise ValueError(f"model {cfg.name!r} uses multi-head latent attention, which "
-                             f"the torch decoder does not run; profile a GQA model (e.g. "
-                             f"--model qwen3-30b-a3b or tiny-moe)")
+        check_runnable(cfg)
         self.cfg = cfg
         self.sdpa_backends: tuple[str, ...] | None = SDPA_BACKENDS
         """SDPA kernels allowed in steps with CUDA kernels (None: torch's own choice;

@@ -17,12 +17,13 @@ def build_settings(*, model: str = "tiny", hf_config: Path | None = None,
                    cold_looks: bool = True):
     """Flags -> `ProfileSettings` (imports torch to resolve the device). ValueError names the
     flag at fault."""
-    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.decoder.config import check_runnable, load_hf_config, preset_config
     from chunksim.decoder.device import resolve_device
     from chunksim.profiler.grid import grid_preset, parse_axis
     from chunksim.profiler.run import REPASS_BELOW_S, ProfileSettings
 
     cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
+    check_runnable(cfg)
     dev = resolve_device(device)
     spec = grid_preset(grid).with_overrides(
         chunk_len=None if chunk_lens is None else parse_axis(chunk_lens, "--chunk-lens"),
@@ -60,7 +61,7 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
     """Flags -> `ComponentSettings` for `sim profile --kind components`."""
     from dataclasses import replace
 
-    from chunksim.decoder.config import load_hf_config, preset_config, shard_moe
+    from chunksim.decoder.config import check_runnable, load_hf_config, preset_config, shard_moe
     from chunksim.decoder.device import resolve_device
     from chunksim.profiler.collective import MEASURED, link_settings
     from chunksim.profiler.component_grid import component_grid
@@ -68,6 +69,7 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
 
     cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
     shard_moe(cfg, tp, ep)  # the --tp / --ep checks, before anything is measured
+    check_runnable(cfg)
     dev = resolve_device(device)
     if dev == "cpu" and threads < 1:
         raise ValueError(f"--threads {threads}: use 1 or more")
