@@ -21,11 +21,11 @@ and for one decode, top_k experts of one token each. The per-token draws are tak
 independent, and an expert's cost at its mean load (exact where `expert` is linear).
 
 Skew (`--expert-skew s`): expert popularity follows Zipf's law, the i-th most popular
-expert picked in proportion to 1 / i^s (s 0: uniform; measured routers sit around
-0.5-1.2 on real traffic); shares above 1 (an expert every token picks) are held at 1
-and the rest spread over the others. The popularity ranks are dealt to devices
-round-robin (the hottest on device 0, the next on device 1, ...), as a placement that
-spreads hot experts would; device 0 is the busiest.
+expert picked in proportion to 1 / i^s (s 0: uniform; NVIDIA's AIConfigurator times
+its MoE kernels under a power-law token distribution of exponent 1.2); shares above 1
+(an expert every token picks) are held at 1 and the rest spread over the others. The
+popularity ranks are dealt to devices round-robin (the hottest on device 0, the next on
+device 1, ...), as a placement that spreads hot experts would; device 0 is the busiest.
 """
 
 from __future__ import annotations
