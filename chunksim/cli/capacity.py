@@ -128,14 +128,18 @@ def capacity(
             raise ValueError(f"--target-rate searches GPUs for one configuration of draft "
                              f"tokens; give one --num-speculative-tokens, not {spec_tokens}")
         run_cfg, ks = with_spec_tokens(run_cfg, ks[0]), None
-    configs = make_configs(specs, chunk_list,
-                           gpu_splits(gpus, template) if gpus is not None else layouts or None,
-                           ks)
     if not 0 < tol < 1:
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
     params = search_params(workload_opts, max_rate, tol)
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     profile = load_run_profile(profile, run_cfg)
+    devices = profile.devices
+    configs = make_configs(specs, chunk_list, gpu_splits(_engines(gpus, devices), template)
+                           if gpus is not None else layouts or None, ks)
+    if target_rate is not None and devices > 1:
+        raise ValueError(f"--target-rate {target_rate:g} counts one GPU per engine, and "
+                         f"profile {profile.path} spans {devices} GPUs an engine (--tp/--ep); "
+                         f"rank splits of a GPU count with --gpus instead")
     if target_rate is not None:
         given = [f for f, v, d in (("--max-rate", max_rate, 1024.0), ("--tol", tol, 0.03))
                  if v != d]
@@ -170,9 +174,9 @@ def capacity(
         from chunksim.sweep.gpus_io import split_rows, splits_csv
 
         ranked = split_ranking(entries)
-        split_list = split_rows(ranked)
+        split_list = split_rows(ranked, devices)
         print_splits(split_list, gpus)
-        split_table = splits_csv(ranked)
+        split_table = splits_csv(ranked, devices)
     tail.print()
     if out is not None:
         doc = capacity_document(entries, best, slos, params, profile,
@@ -200,6 +204,14 @@ def capacity(
             paths = write_capacity_plots(out, entries, best, slos, profile, formats)
         names += [p.name for p in paths]
         typer.echo(f"wrote {out}/: {', '.join(names)}")
+
+
+def _engines(gpus: int, devices: int) -> int:
+    """Engines in `gpus` GPUs when each engine spans `devices` (a --tp / --ep profile)."""
+    if gpus % devices:
+        raise ValueError(f"--gpus {gpus}: the profile's engine spans {devices} GPUs (its "
+                         f"--tp/--ep); give a multiple of {devices}")
+    return gpus // devices
 
 
 def _fleets(entries: list[str] | None, gpus: int | None, target_rate: float | None,

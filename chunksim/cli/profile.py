@@ -24,6 +24,10 @@ class ModelName(str, Enum):
     llama_3_1_70b = "llama-3.1-70b"
     qwen2_5_72b = "qwen2.5-72b"
     llama_3_1_70b_mini = "llama-3.1-70b-mini"
+    mixtral_8x7b = "mixtral-8x7b"
+    qwen3_30b_a3b = "qwen3-30b-a3b"
+    deepseek_v3 = "deepseek-v3"
+    tiny_moe = "tiny-moe"
 
 
 class DeviceName(str, Enum):
@@ -98,6 +102,9 @@ def profile(
         "steps from them (docs/profile-format.md), calibrated against whole steps."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree (--kind components): "
                            "time one shard's shapes, add two all-reduces per layer."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel degree of a MoE model (--kind "
+                           "components): 1, or --tp (whole experts, num_experts / ep per "
+                           "device, all-to-all dispatch and combine from the link model)."),
     link: LinkName | None = typer.Option(
         None, "--link", help="All-reduce link preset with --tp (default nvlink-h100), or "
         "measured: time it with torch.distributed (NCCL over --tp CUDA devices, gloo on "
@@ -132,8 +139,10 @@ def profile(
                             None if dtype is None else dtype.value, threads, grid.value,
                             warmup, repeats, point_budget_s, out, seed, quiet, tp,
                             None if link is None else link.value, link_gbps,
-                            link_latency_us, calibrate, clock, resume)
+                            link_latency_us, calibrate, clock, resume, ep)
         return
+    if ep != 1:
+        raise ValueError(f"--ep {ep} applies to --kind components only")
     if tp != 1 or link is not None or link_gbps is not None or link_latency_us is not None:
         raise ValueError("--tp / --link / --link-gbps / --link-latency-us apply to --kind "
                          "components only")
@@ -199,14 +208,14 @@ def _profile_components(model: str, hf_config: Path | None, device: str, dtype: 
                         point_budget_s: float | None, out: Path | None, seed: int,
                         quiet: bool, tp: int, link: str | None, link_gbps: float | None,
                         link_latency_us: float | None, calibrate: bool,
-                        clock: str | None, resume: bool) -> None:
+                        clock: str | None, resume: bool, ep: int = 1) -> None:
     from chunksim.profiler.settings import build_component_settings
 
     settings = build_component_settings(
         model=model, hf_config=hf_config, device=device, dtype=dtype, threads=threads,
         grid=grid, warmup=warmup, repeats=repeats, point_budget_s=point_budget_s, out=out,
         seed=seed, tp=tp, link=link, link_gbps=link_gbps, link_latency_us=link_latency_us,
-        calibrate=calibrate, clock=clock, resume=resume)
+        calibrate=calibrate, clock=clock, resume=resume, ep=ep)
     from chunksim.cli.paths import check_out_file
     from chunksim.profiler.component_points import checkpoint
     from chunksim.profiler.component_run import run_components

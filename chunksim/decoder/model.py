@@ -1,4 +1,5 @@
-"""A Llama-style decoder with random weights: RMSNorm, RoPE, GQA attention, SwiGLU MLP.
+"""A Llama-style decoder with random weights: RMSNorm, RoPE, GQA attention, SwiGLU MLP
+(or a mixture of SwiGLU experts, `moe.py`).
 
 Latency depends on shapes, not on trained values, so weights are seeded random and no
 checkpoint is ever downloaded. The model is built on the meta device and materialised
@@ -16,8 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from chunksim.decoder.attention import SDPA_BACKENDS, attend, sdpa_kernels, write_kv
-from chunksim.decoder.config import ModelConfig, load_hf_config, preset_config
+from chunksim.decoder.config import ModelConfig, check_runnable, load_hf_config, preset_config
 from chunksim.decoder.kv import KVPool
+from chunksim.decoder.moe import MoeFFN
 from chunksim.decoder.step import PreparedStep
 
 __all__ = ["ModelConfig", "LlamaModel", "build_model", "load_hf_config", "preset_config"]
@@ -55,9 +57,11 @@ class Block(nn.Module):
         self.wv = nn.Linear(cfg.hidden_size, cfg.kv_size, bias=cfg.qkv_bias)
         self.wo = nn.Linear(cfg.q_size, cfg.hidden_size, bias=False)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
-        self.gate = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.moe = MoeFFN(cfg.hidden_size, cfg.moe) if cfg.moe is not None else None
+        if self.moe is None:
+            self.gate = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+            self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+            self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 step: PreparedStep, pools: list[KVPool]) -> torch.Tensor:
@@ -75,11 +79,15 @@ class Block(nn.Module):
         write_kv(layer, k, v, step, pools)
         return q
 
-    def dense_out(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def dense_out(self, x: torch.Tensor, attn: torch.Tensor,
+                  routed: bool = True) -> torch.Tensor:
         """The layer's work after attention (`attn` `[T, H, D]`): output projection,
-        residual, norm, MLP."""
+        residual, norm, MLP (of a MoE layer: router, shared experts and, unless `routed`
+        is False, the routed experts)."""
         x = x + self.wo(attn.view(-1, self.cfg.q_size))
         h = self.mlp_norm(x)
+        if self.moe is not None:
+            return x + self.moe(h, routed)
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
@@ -88,6 +96,7 @@ class LlamaModel(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        check_runnable(cfg)
         self.cfg = cfg
         self.sdpa_backends: tuple[str, ...] | None = SDPA_BACKENDS
         """SDPA kernels allowed in steps with CUDA kernels (None: torch's own choice;

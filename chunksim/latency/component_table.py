@@ -6,7 +6,10 @@ component keys on its own columns and leaves the others 0:
 - per layer: `dense` (tokens), `prefill_attn` (chunk_len, prior_len), `decode_attn`
   (decode_count, kv_len = mean context, kv_max = longest context), `allreduce` (tokens;
   tensor-parallel profiles only);
-- once per step: `embed` (tokens), `head` (logits), `fixed` (no key, one row).
+- once per step: `embed` (tokens), `head` (logits), `fixed` (no key, one row);
+- per MoE layer (MoE profiles only): `expert` (tokens = tokens routed to one expert; its
+  FFN, priced by `latency.moe`), `alltoall` (tokens = the step's; expert-parallel
+  dispatch and combine).
 
 Every error names the file, the CSV line and the column at fault.
 """
@@ -34,9 +37,11 @@ KEYS: dict[str, tuple[str, ...]] = {
     "embed": ("tokens",),
     "head": ("logits",),
     "fixed": (),
+    "expert": ("tokens",),
+    "alltoall": ("tokens",),
 }
 """Each component's key columns (the others must be 0)."""
-OPTIONAL = frozenset({"allreduce"})
+OPTIONAL = frozenset({"allreduce", "expert", "alltoall"})
 MINIMUM = {"tokens": 1, "chunk_len": 1, "prior_len": 0, "decode_count": 1, "kv_len": 1,
            "kv_max": 1, "logits": 0}
 """Smallest value of each key column where it is a key."""
@@ -67,6 +72,10 @@ class Components:
     head: Grid
     fixed: Grid
     allreduce: Grid | None
+    expert: Grid | None = None
+    """One routed expert's FFN over the tokens routed to it (MoE profiles)."""
+    alltoall: Grid | None = None
+    """A MoE layer's expert-parallel dispatch + combine over the step's tokens."""
 
 
 _Z90 = 1.2815515655446004

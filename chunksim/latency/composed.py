@@ -1,15 +1,18 @@
 """The latency model of a component profile: a step composed from per-layer parts. Pure.
 
     forward = scale x (layers x (dense(T) + sum_i prefill_attn(L_i, c_i)
-                                 + decode_attn(D, mean, longest / mean) + allreduce(T))
+                                 + decode_attn(D, mean, longest / mean) + allreduce(T)
+                                 [+ routed_experts(T) + alltoall(T)])
                        + embed(T) + head(logits) + fixed)
 
 T is the step's token count (every chunk token and every decode), (L_i, c_i) each prefill
 chunk's length and prior context, D the decodes, `mean` and `longest` their contexts (what
 the step reads, sum = D x mean, and its longest member, as a kernel's work split sees
-it), `logits` the sequences sampling a token. `scale` is the profile's in-sequence scale
-(1 unless `sim profile` measured steps run back to back in a serving-like order
-systematically slower than each alone; see docs/profile-format.md).
+it), `logits` the sequences sampling a token. The bracketed terms are a MoE profile's:
+`routed_experts(T)` prices its `expert` component by tokens per expert (`latency.moe`).
+`scale` is the profile's in-sequence scale (1 unless `sim profile` measured steps run
+back to back in a serving-like order systematically slower than each alone; see
+docs/profile-format.md).
 
 Each component is interpolated multilinearly on its own grid. Beyond a grid's far end it
 extrapolates linearly, never below the edge's figure; below its near end linearly, never
@@ -32,6 +35,7 @@ import numpy as np
 from chunksim.core.shape import BatchShape
 from chunksim.latency.base import StepCosts
 from chunksim.latency.component_table import Components, Grid, parse
+from chunksim.latency.moe import Routing, routed_expert_s
 from chunksim.latency.profile import Profile
 
 
@@ -169,7 +173,8 @@ class _Plane:
 class _DecodeLine:
     """Everything of a decode-only step with a fixed decode count but its contexts."""
 
-    __slots__ = ("plane", "dense", "sdense", "ar", "sar", "once", "sonce", "out")
+    __slots__ = ("plane", "dense", "sdense", "ar", "sar", "once", "sonce", "out", "moe",
+                 "smoe")
 
     def __init__(self, m: ComponentModel, d: int) -> None:
         ax = m.dax
@@ -191,6 +196,10 @@ class _DecodeLine:
         self.once = (te + th) + m.fixed_s
         self.sonce = (se * te + sh * th) + m.fixed_sig * m.fixed_s
         self.out = self.out or o1 or o2 or o3 or o4
+        self.moe, self.smoe = 0.0, 0.0
+        if m.routing is not None:
+            self.moe, self.smoe, o5 = m.moe_at(d)
+            self.out = self.out or o5
 
 
 class ComponentModel(StepCosts):
@@ -198,7 +207,8 @@ class ComponentModel(StepCosts):
 
     prices_spread = True
 
-    def __init__(self, profile: Profile, step_overhead_s: float | None = None) -> None:
+    def __init__(self, profile: Profile, step_overhead_s: float | None = None,
+                 expert_skew: float | None = None) -> None:
         self.c: Components = parse(profile.table, profile.path)
         comp = profile.provenance.get("components") or {}
         layers = comp.get("layers", (profile.provenance.get("model") or {}).get("n_layers"))
@@ -227,7 +237,52 @@ class ComponentModel(StepCosts):
         self._lines: dict[int, _DecodeLine] = {}
         self.filled_cells = 0
         self.profile_sha256 = profile.sha256
+        self._init_moe(profile, expert_skew)  # before the extras: they price steps
         self._init_extras(profile, step_overhead_s)
+
+    def _init_moe(self, profile: Profile, expert_skew: float | None) -> None:
+        """A MoE profile's routing (`components.moe`) and its `expert` / `alltoall`
+        lines; `routing` None for a dense profile (which refuses --expert-skew)."""
+        self.routing: Routing | None = None
+        self._moe: dict[int, tuple[float, float, bool]] = {}
+        spec = (profile.provenance.get("components") or {}).get("moe")
+        c = self.c
+        if spec is None:
+            if c.expert is not None or c.alltoall is not None:
+                raise ValueError(f"profile {profile.path} has expert/alltoall rows but no "
+                                 f"components.moe in its JSON (num_experts, top_k, ep); see "
+                                 f"docs/profile-format.md")
+            if expert_skew is not None:
+                raise ValueError(f"--expert-skew {expert_skew:g}: profile {profile.path} is "
+                                 f"of a dense model (no components.moe); it applies to MoE "
+                                 f"profiles only")
+            return
+        if c.expert is None:
+            raise ValueError(f"profile {profile.path}: components.moe is set but the table "
+                             f"has no 'expert' rows (column component)")
+        try:
+            self.routing = Routing(
+                int(spec["num_experts"]), int(spec["top_k"]), int(spec.get("ep", 1)),
+                float(expert_skew if expert_skew is not None else spec.get("skew", 0.0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"profile {profile.path}: components.moe {spec!r}: {exc}") \
+                from None
+        self._shares = self.routing.device_shares()
+        self._expert = _Line1(c.expert)
+        self._alltoall = _Line1(c.alltoall) if c.alltoall is not None else None
+
+    def moe_at(self, tokens: int) -> tuple[float, float, bool]:
+        """(seconds, sigma, outside) of one MoE layer's routed experts and all-to-all on
+        a step of `tokens` tokens (cached per token count)."""
+        got = self._moe.get(tokens)
+        if got is None:
+            s, sig, out = routed_expert_s(float(tokens), self._shares, self._expert.at)
+            if self._alltoall is not None:
+                a, sa, o = self._alltoall.at(float(tokens))
+                sig = (s * sig + a * sa) / (s + a) if s + a > 0 else 0.0
+                s, out = s + a, out or o
+            got = self._moe[tokens] = (s, sig, out)
+        return got
 
     def _line(self, d: int) -> _DecodeLine:
         line = self._lines.get(d)
@@ -242,11 +297,15 @@ class ComponentModel(StepCosts):
         else:
             att, satt, out = line.plane.at(kv, spread)
         per_layer = (line.dense + att) + line.ar
+        if self.routing is not None:
+            per_layer = per_layer + line.moe
         raw = self.layers * per_layer + line.once
         t = raw * self.scale
         if jitter_z is None:
             return t, out
         ws = self.layers * ((line.sdense * line.dense + satt * att) + line.sar * line.ar)
+        if self.routing is not None:
+            ws = ws + self.layers * (line.smoe * line.moe)
         if isinstance(kv, np.ndarray):
             sig = np.divide(ws + line.sonce, raw, out=np.zeros(len(raw)), where=raw > 0)
         else:
@@ -290,10 +349,17 @@ class ComponentModel(StepCosts):
         te, se, o1 = self.embed.at(tokens)
         th, sh, o2 = self.head.at(logits)
         per_layer = ((td + pre) + att) + ar
+        mo = smo = 0.0
+        if self.routing is not None:
+            mo, smo, o = self.moe_at(tokens)
+            per_layer = per_layer + mo
+            out = out or o
         raw = self.layers * per_layer + ((te + th) + self.fixed_s)
         t = raw * self.scale
         if jitter_z is not None:
             ws = self.layers * (((sd * td + spre) + satt) + sar * ar)
+            if self.routing is not None:
+                ws = ws + self.layers * (smo * mo)
             ws += (se * te + sh * th) + self.fixed_sig * self.fixed_s
             t *= math.exp((ws / raw if raw > 0 else 0.0) * jitter_z)
         return (t if t > 1e-9 else 1e-9), bool(out or o1 or o2)

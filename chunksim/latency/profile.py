@@ -52,6 +52,13 @@ class Profile:
         return pos if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 2 else None
 
     @property
+    def devices(self) -> int:
+        """GPUs one engine of this profile occupies: its tensor- (and expert-) parallel
+        degree, `components.tp` (1 when unrecorded)."""
+        tp = (self.provenance.get("components") or {}).get("tp")
+        return tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
+
+    @property
     def label(self) -> str:
         """Short human label, e.g. 'tiny · cpu float32 · 1 thread'."""
         p = self.provenance

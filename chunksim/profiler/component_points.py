@@ -27,7 +27,8 @@ CHECKPOINT_COLUMNS = (*COLUMNS, "look")
 
 Work = tuple[str, object]
 """(component, key): `dense` / `embed` tokens, `prefill_attn` (chunk, prior),
-`decode_attn` (count, mean, spread, lengths), `head` logits."""
+`decode_attn` (count, mean, spread, lengths), `head` logits, `expert` tokens routed to
+one expert."""
 
 
 def row(component: str, t: Timing, **keys) -> dict:
@@ -40,7 +41,7 @@ def row(component: str, t: Timing, **keys) -> dict:
 
 def work_keys(name: str, key) -> dict:
     """The key columns of a work item's row."""
-    if name in ("dense", "embed"):
+    if name in ("dense", "embed", "expert"):
         return {"tokens": key}
     if name == "prefill_attn":
         return {"chunk_len": key[0], "prior_len": key[1]}

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 
 from chunksim.atomic import write_bytes
-from chunksim.decoder.config import DTYPE_BYTES, ModelConfig, shard_config
+from chunksim.decoder.config import DTYPE_BYTES, ModelConfig, shard_moe
 from chunksim.decoder.device import (
     device_memory_bytes,
     device_name,
@@ -39,6 +39,7 @@ from chunksim.latency.component_table import COLUMNS, FORMAT, KEYS
 from chunksim.latency.composed import ComponentModel
 from chunksim.latency.profile import Profile
 from chunksim.profiler.allreduce_bench import BACKENDS, measure_allreduce_s, measured_tokens
+from chunksim.profiler.alltoall import MOE_ALLREDUCES_PER_LAYER, layer_alltoall_s
 from chunksim.profiler.calibration import (
     FIXED_PROBES,
     SampleStep,
@@ -48,7 +49,12 @@ from chunksim.profiler.calibration import (
     run_whole,
     sample_steps,
 )
-from chunksim.profiler.collective import ALLREDUCES_PER_LAYER, MEASURED, layer_allreduce_s
+from chunksim.profiler.collective import (
+    ALLREDUCES_PER_LAYER,
+    MEASURED,
+    allreduce_s,
+    layer_allreduce_s,
+)
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
 from chunksim.profiler.component_points import checkpoint as component_checkpoint
 from chunksim.profiler.component_points import measure_points, row
@@ -73,6 +79,10 @@ class ComponentSettings:
     seed: int = 0
     tp: int = 1
     """Tensor-parallel degree: components are timed at one shard's shapes."""
+    ep: int = 1
+    """Expert-parallel degree of a MoE model: 1 (experts tensor-parallel) or `tp` (whole
+    experts, num_experts / ep per device, all-to-all from the link model:
+    `profiler.alltoall`)."""
     link: dict | None = None
     """All-reduce cost model (`collective.link_settings`); None for tp 1."""
     resume: bool = False
@@ -101,6 +111,11 @@ class ComponentSettings:
                              f".csv (the JSON is written next to it)")
         if self.tp > 1 and self.link is None:
             raise ValueError("--tp > 1 needs a link model (collective.link_settings)")
+        shard_moe(self.model, self.tp, self.ep)  # ValueError naming --ep / --tp
+        if self.ep > 1 and self.link.get("preset") == MEASURED:
+            raise ValueError(f"--ep {self.ep} with --link measured: the all-to-all is priced "
+                             f"by the link formula; give a link preset (--link nvlink-h100, "
+                             f"pcie, ...) or --link-gbps and --link-latency-us")
 
 
 @dataclass
@@ -131,7 +146,9 @@ def _axes(s: ComponentSettings, shard: ModelConfig) -> dict:
     tokens = tuple(t for t in g.tokens if t <= cap)
     embed = tuple(t for t in tokens if t == 1 or t == tokens[-1] or (t & (t - 1)) == 0
                   and t >= 16)
-    return {"tokens": tokens, "embed": embed, "chunk_len": chunks, "prior_len": priors,
+    expert = embed if shard.moe is not None else ()  # tokens routed to one expert
+    return {"tokens": tokens, "embed": embed, "expert": expert, "chunk_len": chunks,
+            "prior_len": priors,
             "decode_count": g.decode_count, "kv_len": kvs, "spreads": g.spreads,
             "logits": g.logits}
 
@@ -165,18 +182,32 @@ def _timer(bench: LayerBench):
 
 def _identity(s: ComponentSettings, evict: int) -> dict:
     """What must match for a checkpoint to be resumed."""
-    return {"format": FORMAT, "model": s.model.as_dict(), "device": s.device,
-            "device_name": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
-            "tp": s.tp, "link": s.link, "grid": s.grid.as_dict(), "seed": s.seed,
-            "cold": s.cold, "evict_bytes": evict, "prime": _prime(s), "clock": s.clock,
-            "torch_version": torch.__version__}
+    ident = {"format": FORMAT, "model": s.model.as_dict(), "device": s.device,
+             "device_name": device_name(s.device), "dtype": s.dtype, "threads": s.threads,
+             "tp": s.tp, "link": s.link, "grid": s.grid.as_dict(), "seed": s.seed,
+             "cold": s.cold, "evict_bytes": evict, "prime": _prime(s), "clock": s.clock,
+             "torch_version": torch.__version__}
+    if s.ep > 1:
+        ident["ep"] = s.ep
+    return ident
+
+
+def moe_entry(s: ComponentSettings) -> dict | None:
+    """The profile JSON's `components.moe`: what `latency.moe` prices by (None: dense)."""
+    moe = s.model.moe
+    if moe is None:
+        return None
+    return {"num_experts": moe.num_experts, "top_k": moe.top_k, "ep": s.ep,
+            "experts_per_device": moe.num_experts // s.ep, "skew": 0.0,
+            "alltoall": ("2 x (latency + (T / ep) x top_k x (ep - 1) / ep x hidden x dtype "
+                         "bytes / bandwidth) per layer" if s.ep > 1 else None)}
 
 
 def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
     started = time.perf_counter()
     dtype = getattr(torch, s.dtype)
     sync = synchronizer(s.device)
-    shard = shard_config(s.model, s.tp)
+    shard = shard_moe(s.model, s.tp, s.ep)
     axes = _axes(s, shard)
     g = s.grid
     timing = {"warmup": g.warmup, "repeats": g.repeats, "point_budget_s": g.point_budget_s,
@@ -187,7 +218,8 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
     work = ([("dense", t) for t in axes["tokens"]] + [("embed", t) for t in axes["embed"]]
             + [("prefill_attn", (c, p)) for c in axes["chunk_len"] for p in axes["prior_len"]]
             + [("decode_attn", p) for p in decode_points]
-            + [("head", n) for n in axes["logits"]])
+            + [("head", n) for n in axes["logits"]]
+            + [("expert", n) for n in axes["expert"]])
     evict = _evict(s, shard)
     identity = _identity(s, evict)
     ckpt = component_checkpoint(s.out_csv)
@@ -223,6 +255,15 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
         for t, sec in timed.items():
             sec *= ALLREDUCES_PER_LAYER
             rows.append(row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
+    elif s.tp > 1 and s.ep > 1:
+        width = DTYPE_BYTES[s.dtype]
+        for t in axes["tokens"]:
+            sec = MOE_ALLREDUCES_PER_LAYER * allreduce_s(
+                t * shard.hidden_size * width, s.tp, s.link["gbps"], s.link["latency_us"])
+            rows.append(row("allreduce", Timing(sec, sec, sec, sec, 0), tokens=t))
+            sec = layer_alltoall_s(t, shard.hidden_size, width, s.model.moe.top_k, s.ep,
+                                   s.link)
+            rows.append(row("alltoall", Timing(sec, sec, sec, sec, 0), tokens=t))
     elif s.tp > 1:
         width = DTYPE_BYTES[s.dtype]
         for t in axes["tokens"]:
@@ -262,7 +303,8 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
                        "relook_below_s": g.relook_below_s, "relooked_points": relooked,
                        "shard": {k: getattr(shard, k) for k in (
                            "n_heads", "n_kv_heads", "intermediate_size", "vocab_size")},
-                       "grid": g.as_dict()},
+                       "grid": g.as_dict(),
+                       **({"moe": moe_entry(s)} if s.model.moe is not None else {})},
         "calibration": calibration,
         "seed": s.seed,
         "phase_s": phases,
@@ -281,13 +323,17 @@ def _model_entry(cfg: ModelConfig) -> dict:
 
 
 def composed_model(rows: list[dict], layers: int, fixed_s: float = 0.0,
-                   scale: float = 1.0, allreduce: bool = False) -> ComponentModel:
-    """The latency model of these rows (in memory), as `sim run` would load it."""
-    keep = [r for r in rows if allreduce or r["component"] != "allreduce"]
+                   scale: float = 1.0, allreduce: bool = False,
+                   moe: dict | None = None) -> ComponentModel:
+    """The latency model of these rows (in memory), as `sim run` would load it (`moe`:
+    the profile's `components.moe`; its all-to-all rides with `allreduce`)."""
+    keep = [r for r in rows if allreduce or r["component"] not in ("allreduce", "alltoall")]
     keep = [r for r in keep if r["component"] != "fixed"]
     keep.append(row("fixed", Timing(fixed_s, fixed_s, fixed_s, fixed_s, 0)))
     table = pd.DataFrame(keep, columns=list(COLUMNS))
     prov = {"format": FORMAT, "components": {"layers": layers, "in_sequence_scale": scale}}
+    if moe is not None:
+        prov["components"]["moe"] = moe
     return ComponentModel(Profile(table, prov, "(in memory)", "", kind="components"), 0.0)
 
 
@@ -305,6 +351,11 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
     budget = s.memory_fraction * device_memory_bytes(s.device)
     if not s.calibrate:
         return {"skipped": "--no-calibrate"}, 0.0, 1.0
+    if s.ep > 1:
+        return ({"skipped": f"--ep {s.ep}: one device's whole steps would run every expert, "
+                            f"where an expert-parallel device runs num_experts / ep; fixed "
+                            f"cost not fitted"}, 0.0, 1.0)
+    moe = moe_entry(s)
     if need > budget:
         return ({"skipped": f"the whole model ({full.weights_bytes(s.dtype) / 2**30:.1f} GiB "
                             f"of weights per shard) and the sample's KV do not fit "
@@ -317,7 +368,7 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
         probes, _, _ = run_whole(model, list(FIXED_PROBES), s.device, dtype, s.seed, sync,
                                  timing, 0, looks=2)
         bar.advance()
-        bare = _predict(composed_model(rows, layers), list(FIXED_PROBES))
+        bare = _predict(composed_model(rows, layers, moe=moe), list(FIXED_PROBES))
         # negative when the parts, each timed alone, over-count a small step (each
         # pays its own per-call costs, which a whole step pays once); held at 0
         gap_s = statistics.median(m - p for m, p in zip(probes, bare, strict=True))
@@ -331,7 +382,7 @@ def _calibrate(s: ComponentSettings, shard: ModelConfig, rows: list[dict], dtype
     free_cached(s.device)
     drift = _drift(s, shard, rows, dtype, sync, timing)
     kinds = [st.kind for st in steps]
-    predicted = _predict(composed_model(rows, layers, fixed_s), steps)
+    predicted = _predict(composed_model(rows, layers, fixed_s, moe=moe), steps)
     scale, ratio = in_sequence_scale(alone, seq)
     entry = {
         "steps": len(steps),

@@ -8,7 +8,10 @@ profiler's warm-up-and-repeat `measure`:
 - `prefill_attn(L, c)`: `attend` of one chunk of L tokens over c cached ones;
 - `decode_attn(D, lengths)`: `attend` of D decodes at the given contexts, adjacent slots
   of one pool (the live loop's decode group, padded and masked when lengths differ);
-- `embed(T)`: `LlamaModel.embed_step`; `head(n)`: `LlamaModel.head_step` on n rows.
+- `embed(T)`: `LlamaModel.embed_step`; `head(n)`: `LlamaModel.head_step` on n rows;
+- of a MoE model, `dense(T)` leaves the routed experts out (router, dispatch and shared
+  experts stay in), and `expert(n)` times `MoeFFN.expert_apply`: one expert on n routed
+  rows, gathered, through its SwiGLU, added back.
 
 The closures run exactly the model code a whole forward pass runs, so the composition
 prices the same kernels.
@@ -123,7 +126,7 @@ class LayerBench:
 
         def run(i: int):
             return lambda: layers[i].dense_out(x, layers[i].dense_in(i, x, cos, sin, step,
-                                                                     pools))
+                                                                     pools), routed=False)
         return self._time(run(0), run(1) if self.prime else None)
 
     def prefill_attn(self, chunk: int, prior: int) -> Timing:
@@ -138,6 +141,18 @@ class LayerBench:
         q = self._rand(len(lengths), self.cfg.n_heads, self.cfg.head_dim)
         return self._time(lambda: attend(0, q, step, [pool]),
                           lambda: attend(1, q, step, [pool]))
+
+    def expert(self, tokens: int) -> Timing:
+        """One routed expert's FFN on `tokens` rows (a MoE model)."""
+        h = self._rand(tokens, self.cfg.hidden_size)
+        rows = torch.arange(tokens, device=self.device)
+        weights = torch.ones(tokens, dtype=self.dtype, device=self.device)
+        out = torch.zeros_like(h)
+        layers = self.model.layers
+
+        def run(i: int):
+            return lambda: layers[i].moe.expert_apply(0, h, rows, weights, out)
+        return self._time(run(0), run(1) if self.prime else None)
 
     def embed(self, tokens: int) -> Timing:
         step, _ = self._chunk_step(tokens)

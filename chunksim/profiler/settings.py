@@ -17,12 +17,13 @@ def build_settings(*, model: str = "tiny", hf_config: Path | None = None,
                    cold_looks: bool = True):
     """Flags -> `ProfileSettings` (imports torch to resolve the device). ValueError names the
     flag at fault."""
-    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.decoder.config import check_runnable, load_hf_config, preset_config
     from chunksim.decoder.device import resolve_device
     from chunksim.profiler.grid import grid_preset, parse_axis
     from chunksim.profiler.run import REPASS_BELOW_S, ProfileSettings
 
     cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
+    check_runnable(cfg)
     dev = resolve_device(device)
     spec = grid_preset(grid).with_overrides(
         chunk_len=None if chunk_lens is None else parse_axis(chunk_lens, "--chunk-lens"),
@@ -56,18 +57,19 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
                              link: str | None = None, link_gbps: float | None = None,
                              link_latency_us: float | None = None, calibrate: bool = True,
                              live_costs: bool = True, clock: str | None = None,
-                             resume: bool = False):
+                             resume: bool = False, ep: int = 1):
     """Flags -> `ComponentSettings` for `sim profile --kind components`."""
     from dataclasses import replace
 
-    from chunksim.decoder.config import load_hf_config, preset_config, shard_config
+    from chunksim.decoder.config import check_runnable, load_hf_config, preset_config, shard_moe
     from chunksim.decoder.device import resolve_device
     from chunksim.profiler.collective import MEASURED, link_settings
     from chunksim.profiler.component_grid import component_grid
     from chunksim.profiler.component_run import ComponentSettings
 
     cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
-    shard_config(cfg, tp)  # the --tp check, before anything is measured
+    shard_moe(cfg, tp, ep)  # the --tp / --ep checks, before anything is measured
+    check_runnable(cfg)
     dev = resolve_device(device)
     if dev == "cpu" and threads < 1:
         raise ValueError(f"--threads {threads}: use 1 or more")
@@ -88,11 +90,11 @@ def build_component_settings(*, model: str = "tiny", hf_config: Path | None = No
         from chunksim.profiler.allreduce_bench import check_devices
 
         check_devices(dev, tp, torch.cuda.device_count() if dev == "cuda" else 0)
-    suffix = f"-tp{tp}" if tp > 1 else ""
+    suffix = (f"-tp{tp}" if tp > 1 else "") + (f"-ep{ep}" if ep > 1 else "")
     return ComponentSettings(
         model=cfg, device=dev, dtype=dtype, grid=spec,
         out_csv=out or Path("out/profiles") / f"{cfg.name}-{dev}{suffix}-components.csv",
-        threads=threads if dev == "cpu" else None, seed=seed, tp=tp,
+        threads=threads if dev == "cpu" else None, seed=seed, tp=tp, ep=ep,
         link=link_model, calibrate=calibrate,
         live_costs=live_costs, resume=resume,
         clock=clock or ("thread-cpu" if dev == "cpu" and threads == 1 else "wall"))

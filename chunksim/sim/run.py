@@ -58,6 +58,10 @@ class RunConfig:
                                          parse=_ms_to_s)
     """Flat per-step CPU overhead added to every step, ms (default: the profile's fit, base
     + per request in the step, measured on the live loop)."""
+    expert_skew: float | None = knob(None, "--expert-skew", panel=_E, min=0.0)
+    """MoE profiles: Zipf exponent of expert popularity, the i-th most used expert routed
+    in proportion to 1 / i^s (0: uniform routing; default: the profile's, uniform unless
+    it records one); the busiest expert-parallel device sets the layer's time."""
     slos_s: dict = knob(None, "--goodput", panel=_E, default_factory=dict,
                         cli_type=list[str], parse=parse_slos)
     """SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the flag)."""
@@ -127,7 +131,7 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
 def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig):
     """(device name, latency model, KV config) of one engine of this configuration."""
     device = profile.provenance.get("device_name")
-    latency = latency_model(profile, cfg.step_overhead_s)
+    latency = latency_model(profile, cfg.step_overhead_s, cfg.expert_skew)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)

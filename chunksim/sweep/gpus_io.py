@@ -13,14 +13,14 @@ SPLIT_COLUMNS = ("rank", "config", "policy", "chunk", "fleet_layout", "gpus", "m
                  "median_sched_delay_ms")
 
 
-def split_rows(ranked: list[CapacityEntry]) -> list[dict]:
+def split_rows(ranked: list[CapacityEntry], devices: int = 1) -> list[dict]:
     """One row per configuration, best first (`gpus.split_ranking`): its capacity, that
     per GPU, and the median-seed metrics at the capacity (empty if it never met the
-    SLOs)."""
+    SLOs). `devices`: GPUs per engine (`Profile.devices`)."""
     rows = []
     for k, e in enumerate(ranked, 1):
         s = e.at_max or {}
-        gpus = e.config.fleet.gpus if e.config.fleet is not None else 1
+        gpus = devices * (e.config.fleet.gpus if e.config.fleet is not None else 1)
         rows.append({"rank": k, **config_keys(e.config), "gpus": gpus,
                      "max_rate": e.max_rate, "capped": e.capped,
                      "max_rate_per_gpu": e.max_rate / gpus,
@@ -28,9 +28,9 @@ def split_rows(ranked: list[CapacityEntry]) -> list[dict]:
     return rows
 
 
-def splits_csv(ranked: list[CapacityEntry]) -> str:
+def splits_csv(ranked: list[CapacityEntry], devices: int = 1) -> str:
     rows = [{k: "" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v))
-             for k, v in r.items()} for r in split_rows(ranked)]
+             for k, v in r.items()} for r in split_rows(ranked, devices)]
     return csv_text(rows, list(SPLIT_COLUMNS))
 
 
