@@ -17,6 +17,7 @@ from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
 from chunksim.core.spec import SpecTable, Workload
+from chunksim.sim.offload import Offloads
 from chunksim.sim.records import (
     KIND_DECODE,
     KIND_NEW,
@@ -267,6 +268,8 @@ class EngineCore:
         seats and blocks until its output is processed (`release_finishing`)."""
         self.schedule_log: ScheduleLog | None = ScheduleLog() if schedule_log else None
         """One row per (step, request) and per preemption, when asked for."""
+        self.offload: Offloads | None = Offloads(self.kv) if kv.host_blocks else None
+        """The KV loads from the CPU tier, when the cache has one (`sim.offload`)."""
 
     # ------------------------------------------------------------------ arrivals / queues
     def rejection(self, spec) -> tuple[str, str] | None:
@@ -322,7 +325,8 @@ class EngineCore:
     @property
     def done(self) -> bool:
         """Nothing in flight and nothing left to arrive."""
-        return self.idle and self.inbox.closed(self.next_arrival)
+        return (self.idle and self.inbox.closed(self.next_arrival)
+                and (self.offload is None or not self.offload.loads))
 
     def _enqueue(self, req: Request, front: bool = False) -> None:
         """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
@@ -346,11 +350,16 @@ class EngineCore:
             waiting = [r for r in waiting if r.spec.arrival_s <= visible_s]
         plan = self.policy.plan(SchedulerState(self.running, waiting, self.kv,
                                                self.last_prefill, len(self.finishing)))
+        if self.offload is not None and plan.admitted:
+            plan = self.offload.plan_loads(self, plan, waiting, now)
         if plan.scheduled:
             return plan
         if not plan.preempted:
             if self.finishing or len(waiting) < len(self.waiting):
                 self.release_finishing()
+                return None
+            if self.offload is not None and self.offload.loads:
+                self.offload.stalled = True  # what is left waits for blocks loads hold
                 return None
             raise RuntimeError(
                 f"policy {self.policy.name} planned nothing with {len(self.running)} running "
@@ -645,7 +654,7 @@ class EngineCore:
 
     def meta(self) -> dict:
         """Run facts that do not depend on the time source."""
-        return {
+        meta = {
             "policy": self.policy.name,
             "policy_params": self.policy.params(),
             "workload": self.workload.name,
@@ -663,3 +672,6 @@ class EngineCore:
             "priority_scheduling": self.queue.name == "priority",
             "waiting_order": self.queue.name,
         }
+        if self.offload is not None:
+            meta.update(self.offload.meta())
+        return meta
