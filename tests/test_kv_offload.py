@@ -26,6 +26,7 @@ from chunksim.core.kv_offload import HostTier, OffloadKVCache
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim import core as sim_core
 from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.offload_config import OffloadConfig, parse_host_link
 from chunksim.sim.run import RunConfig, simulate
 
@@ -164,6 +165,19 @@ def test_a_host_hit_waits_exactly_the_load_then_computes_only_the_tail(const_pro
     r0 = res0.requests.iloc[2]
     assert (r0["first_scheduled_s"], r0["computed_tokens"], r0["cached_tokens"]) == (2.0, 80, 0)
     assert "kv_loads" not in s0
+
+
+def test_each_replica_of_a_fleet_has_its_own_tier(const_profile):
+    # round-robin: even requests to replica 0, odd ones to replica 1, each the same story
+    twin = [(a, p, o, tuple(x + 100 for x in h)) for a, p, o, h in EVICTED]
+    reqs = [r for pair in zip(EVICTED, twin, strict=True) for r in pair]
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
+    cfg = RunConfig(kv_blocks=10, offload=off, fleet=FleetConfig(replicas=2))
+    res, s = simulate(_wl(reqs), const_profile, cfg)
+    assert s["kv_loads"] == 2 and s["kv_loaded_blocks"] == 8
+    assert s["host_cache_hit_tokens"] == 128
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    assert list(res.requests["first_scheduled_s"].iloc[4:]) == [2.0 + load_s] * 2
 
 
 def test_the_schedule_log_shows_the_load(const_profile):

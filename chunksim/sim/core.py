@@ -323,6 +323,12 @@ class EngineCore:
         return not self.running and not self.waiting
 
     @property
+    def loading(self) -> list[Request]:
+        """Requests waiting for a KV load from the CPU tier (out of the waiting queue)."""
+        off = self.offload
+        return [ld.req for ld in off.loads] if off is not None and off.loads else []
+
+    @property
     def done(self) -> bool:
         """Nothing in flight and nothing left to arrive."""
         return (self.idle and self.inbox.closed(self.next_arrival)

@@ -114,22 +114,30 @@ class Offloads:
 
     def meta(self) -> dict:
         """Run facts of the tier (summary keys)."""
-        import numpy as np
+        return offload_meta([self])
 
-        kv = self.kv
-        waits = np.asarray(self.waits_s, dtype=float) * 1000.0
-        q = kv.query_tokens
-        return {
-            "kv_offload_blocks": kv.host.capacity,
-            "kv_offload_link_gb_per_s": kv.bytes_per_s / 1e9,
-            "kv_offload_link_latency_us": kv.latency_s * 1e6,
-            "host_cache_hit_rate": kv.host_hit_tokens / q if q else None,
-            "host_cache_hit_tokens": kv.host_hit_tokens,
-            "prefix_cache_hit_tokens": kv.hit_tokens,
-            "kv_loads": len(self.waits_s),
-            "kv_loaded_blocks": self.blocks_loaded,
-            "kv_loaded_bytes": self.blocks_loaded * kv.block_bytes,
-            "mean_kv_load_wait_ms": float(waits.mean()) if len(waits) else None,
-            "p99_kv_load_wait_ms": float(np.percentile(waits, 99)) if len(waits) else None,
-            "host_blocks_dropped": kv.host.dropped,
-        }
+
+def offload_meta(tiers: list[Offloads]) -> dict:
+    """Summary keys of one engine's tier, or a fleet's (each replica its own tier; the
+    capacity is per replica, the rest over all of them)."""
+    import numpy as np
+
+    kv = tiers[0].kv
+    waits = np.concatenate([np.asarray(t.waits_s, dtype=float) for t in tiers]) * 1000.0
+    queries = sum(t.kv.query_tokens for t in tiers)
+    host_hits = sum(t.kv.host_hit_tokens for t in tiers)
+    blocks = sum(t.blocks_loaded for t in tiers)
+    return {
+        "kv_offload_blocks": kv.host.capacity,
+        "kv_offload_link_gb_per_s": kv.bytes_per_s / 1e9,
+        "kv_offload_link_latency_us": kv.latency_s * 1e6,
+        "host_cache_hit_rate": host_hits / queries if queries else None,
+        "host_cache_hit_tokens": host_hits,
+        "prefix_cache_hit_tokens": sum(t.kv.hit_tokens for t in tiers),
+        "kv_loads": len(waits),
+        "kv_loaded_blocks": blocks,
+        "kv_loaded_bytes": blocks * kv.block_bytes,
+        "mean_kv_load_wait_ms": float(waits.mean()) if len(waits) else None,
+        "p99_kv_load_wait_ms": float(np.percentile(waits, 99)) if len(waits) else None,
+        "host_blocks_dropped": sum(t.kv.host.dropped for t in tiers),
+    }
