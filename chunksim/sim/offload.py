@@ -99,15 +99,20 @@ class Offloads:
                     gpu_tokens, 0, len(load.pinned) + blocks)
 
     def finish(self, core, now: float) -> None:
-        """Land every load due by `now`: its request rejoins the head of the queue."""
+        """Land every load due by `now`: their requests rejoin the head of the queue, the
+        first landed foremost."""
         loads = self.loads
-        while loads and loads[0].end_s <= now:
-            load = loads.pop(0)
+        due = 0
+        while due < len(loads) and loads[due].end_s <= now:
+            due += 1
+        landed, self.loads = loads[:due], loads[due:]
+        for load in landed:
             self.kv.finish_load(load)
             self.waits_s.append(load.end_s - load.start_s)
+        log = core.schedule_log
+        for load in reversed(landed):
             req = load.req
             core._enqueue(req, front=True)
-            log = core.schedule_log
             if log is not None:
                 log.add(core.steps.n, req.request_id, KIND_LOADED, 0, -1,
                         load.gpu_tokens + len(load.keys) * self.kv.block_size, 0, 0)
