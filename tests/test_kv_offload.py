@@ -167,6 +167,27 @@ def test_a_host_hit_waits_exactly_the_load_then_computes_only_the_tail(const_pro
     assert "kv_loads" not in s0
 
 
+def test_a_load_short_of_gpu_blocks_holds_the_queue_until_they_free(const_profile):
+    # request 2 holds 8 of the 10 blocks at t=2: request 3's load needs 4, so admission
+    # stops at it (vLLM: allocate_slots fails -> break) and request 4, which would fit,
+    # waits behind it; when request 2 finishes, the load starts and request 4 goes at once
+    reqs = [*EVICTED[:2], (1.5, 64, 90, ()), (2.0, 80, 1, (1, 2, 3, 4, 5)), (2.0, 16, 1, ())]
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=10, offload=off),
+                      schedule_log=True)
+    done = res.requests["finish_s"].iloc[2]
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    assert res.requests["first_scheduled_s"].iloc[4] == done
+    # request 3's load lands inside request 4's 10 ms step: it runs at the next one
+    assert res.requests["first_scheduled_s"].iloc[3] == pytest.approx(done + 0.010)
+    assert done + load_s < done + 0.010
+    sched = res.schedule
+    load = sched[(sched["request_id"] == 3) & (sched["kind"] == "load")]
+    first4 = sched[(sched["request_id"] == 4) & (sched["kind"] == "new")]
+    assert len(load) == 1 and load["step"].iloc[0] == first4["step"].iloc[0]
+    assert s["kv_loads"] == 1 and res.requests["computed_tokens"].iloc[3] == 16
+
+
 def test_each_replica_of_a_fleet_has_its_own_tier(const_profile):
     # round-robin: even requests to replica 0, odd ones to replica 1, each the same story
     twin = [(a, p, o, tuple(x + 100 for x in h)) for a, p, o, h in EVICTED]
