@@ -201,6 +201,14 @@ def test_each_replica_of_a_fleet_has_its_own_tier(const_profile):
     assert list(res.requests["first_scheduled_s"].iloc[4:]) == [2.0 + load_s] * 2
 
 
+def test_a_prefix_router_sees_the_host_tier():
+    kv = offload_kv(6, 16)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    kv.free(running_request(kv, request_spec(1, 96, output=1), computed=95))
+    c = waiting_request(request_spec(2, 80, hashes=(1, 2, 3, 4, 5)))
+    assert kv.prefix_hit(c)[0] == 0 and kv.reachable_tokens(c) == 64
+
+
 def test_the_schedule_log_shows_the_load(const_profile):
     off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="pcie-gen4")
     res, _ = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off),

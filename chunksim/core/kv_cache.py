@@ -252,6 +252,11 @@ class PrefixKVCache(KVCache):
     def overlay(self) -> PlanOverlay:
         return PlanOverlay(self)
 
+    def reachable_tokens(self, req: Request) -> int:
+        """Tokens of waiting `req`'s prefix this cache would serve without computing them
+        (a prefix-aware router's measure): its GPU hit, plus what a CPU tier would load."""
+        return self.prefix_hit(req)[0]
+
     def admit(self, req: Request) -> None:
         if self.carried and self._admit_carried(req):
             self.keys[req.request_id] = []

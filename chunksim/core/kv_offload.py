@@ -204,6 +204,10 @@ class OffloadKVCache(PrefixKVCache):
             j += 1
         return n
 
+    def reachable_tokens(self, req: Request) -> int:
+        cached = self.prefix_hit(req)[0]
+        return cached + self.host_blocks(req, cached) * self.block_size
+
     def find_load(self, req: Request) -> tuple[int, int, int] | None:
         """(GPU-hit tokens, host blocks, free GPU blocks a load takes) if waiting `req`
         should load a host hit before it runs, else None."""

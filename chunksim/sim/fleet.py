@@ -117,7 +117,7 @@ class Replica:
 
     def cached_prefix_tokens(self, spec: RequestSpec) -> int:
         kv = self.engine.core.kv
-        return kv.prefix_hit(Request(spec))[0] if kv.prefix_caching else 0
+        return kv.reachable_tokens(Request(spec)) if kv.prefix_caching else 0
 
 
 class Fleet:
