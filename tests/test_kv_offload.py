@@ -320,6 +320,12 @@ def test_offload_without_prefix_caching_is_refused():
     RunConfig(prefix_caching=False, offload=OffloadConfig(kv_offload_gib=0))  # off: fine
 
 
+def test_a_tier_too_small_for_one_block_is_refused(const_profile):
+    off = OffloadConfig(kv_offload_gib=1e-6)  # 1 KiB < one 32 KiB block
+    with pytest.raises(ValueError, match="holds no KV block"):
+        simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off))
+
+
 @pytest.mark.parametrize("link", ["pcie-gen3", "0", "-2", "fast", "inf", "nan"])
 def test_bad_links_are_refused(link):
     with pytest.raises(ValueError, match="--kv-offload-link"):

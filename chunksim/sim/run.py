@@ -154,6 +154,11 @@ def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
             "provenance, needed to size host blocks and time their loads; use a profile "
             "written by `sim profile`") from None
     block_bytes = per_tok * kv.block_size
+    if off.host_blocks(block_bytes) < 1:
+        raise ValueError(
+            f"--kv-offload-gib {off.kv_offload_gib:g} holds no KV block of this model "
+            f"({block_bytes} bytes at --block-size {kv.block_size}); give at least "
+            f"{block_bytes / 2**30:.3g} GiB, or 0 for no CPU tier")
     bw, lat = off.link
     return replace(kv, host_blocks=off.host_blocks(block_bytes), block_bytes=block_bytes,
                    host_bytes_per_s=bw, host_latency_s=lat)
