@@ -320,6 +320,14 @@ def test_offload_without_prefix_caching_is_refused():
     RunConfig(prefix_caching=False, offload=OffloadConfig(kv_offload_gib=0))  # off: fine
 
 
+def test_validation_refuses_the_tier():
+    from chunksim.validate.run import comparable_config
+
+    cfg = RunConfig(offload=OffloadConfig(kv_offload_gib=2))
+    with pytest.raises(ValueError, match="the live loop keeps no prefix cache"):
+        comparable_config(cfg, None, None)  # refused before either is read
+
+
 def test_a_tier_too_small_for_one_block_is_refused(const_profile):
     off = OffloadConfig(kv_offload_gib=1e-6)  # 1 KiB < one 32 KiB block
     with pytest.raises(ValueError, match="holds no KV block"):
@@ -340,11 +348,11 @@ def test_link_presets_and_bandwidths():
 
 @pytest.mark.slow  # each case runs the sim command in a fresh process
 @pytest.mark.parametrize("args,words", [
-    (["--kv-offload-gib", "2", "--no-prefix-caching"], "needs prefix caching"),
-    (["--kv-offload-gib", "2", "--kv-offload-link", "pcie-gen9"], "--kv-offload-link"),
+    (["run", "--kv-offload-gib", "2", "--no-prefix-caching"], "needs prefix caching"),
+    (["run", "--kv-offload-gib", "2", "--kv-offload-link", "pcie-gen9"], "--kv-offload-link"),
 ])
 def test_the_cli_refuses_in_one_line(args, words, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "chunksim.cli", "run", "-n", "5", *args,
+    proc = subprocess.run([sys.executable, "-m", "chunksim.cli", *args, "-n", "3",
                            "--out", str(tmp_path)], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
