@@ -3,7 +3,7 @@ connector): blocks the GPU prefix cache evicts move to host memory, and a waitin
 request whose prefix continues there (after its longest GPU hit) loads those blocks back
 before it is scheduled.
 
-Modelled (vLLM V1 with the OffloadingConnector, 0.11+; LMCache's connector alike):
+Modelled (vLLM V1's OffloadingConnector; LMCache's connector alike):
 - *Store*: a cached block leaving the GPU LRU moves to the host tier, itself an LRU of
   `host_blocks` blocks. Anonymous blocks (a finished request's output and unhashed
   prompt tail, which nobody can hit) take host room too, as one group each.
@@ -25,7 +25,7 @@ Deviations, each chosen for a reason:
 - Host stores cost nothing: GPU-to-host copies run on their own stream and never delay
   a step or a load.
 
-This module is the block accounting; the engine (`sim.core`) times the loads.
+This module is the block accounting; `sim.offload` schedules and times the loads.
 """
 
 from __future__ import annotations
