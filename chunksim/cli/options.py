@@ -25,6 +25,7 @@ from chunksim.latency.profile import DEFAULT_PROFILE
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.fleet_config import FleetConfig
+from chunksim.sim.offload_config import OffloadConfig
 from chunksim.sim.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions
@@ -130,7 +131,7 @@ def _policy_knob_options(skip: tuple[str, ...]) -> list[Param]:
     return out
 
 
-_RUN_SKIP = ("knobs", "engine", "fleet")
+_RUN_SKIP = ("knobs", "engine", "fleet", "offload")
 _ENGINE_SKIP = ("seed",)
 
 
@@ -158,6 +159,7 @@ def run_params(single_policy: bool = True) -> list[Param]:
                          () if single_policy else ("num_speculative_tokens",),
                          types={"speculative_method": SpecMethod | None})
     params += options_of(FleetConfig, "Fleet")
+    params += options_of(OffloadConfig, "Engine and KV cache")
     own = {f.name for f in fields(RunConfig)}
     params += _policy_knob_options(tuple(own) + (() if single_policy else ("variant",)))
     return params
@@ -171,12 +173,13 @@ def build_run_config(picked: dict[str, Any]) -> RunConfig:
     engine = EngineConfig(**_values(EngineConfig, picked),
                           speculative=SpecConfig(**_values(SpecConfig, picked)))
     fleet = FleetConfig(**_values(FleetConfig, picked))
+    offload = OffloadConfig(**_values(OffloadConfig, picked))
     knobs = {}
     for name, fams in knob_owners().items():  # a knob's flag is the same in every family
         if name not in run:
             knobs.update(_values(POLICIES[fams[0]], {name: picked.get(name)}))
     knobs = {k: v for k, v in knobs.items() if v is not None}  # unset: the family's default
-    return RunConfig(**run, engine=engine, fleet=fleet, knobs=knobs)
+    return RunConfig(**run, engine=engine, fleet=fleet, offload=offload, knobs=knobs)
 
 
 def load_run_profile(profile: str | None, run_cfg: RunConfig):

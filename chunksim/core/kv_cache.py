@@ -52,12 +52,25 @@ class KVConfig:
     """Keep freed full blocks cached and reuse them across requests (vLLM V1 default on)."""
     prefix_block_tokens: int = 0
     """Tokens per entry of the workload's prefix hashes (0 = the workload has none)."""
+    host_blocks: int = 0
+    """Capacity of the CPU offload tier in blocks (0 = none; `kv_offload`)."""
+    block_bytes: int = 0
+    """Bytes of KV one block holds (what a load moves per block)."""
+    host_bytes_per_s: float = 0.0
+    """Bandwidth of the host-to-GPU link of the offload tier, bytes per second."""
+    host_latency_s: float = 0.0
+    """Fixed latency of one load over that link, seconds."""
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1:
             raise ValueError(f"kv num_blocks={self.num_blocks} must be >= 1 (see --kv-blocks)")
         if self.block_size < 1:
             raise ValueError(f"kv block_size={self.block_size} must be >= 1 (see --block-size)")
+        if self.host_blocks and not (self.block_bytes > 0 and self.host_bytes_per_s > 0):
+            raise ValueError("a KV offload tier needs block_bytes and host_bytes_per_s > 0")
+        if self.host_blocks and not self.prefix_caching:
+            raise ValueError("a KV offload tier holds blocks the prefix cache evicts; it needs "
+                             "prefix caching (drop --no-prefix-caching or --kv-offload-gib)")
 
 
 class KVCache:
@@ -239,6 +252,11 @@ class PrefixKVCache(KVCache):
     def overlay(self) -> PlanOverlay:
         return PlanOverlay(self)
 
+    def reachable_tokens(self, req: Request) -> int:
+        """Tokens of waiting `req`'s prefix this cache would serve without computing them
+        (a prefix-aware router's measure): its GPU hit, plus what a CPU tier would load."""
+        return self.prefix_hit(req)[0]
+
     def admit(self, req: Request) -> None:
         if self.carried and self._admit_carried(req):
             self.keys[req.request_id] = []
@@ -414,5 +432,9 @@ class PlanOverlay:
 
 
 def make_kv_cache(config: KVConfig) -> KVCache:
-    """The plain or the prefix-caching cache, as configured."""
+    """The plain or the prefix-caching cache (with a CPU tier under it), as configured."""
+    if config.host_blocks:
+        from chunksim.core.kv_offload import OffloadKVCache
+
+        return OffloadKVCache(config)
     return PrefixKVCache(config) if config.prefix_caching else KVCache(config)

@@ -46,7 +46,14 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         f"{summary['preemptions']}  extrapolated steps {summary['extrapolated_steps']}")
     hit = summary.get("prefix_cache_hit_rate")
     if hit is not None:
-        con.print(f"prefix cache hit rate {hit:.1%}")
+        host = summary.get("host_cache_hit_rate")
+        tier = ""
+        if host is not None:  # a CPU KV tier (--kv-offload-gib)
+            wait = summary.get("mean_kv_load_wait_ms")
+            tier = (f" (GPU), {host:.1%} from the CPU tier: {summary['kv_loads']} loads, "
+                    f"{summary['kv_loaded_bytes'] / 2**30:.1f} GiB"
+                    + (f", mean wait {wait:.1f} ms" if wait is not None else ""))
+        con.print(f"prefix cache hit rate {hit:.1%}{tier}")
     mal = summary.get("spec_mean_acceptance_length")
     if mal is not None:
         con.print(f"speculative decoding: {mal:.2f} accepted tokens per step, acceptance "

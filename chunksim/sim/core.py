@@ -18,6 +18,7 @@ from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
 from chunksim.core.spec import SpecTable, Workload
 from chunksim.core.speculative import Acceptance, SpecConfig
+from chunksim.sim.offload import Offloads
 from chunksim.sim.records import (
     KIND_DECODE,
     KIND_NEW,
@@ -278,6 +279,8 @@ class EngineCore:
         """Draws each verified decode's accepted drafts (None: no speculative decoding)."""
         self.drafting = 0
         """Requests that sample in the step begun last (they propose drafts after it)."""
+        self.offload: Offloads | None = Offloads(self.kv) if kv.host_blocks else None
+        """The KV loads from the CPU tier, when the cache has one (`sim.offload`)."""
 
     # ------------------------------------------------------------------ arrivals / queues
     def rejection(self, spec) -> tuple[str, str] | None:
@@ -331,9 +334,16 @@ class EngineCore:
         return not self.running and not self.waiting
 
     @property
+    def loading(self) -> list[Request]:
+        """Requests waiting for a KV load from the CPU tier (out of the waiting queue)."""
+        off = self.offload
+        return [ld.req for ld in off.loads] if off is not None and off.loads else []
+
+    @property
     def done(self) -> bool:
         """Nothing in flight and nothing left to arrive."""
-        return self.idle and self.inbox.closed(self.next_arrival)
+        return (self.idle and self.inbox.closed(self.next_arrival)
+                and (self.offload is None or not self.offload.loads))
 
     def _enqueue(self, req: Request, front: bool = False) -> None:
         """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
@@ -358,11 +368,16 @@ class EngineCore:
         plan = self.policy.plan(SchedulerState(self.running, waiting, self.kv,
                                                self.last_prefill, len(self.finishing),
                                                self.lookahead))
+        if self.offload is not None and plan.admitted:
+            plan = self.offload.plan_loads(self, plan, waiting, now)
         if plan.scheduled:
             return plan
         if not plan.preempted:
             if self.finishing or len(waiting) < len(self.waiting):
                 self.release_finishing()
+                return None
+            if self.offload is not None and self.offload.loads:
+                self.offload.stalled = True  # what is left waits for blocks loads hold
                 return None
             raise RuntimeError(
                 f"policy {self.policy.name} planned nothing with {len(self.running)} running "
@@ -695,7 +710,7 @@ class EngineCore:
 
     def meta(self) -> dict:
         """Run facts that do not depend on the time source."""
-        return {
+        meta = {
             "policy": self.policy.name,
             "policy_params": self.policy.params(),
             "workload": self.workload.name,
@@ -714,6 +729,9 @@ class EngineCore:
             "waiting_order": self.queue.name,
             **self.spec_meta(),
         }
+        if self.offload is not None:
+            meta.update(self.offload.meta())
+        return meta
 
     def spec_meta(self) -> dict:
         """Speculative decoding's settings and achieved acceptance (nothing when off)."""

@@ -256,12 +256,16 @@ class Engine:
         progress, total, report_at = self.progress, len(self.workload.requests), 0
         ahead = self.ahead
         now = env.now  # the engine's clock: ahead of env.now while it runs ahead
+        offload = c.offload
+        stalled = False  # waiting requests need blocks that KV loads hold
         while True:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
                 progress(c.finished + len(c.rejected), total, sim_s=now)
             c.pull_arrivals(now)
-            if c.idle:
+            if offload is not None and offload.loads:
+                offload.finish(c, now)
+            if c.idle or stalled:
                 if now > env.now:  # catch up with the clock before sleeping, exactly:
                     while 0.0 < env.now < now / 2:  # env.now + (now - env.now) may round
                         yield env.timeout(env.now)  # doubling is exact
@@ -271,22 +275,37 @@ class Engine:
                 if c.done:
                     return
                 self.wake = env.event()  # an idle engine sleeps until a request arrives
+                if offload is not None and offload.loads:  # or a KV load lands
+                    env.process(self._alarm(env, offload.next_end_s, self.wake))
                 slept_at = env.now
                 yield self.wake
                 self.idle_s, self.since_wake = env.now - slept_at, 0
                 now = env.now
+                stalled = False
                 continue
             plan = c.plan(now, self.plan_at)
             if plan is None:
                 # a preemption-only plan, or (async) nothing schedulable before the step in
                 # flight's output is processed: plan again, with everything known
                 self.plan_at = None
+                if offload is not None and offload.stalled:
+                    offload.stalled, stalled = False, True
                 continue
             # the wake-up steps run one by one (the bulk path prices steps warm)
             if not (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)
                     and (yield from self._bulk_decode(env, now))):
                 yield from self._step(env, plan, now)
             now = self.busy_until if ahead else env.now
+
+    def _alarm(self, env: simpy.Environment, t: float, wake: simpy.Event):
+        """Wake the engine sleeping on `wake` at exactly `t` (a KV load's end), unless
+        something woke it before."""
+        while 0.0 < env.now < t / 2:  # as the engine's catch-up: exact arithmetic
+            yield env.timeout(env.now)
+        yield env.timeout(t - env.now)
+        if self.wake is wake:
+            wake.succeed()
+            self.wake = None
 
     def _step(self, env: simpy.Environment, plan: Plan, start: float):
         c = self.core
@@ -325,7 +344,8 @@ class Engine:
         """True if this plan decodes every running request and nothing else can change the
         next plans but a finish, an arrival or KV growth."""
         c = self.core
-        if plan.admitted or plan.preempted or c.waiting:
+        if plan.admitted or plan.preempted or c.waiting or (
+                c.offload is not None and c.offload.loads):  # a load lands mid-stretch
             return False
         running = c.running
         if len(plan.scheduled) != len(running) or len(running) == 0:

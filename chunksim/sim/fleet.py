@@ -81,7 +81,8 @@ class Replica:
 
     def outstanding_requests(self) -> int:
         c = self.engine.core
-        return len(c.running) + len(c.waiting) + len(self.inbox.specs) - c.next_arrival
+        return (len(c.running) + len(c.waiting) + len(c.loading) + len(self.inbox.specs)
+                - c.next_arrival)
 
     def outstanding_tokens(self) -> int:
         e = self.engine
@@ -106,6 +107,9 @@ class Replica:
         for req in c.waiting:
             s = req.spec
             work += s.prompt_tokens + s.output_tokens - 1 - req.num_computed_tokens
+        for req in c.loading:
+            s = req.spec
+            work += s.prompt_tokens + s.output_tokens - 1
         specs = self.inbox.specs
         for j in range(c.next_arrival, len(specs)):
             work += specs[j].prompt_tokens + specs[j].output_tokens - 1
@@ -113,7 +117,7 @@ class Replica:
 
     def cached_prefix_tokens(self, spec: RequestSpec) -> int:
         kv = self.engine.core.kv
-        return kv.prefix_hit(Request(spec))[0] if kv.prefix_caching else 0
+        return kv.reachable_tokens(Request(spec)) if kv.prefix_caching else 0
 
 
 class Fleet:

@@ -23,6 +23,7 @@ from chunksim.latency.profile import Profile, load_profile
 from chunksim.sim.engine import Engine, SimResult
 from chunksim.sim.fleet import Fleet
 from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
+from chunksim.sim.offload import offload_meta
 from chunksim.sim.pd import Disaggregated, first_tokens
 from chunksim.sim.routers import make_router
 from chunksim.sim.run import RunConfig, engine_config, engine_parts, summarize_run
@@ -78,6 +79,7 @@ def simulate_fleet(workload: Workload, profile: Profile,
     queries = sum(e.core.kv.query_tokens for e in engines if e.core.kv.prefix_caching)
     if result.meta.get("prefix_caching"):
         result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
+    _offload_meta(result, engines)
     result.meta.update(fleet={"replicas": n, "router": router.name,
                               "router_staleness_ms": f.router_staleness_s * 1000.0})
     if f.groups is not None:
@@ -101,6 +103,13 @@ def simulate_fleet(workload: Workload, profile: Profile,
                 "a router sends any request to any replica, so the fleet serves one model; "
                 "give profiles of the same model on each GPU")
     return result, summary
+
+
+def _offload_meta(result: SimResult, engines: list[Engine]) -> None:
+    """The CPU KV tier's summary keys over every replica's own tier (when they have one)."""
+    tiers = [e.core.offload for e in engines if e.core.offload is not None]
+    if tiers:
+        result.meta.update(offload_meta(tiers))
 
 
 def _model_name(profile: Profile) -> str:
@@ -141,6 +150,7 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, l
         hits = sum(e.core.kv.hit_tokens for e in engines)
         queries = sum(e.core.kv.query_tokens for e in engines)
         result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
+    _offload_meta(result, engines)
     result.meta.update(fleet={
         "prefill_instances": p, "decode_instances": d, "router": prouter.name,
         "decode_router": drouter.name, "router_staleness_ms": f.router_staleness_s * 1000.0,

@@ -362,6 +362,12 @@ KIND_NEW, KIND_RESUMED, KIND_PREFILL, KIND_DECODE, KIND_PREEMPTED = range(5)
 KINDS = ("new", "resumed", "prefill", "decode", "preempted")
 """Schedule-row kinds: admitted for the first time; re-admitted after a preemption; a
 running request's next prefill chunk; a decode; preempted before the step."""
+KIND_LOAD, KIND_LOADED = 5, 6
+LOAD_KINDS = ("load", "loaded")
+"""With a CPU KV tier (`sim.offload`), before the step: a waiting request's load from the
+host starts (tokens: loaded; computed_tokens: its GPU hit; blocks: held for it), and its
+load has landed (computed_tokens: the prefix now cached on the GPU). Their categories
+appear only in a run that loaded."""
 
 SCHEDULE_COLUMNS: dict[str, type] = {
     "step": int,            # row of steps.csv (a preemption: the step it precedes)
@@ -419,5 +425,7 @@ class ScheduleLog:
         df = pd.concat(parts, ignore_index=True)
         # preemptions first within their step, then the batch in order
         df = df.sort_values(["step", "position"], kind="stable").reset_index(drop=True)
-        df["kind"] = pd.Categorical.from_codes(df["kind"].to_numpy(), categories=list(KINDS))
+        codes = df["kind"].to_numpy()
+        kinds = KINDS + LOAD_KINDS if len(codes) and codes.max() >= KIND_LOAD else KINDS
+        df["kind"] = pd.Categorical.from_codes(codes, categories=list(kinds))
         return df

@@ -30,7 +30,8 @@ class ReplicaView(Protocol):
         yet prefilled, output tokens not yet decoded, recomputation after preemption)."""
 
     def cached_prefix_tokens(self, spec: RequestSpec) -> int:
-        """Prompt tokens of `spec` its prefix cache holds now (0 without prefix caching)."""
+        """Prompt tokens of `spec` its prefix cache holds now, a CPU KV tier's included (0
+        without prefix caching)."""
 
     def relative_token_time(self) -> float:
         """Its time per token over the fastest replica's (1.0 in a fleet of one profile;

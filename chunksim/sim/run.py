@@ -20,6 +20,7 @@ from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_
 from chunksim.sim.engine import Engine, EngineConfig, SimResult
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
+from chunksim.sim.offload_config import OffloadConfig
 from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records import StepLog
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
@@ -76,10 +77,17 @@ class RunConfig:
     stay cached (LRU) so preempted requests re-prefill cheaply."""
     fleet: FleetConfig = field(default_factory=FleetConfig)
     """Replicas and router, or P/D pools (default: one engine)."""
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    """A CPU tier for the KV cache (default: none)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.knobs, tuple):  # a mapping given: normalize, hashable
             object.__setattr__(self, "knobs", tuple(sorted(dict(self.knobs).items())))
+        if self.offload.active and not self.prefix_caching:
+            raise ValueError(
+                f"--kv-offload-gib {self.offload.kv_offload_gib:g} keeps blocks the prefix "
+                "cache evicts, so it needs prefix caching: drop --no-prefix-caching or "
+                "--kv-offload-gib")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
                 f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1] "
@@ -138,6 +146,8 @@ def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig):
     spec = cfg.engine.speculative
     if spec.enabled:
         latency.drafter = make_drafter(spec, profile, latency)
+    if cfg.offload.active:
+        kv = offload_kv(kv, profile, cfg.offload)
     return device, latency, kv
 
 
@@ -154,6 +164,27 @@ def make_drafter(spec, profile: Profile, latency):
         draft = latency_model(dp, 0.0)  # the host work of a step is priced once, by the target
         warning = tokenizer_mismatch(profile.provenance, dp.provenance)
     return Drafter(spec, latency, model_layers(profile.provenance), draft, warning)
+
+
+def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
+    """`kv` with the CPU tier of `off`: its capacity in blocks of the profile model's
+    KV size, and its link."""
+    try:
+        per_tok = int(profile.provenance["kv_bytes_per_token"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            f"--kv-offload-gib: profile {profile.path} has no kv_bytes_per_token in its "
+            "provenance, needed to size host blocks and time their loads; use a profile "
+            "written by `sim profile`") from None
+    block_bytes = per_tok * kv.block_size
+    if off.host_blocks(block_bytes) < 1:
+        raise ValueError(
+            f"--kv-offload-gib {off.kv_offload_gib:g} holds no KV block of this model "
+            f"({block_bytes} bytes at --block-size {kv.block_size}); give at least "
+            f"{block_bytes / 2**30:.3g} GiB, or 0 for no CPU tier")
+    bw, lat = off.link
+    return replace(kv, host_blocks=off.host_blocks(block_bytes), block_bytes=block_bytes,
+                   host_bytes_per_s=bw, host_latency_s=lat)
 
 
 def engine_config(profile: Profile, cfg: RunConfig) -> EngineConfig:

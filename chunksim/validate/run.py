@@ -58,6 +58,9 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
     if cfg.engine.async_scheduling:
         raise ValueError("--async-scheduling: the live loop schedules synchronously, so "
                          "validation cannot compare it; drop --async-scheduling")
+    if cfg.offload.active:
+        raise ValueError("--kv-offload-gib: the live loop keeps no prefix cache, so it has "
+                         "no CPU tier to compare; drop --kv-offload-gib")
     blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
                                                 cfg.gpu_memory_utilization)
     cap = settings.model.max_position

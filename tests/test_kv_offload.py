@@ -1,0 +1,373 @@
+"""The CPU KV tier (`core.kv_offload`, `sim.offload`): the host LRU alone, the block
+accounting of stores and loads, a load timed by hand end to end, the invariant that a
+block is never both on the GPU and in flight (a property over random traces), and the
+refusals.
+
+Block size 16; with `prefix_block_tokens=16` each prefix hash covers one KV block, so KV
+block j of a prompt is keyed (hashes[j], j). The test profiles hold 2048 bytes of KV per
+token: 32 KiB per block.
+"""
+
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from factories import finished_request, request_spec, running_request, waiting_request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from chunksim.cli import app
+from chunksim.core.kv_cache import KVConfig, PrefixKVCache, make_kv_cache
+from chunksim.core.kv_offload import HostTier, OffloadKVCache
+from chunksim.core.spec import RequestSpec, Workload
+from chunksim.sim import core as sim_core
+from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fleet_config import FleetConfig
+from chunksim.sim.offload_config import OffloadConfig, parse_host_link
+from chunksim.sim.run import RunConfig, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK_BYTES = 2048 * 16
+GB = 1e9
+
+
+def offload_kv(blocks: int, host_blocks: int) -> OffloadKVCache:
+    kv = make_kv_cache(KVConfig(blocks, 16, True, 16, host_blocks, BLOCK_BYTES, GB, 1e-5))
+    assert type(kv) is OffloadKVCache
+    return kv
+
+
+# --------------------------------------------------------------------------- the host LRU
+def test_host_tier_drops_the_least_recently_stored_blocks_first():
+    host = HostTier(3)
+    for k in ("a", "b", "c"):
+        host.store((k, 0))
+    host.store(("a", 0))  # stored again: the most recent now
+    host.store(("d", 0))  # full: "b" (the oldest) goes
+    assert list(host.lru) == [("c", 0), ("a", 0), ("d", 0)]
+    assert (host.blocks, host.dropped) == (3, 1)
+    assert ("b", 0) not in host and ("a", 0) in host
+
+
+def test_host_tier_counts_anonymous_groups_and_drops_them_in_part():
+    host = HostTier(5)
+    host.store(("a", 0))
+    host.store_anonymous(3)
+    host.store_anonymous(3)  # 7 > 5: "a" and 1 block of the first group go
+    assert host.blocks == 5 and host.dropped == 2
+    assert list(host.lru.values()) == [2, 3] and ("a", 0) not in host
+    host.store_anonymous(9)  # larger than the tier: only its newest 5 blocks stay
+    assert host.blocks == 5 and list(host.lru.values()) == [5]
+
+
+def test_host_tier_take_removes_a_block_once():
+    host = HostTier(4)
+    host.store(("a", 0))
+    assert host.take(("a", 0)) and not host.take(("a", 0))
+    assert host.blocks == 0
+
+
+def test_a_zero_capacity_tier_keeps_nothing():
+    host = HostTier(0)
+    host.store(("a", 0))
+    host.store_anonymous(4)
+    assert host.blocks == 0 and not host.lru and host.dropped == 5
+    with pytest.raises(ValueError):
+        HostTier(-1)
+
+
+# ----------------------------------------------------------------- stores and loads, by hand
+def test_no_host_blocks_is_the_plain_prefix_cache():
+    assert type(make_kv_cache(KVConfig(8, 16, True, 16))) is PrefixKVCache
+    with pytest.raises(ValueError, match="prefix caching"):
+        KVConfig(8, 16, False, 16, host_blocks=4, block_bytes=1, host_bytes_per_s=1.0)
+
+
+def test_gpu_evictions_move_to_the_host_and_load_back():
+    kv = offload_kv(6, 16)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    assert kv.lru_blocks == 4 and kv.free_blocks == 6
+    # a 96-token request takes every block: 2 uncached, then the 4 cached ones move to
+    # the host, least recently freed first (a request frees its tail first)
+    b = running_request(kv, request_spec(1, 96, output=1), computed=95)
+    assert list(kv.host.lru) == [(4, 3), (3, 2), (2, 1), (1, 0)]
+    assert kv.free_blocks == 0 and kv.lru_blocks == 0
+    kv.free(b)  # its 5 full blocks join the GPU LRU as one anonymous group, 1 partial
+    c = waiting_request(request_spec(2, 80, hashes=(1, 2, 3, 4, 5)))
+    assert kv.prefix_hit(c) == (0, 0)
+    assert kv.find_load(c) == (0, 4, 4)  # no GPU hit, 4 host blocks, 4 free blocks taken
+    load = kv.start_load(c, 0, 4)
+    assert kv.in_flight == {(1, 0), (2, 1), (3, 2), (4, 3)} and not kv.host.lru.keys() & {
+        (1, 0), (2, 1), (3, 2), (4, 3)}
+    # 4 blocks taken: the uncached partial one, then 3 of the group, evicted to the host
+    assert kv.free_blocks == 2 and kv.host.blocks == 3
+    # in flight: not hittable, and a request computing the same block keeps a duplicate
+    assert kv.prefix_hit(waiting_request(request_spec(3, 80, hashes=(1, 2, 3, 9, 9)))) == (0, 0)
+    kv.finish_load(load)
+    assert not kv.in_flight and kv.free_blocks == 6
+    assert list(kv.lru)[-4:] == [(4, 3), (3, 2), (2, 1), (1, 0)]  # head evicted last
+    assert kv.prefix_hit(c) == (64, 4)
+    kv.admit(c)
+    assert (c.num_computed_tokens, kv.hit_tokens, kv.host_hit_tokens) == (64, 0, 64)
+
+
+def test_a_load_holds_the_gpu_part_of_the_prefix():
+    kv = offload_kv(8, 16)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    b = running_request(kv, request_spec(1, 96, output=1), computed=95)  # 4 free + 2 cached
+    kv.free(b)
+    assert list(kv.host.lru) == [(4, 3), (3, 2)] and kv.free_blocks == 8
+    c = waiting_request(request_spec(2, 80, hashes=(1, 2, 3, 4, 5)))
+    assert kv.find_load(c) == (32, 2, 4)  # 2 blocks on the GPU (taken from free), 2 loaded
+    load = kv.start_load(c, 32, 2)
+    assert kv.refs == {(1, 0): 1, (2, 1): 1} and kv.free_blocks == 4
+    kv.take(kv.free_blocks)  # whatever else needs blocks: the held prefix stays
+    assert kv.refs == {(1, 0): 1, (2, 1): 1} and kv.free_blocks == 0
+    kv.finish_load(load)
+    assert not kv.refs and kv.free_blocks == 4
+    assert kv.prefix_hit(c) == (64, 4)
+
+
+# ------------------------------------------------------------------------- end to end
+def _wl(reqs):
+    specs = tuple(RequestSpec(i, a, p, o, h) for i, (a, p, o, h) in enumerate(reqs))
+    return Workload("offload", specs, prefix_block_tokens=16)
+
+
+EVICTED = [
+    (0.0, 64, 1, (1, 2, 3, 4)),   # its 4 full blocks end in the GPU prefix cache
+    (1.0, 160, 1, ()),            # fills the whole GPU (10 blocks): they go to the host
+    (2.0, 80, 1, (1, 2, 3, 4, 5)),  # hits them on the host only
+]
+
+
+def test_a_host_hit_waits_exactly_the_load_then_computes_only_the_tail(const_profile):
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")  # 32 blocks, 1 GB/s
+    res, s = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off))
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6  # bytes / bandwidth + latency
+    r = res.requests.iloc[2]
+    assert r["first_scheduled_s"] == 2.0 + load_s
+    assert r["first_token_s"] == pytest.approx(2.0 + load_s + 0.010, abs=1e-12)
+    assert (r["computed_tokens"], r["cached_tokens"]) == (16, 64)
+    assert s["kv_loads"] == 1 and s["kv_loaded_blocks"] == 4
+    assert s["kv_loaded_bytes"] == 4 * BLOCK_BYTES
+    assert s["mean_kv_load_wait_ms"] == pytest.approx(load_s * 1000.0, rel=1e-9)
+    assert s["host_cache_hit_tokens"] == 64 and s["prefix_cache_hit_tokens"] == 0
+    assert s["host_cache_hit_rate"] == 64 / (64 + 160 + 80)
+    assert s["prefix_cache_hit_rate"] == 0.0
+    assert s["kv_offload_blocks"] == 2**20 // BLOCK_BYTES
+    # without the tier the prefix is gone: all 80 tokens computed, no wait
+    res0, s0 = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10))
+    r0 = res0.requests.iloc[2]
+    assert (r0["first_scheduled_s"], r0["computed_tokens"], r0["cached_tokens"]) == (2.0, 80, 0)
+    assert "kv_loads" not in s0
+
+
+def test_a_load_short_of_gpu_blocks_holds_the_queue_until_they_free(const_profile):
+    # request 2 holds 8 of the 10 blocks at t=2: request 3's load needs 4, so admission
+    # stops at it (vLLM: allocate_slots fails -> break) and request 4, which would fit,
+    # waits behind it; when request 2 finishes, the load starts and request 4 goes at once
+    reqs = [*EVICTED[:2], (1.5, 64, 90, ()), (2.0, 80, 1, (1, 2, 3, 4, 5)), (2.0, 16, 1, ())]
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=10, offload=off),
+                      schedule_log=True)
+    done = res.requests["finish_s"].iloc[2]
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    assert res.requests["first_scheduled_s"].iloc[4] == done
+    # request 3's load lands inside request 4's 10 ms step: it runs at the next one
+    assert res.requests["first_scheduled_s"].iloc[3] == pytest.approx(done + 0.010)
+    assert done + load_s < done + 0.010
+    sched = res.schedule
+    load = sched[(sched["request_id"] == 3) & (sched["kind"] == "load")]
+    first4 = sched[(sched["request_id"] == 4) & (sched["kind"] == "new")]
+    assert len(load) == 1 and load["step"].iloc[0] == first4["step"].iloc[0]
+    assert s["kv_loads"] == 1 and res.requests["computed_tokens"].iloc[3] == 16
+
+
+def test_each_replica_of_a_fleet_has_its_own_tier(const_profile):
+    # round-robin: even requests to replica 0, odd ones to replica 1, each the same story
+    twin = [(a, p, o, tuple(x + 100 for x in h)) for a, p, o, h in EVICTED]
+    reqs = [r for pair in zip(EVICTED, twin, strict=True) for r in pair]
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
+    cfg = RunConfig(kv_blocks=10, offload=off, fleet=FleetConfig(replicas=2))
+    res, s = simulate(_wl(reqs), const_profile, cfg)
+    assert s["kv_loads"] == 2 and s["kv_loaded_blocks"] == 8
+    assert s["host_cache_hit_tokens"] == 128
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    assert list(res.requests["first_scheduled_s"].iloc[4:]) == [2.0 + load_s] * 2
+
+
+def test_a_prefix_router_sees_the_host_tier():
+    kv = offload_kv(6, 16)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    kv.free(running_request(kv, request_spec(1, 96, output=1), computed=95))
+    c = waiting_request(request_spec(2, 80, hashes=(1, 2, 3, 4, 5)))
+    assert kv.prefix_hit(c)[0] == 0 and kv.reachable_tokens(c) == 64
+
+
+def test_the_schedule_log_shows_the_load(const_profile):
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="pcie-gen4")
+    res, _ = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off),
+                      schedule_log=True)
+    rows = res.schedule[res.schedule["request_id"] == 2]
+    assert list(rows["kind"]) == ["load", "loaded", "new"]
+    load, landed, new = (rows.iloc[i] for i in range(3))
+    assert (load["tokens"], load["computed_tokens"], load["blocks"]) == (64, 0, 4)
+    assert landed["computed_tokens"] == 64
+    assert (new["tokens"], new["cached_tokens"]) == (16, 64)
+
+
+def test_offload_gib_zero_is_todays_run_byte_for_byte(const_profile, tmp_path):
+    import pandas as pd
+
+    runs = [simulate(_wl(EVICTED * 1), const_profile, RunConfig(kv_blocks=10, offload=o))
+            for o in (OffloadConfig(), OffloadConfig(kv_offload_gib=0.0,
+                                                     kv_offload_link="pcie-gen4"))]
+    (a, sa), (b, sb) = runs
+    assert json.dumps(sa) == json.dumps(sb)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+
+
+# -------------------------------------------------------------------- the invariant
+def _check(core) -> None:
+    """The tiers' invariants, as the engine is about to run a step."""
+    kv = core.kv
+    gpu = set(kv.lru) | set(kv.refs)
+    assert not kv.in_flight & gpu, "a block is both on the GPU and in flight"
+    assert not kv.in_flight & set(kv.host.lru), "a block in flight is still on the host"
+    assert not gpu & set(kv.host.lru), "a block is on the GPU and on the host"
+    assert kv.host.blocks == sum(kv.host.lru.values()) <= kv.host.capacity
+    assert kv.lru_blocks == sum(kv.lru.values())
+    assert kv.free_blocks == kv.uncached_free + kv.lru_blocks >= 0
+    flying = sum(len(ld.keys) for ld in core.offload.loads)
+    assert flying == len(kv.in_flight)
+    assert kv.free_blocks + flying <= kv.num_blocks
+
+
+@contextmanager
+def checked_cores():
+    """Within it, every offloading engine core checks `_check` before each step; yields
+    the list of cores seen."""
+    seen = []
+    begin = sim_core.EngineCore.begin_step
+
+    def checked(self, plan, start_s):
+        if self.offload is not None:
+            if not seen or seen[-1] is not self:
+                seen.append(self)
+            _check(self)
+        return begin(self, plan, start_s)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(sim_core.EngineCore, "begin_step", checked)
+    try:
+        yield seen
+    finally:
+        mp.undo()
+
+
+conversations = st.lists(
+    st.tuples(st.integers(0, 4),            # conversation
+              st.integers(1, 6),            # turns' new hash blocks
+              st.integers(1, 40),           # output tokens
+              st.floats(0.0, 0.05)),        # gap to the previous arrival, s
+    min_size=2, max_size=25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(conversations, st.integers(12, 40), st.integers(0, 24),
+       st.sampled_from(["budget", "chunk", "whole"]), st.booleans())
+def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, kv_blocks,
+                                                        host_blocks, policy, async_):
+    # multi-turn conversations: each turn's prompt extends its conversation's last one
+    prefix: dict[int, tuple] = {}
+    reqs, t, fresh = [], 0.0, 1000
+    for conv, new, out, gap in trace:
+        h = prefix.get(conv, (conv,))
+        h = h + tuple(range(fresh, fresh + new))
+        fresh += new
+        prefix[conv] = h
+        prompt = min(len(h) * 16 - 3, kv_blocks * 16 - out)
+        if prompt < 1:
+            continue
+        t += gap
+        reqs.append((t, prompt, out, h[: -(-prompt // 16)]))
+    if not reqs:
+        return
+    gib = host_blocks * 2048 * 16 / 2**30
+    cfg = RunConfig(policy=policy, kv_blocks=kv_blocks, chunk=64 if policy != "whole" else None,
+                    offload=OffloadConfig(kv_offload_gib=gib, kv_offload_link="0.5"),
+                    engine=EngineConfig(async_scheduling=async_))
+    with checked_cores() as seen:
+        res, s = simulate(_wl(reqs), linear_profile, cfg)
+    assert s["completed"] + s["rejected"] == len(reqs)
+    if host_blocks:
+        assert seen and not seen[-1].kv.in_flight and not seen[-1].offload.loads
+        # a host hit is never counted as a GPU hit: the two add up to at most the prompts
+        assert s["host_cache_hit_tokens"] + s["prefix_cache_hit_tokens"] <= sum(
+            p for _, p, _, _ in reqs) + sum(res.requests["recomputed_tokens"])
+
+
+# ------------------------------------------------------------------------- refusals
+def test_offload_without_prefix_caching_is_refused():
+    with pytest.raises(ValueError, match="needs prefix caching"):
+        RunConfig(prefix_caching=False, offload=OffloadConfig(kv_offload_gib=4))
+    RunConfig(prefix_caching=False, offload=OffloadConfig(kv_offload_gib=0))  # off: fine
+
+
+def test_validation_refuses_the_tier():
+    from chunksim.validate.run import comparable_config
+
+    cfg = RunConfig(offload=OffloadConfig(kv_offload_gib=2))
+    with pytest.raises(ValueError, match="the live loop keeps no prefix cache"):
+        comparable_config(cfg, None, None)  # refused before either is read
+
+
+def test_a_tier_too_small_for_one_block_is_refused(const_profile):
+    off = OffloadConfig(kv_offload_gib=1e-6)  # 1 KiB < one 32 KiB block
+    with pytest.raises(ValueError, match="holds no KV block"):
+        simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off))
+
+
+@pytest.mark.parametrize("link", ["pcie-gen3", "0", "-2", "fast", "inf", "nan"])
+def test_bad_links_are_refused(link):
+    with pytest.raises(ValueError, match="--kv-offload-link"):
+        OffloadConfig(kv_offload_gib=1, kv_offload_link=link)
+
+
+def test_link_presets_and_bandwidths():
+    assert parse_host_link("pcie-gen4") == (32e9, 10e-6)
+    assert parse_host_link("PCIe-Gen5") == (64e9, 10e-6)
+    assert parse_host_link("25") == (25e9, 10e-6)
+
+
+@pytest.mark.slow  # each case runs the sim command in a fresh process
+@pytest.mark.parametrize("args,words", [
+    (["run", "--kv-offload-gib", "2", "--no-prefix-caching"], "needs prefix caching"),
+    (["run", "--kv-offload-gib", "2", "--kv-offload-link", "pcie-gen9"], "--kv-offload-link"),
+])
+def test_the_cli_refuses_in_one_line(args, words, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "chunksim.cli", *args, "-n", "3",
+                           "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], proc.stderr
+
+
+def test_the_cli_runs_the_tier_and_reports_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    res = CliRunner().invoke(app, [
+        "run", "--workload", "trace", "--trace",
+        "chunksim/data/workloads/mooncake_conversation_sample.jsonl", "-n", "60",
+        "--kv-blocks", "3000", "--kv-offloading-size", "4", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("host_cache_hit_rate", "kv_loaded_bytes", "mean_kv_load_wait_ms",
+                "p99_kv_load_wait_ms", "kv_loads"):
+        assert key in s
