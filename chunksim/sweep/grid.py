@@ -34,8 +34,14 @@ def options_hash(workload: WorkloadOptions, run: RunConfig, profile_sha256: str)
     r = {k: v for k, v in dataclasses.asdict(run).items() if k not in _AXES_RUN}
     r["knobs"] = [kv for kv in run.knobs if kv[0] != "variant"]  # the variant is an axis
     r["engine"].pop("seed")  # so is the seed
-    if not run.engine.speculative.enabled:  # off: the digest it always had
+    # features that are off leave the digest they always had, so a sweep table written
+    # before they existed resumes
+    if not run.engine.speculative.enabled:
         r["engine"].pop("speculative")
+    if not run.offload.active:
+        r.pop("offload")
+    if run.expert_skew is None:
+        r.pop("expert_skew")
     blob = json.dumps({"workload": w, "run": r, "profile": profile_sha256}, sort_keys=True,
                       default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
