@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_properties import build, config
+from test_properties import POLICIES, build, config
 from typer.testing import CliRunner
 
 from chunksim.cli import app
@@ -118,12 +118,13 @@ def check_fleet(w, res, s, n, kv_blocks):
                      min_size=1, max_size=30),
        router=ROUTER_ST, n=st.integers(1, 4), kv_blocks=st.integers(40, 300),
        caching=st.booleans(), prefixed=st.booleans(), stale=st.sampled_from([0.0, 0.015]),
-       pol=st.sampled_from([("budget", None), ("chunk", "mixed"), ("whole", "mixed")]))
+       pol=st.sampled_from(POLICIES))
 def test_no_request_is_lost_or_served_twice(linear_profile, reqs, router, n, kv_blocks,
                                             caching, prefixed, stale, pol):
-    w = conversations(build(reqs, prefixed))
+    w = conversations(build(reqs, prefixed, priorities=pol[2]))
     stale = stale if router in STATEFUL else 0.0
-    cfg = fleet(config(*pol, 256, 4, kv_blocks, caching=caching), n, router, stale)
+    cfg = fleet(config(*pol[:2], 256, 4, kv_blocks, caching=caching, priority=pol[2]), n,
+                router, stale)
     res, s = simulate(w, linear_profile, cfg)
     check_fleet(w, res, s, n, kv_blocks)
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from chunksim.core.kv_cache import blocks_for
 from chunksim.core.plan import Plan
 from chunksim.core.queues import FCFS, PRIORITY, SJF
+from chunksim.core.request import is_decode
 from chunksim.policies import (
     POLICIES,
     FixedChunkPolicy,
@@ -56,10 +57,10 @@ def test_factories_allocate_blocks_as_the_engine_does():
     kv = kv_cache(100)
     d1, d2, p, w1, _ = mixed_state(kv)
     assert (d1.num_computed_tokens, d1.num_output_tokens, d1.num_blocks) == (21, 2, 2)
-    assert d1.is_decode and d1.num_remaining == 1
+    assert is_decode(d1) and d1.num_remaining == 1
     assert (d2.num_computed_tokens, d2.num_blocks) == (30, 2)
     assert (p.num_computed_tokens, p.num_blocks, p.num_remaining) == (64, 4, 136)
-    assert not p.is_decode
+    assert not is_decode(p)
     assert (w1.num_computed_tokens, w1.num_blocks, w1.num_remaining) == (0, 0, 50)
     assert kv.free_blocks == 100 - 2 - 2 - 4
     with pytest.raises(ValueError, match="outputs"):
@@ -573,8 +574,8 @@ def check_plan(policy, kv, running, waiting, plan):
     assert len(live) <= max(len(running), policy.max_num_seqs)
     if running or waiting:
         assert plan.scheduled or plan.preempted, "the policy would hang"
-    prefill = sum(n for r, n in plan.scheduled if not plan.is_decode(r, n))
-    decodes = sum(1 for r, n in plan.scheduled if plan.is_decode(r, n))
+    prefill = sum(n for r, n in plan.scheduled if not plan.is_decode(r))
+    decodes = sum(1 for r, n in plan.scheduled if plan.is_decode(r))
     if policy.name in ("budget", "sjf"):
         assert plan.num_tokens <= policy.max_num_batched_tokens
     elif policy.name == "whole":
@@ -582,7 +583,7 @@ def check_plan(policy, kv, running, waiting, plan):
         if policy.variant == "prefill-first":
             assert not (prefill and decodes)
     else:
-        assert all(n <= policy.chunk for r, n in plan.scheduled if not plan.is_decode(r, n))
+        assert all(n <= policy.chunk for r, n in plan.scheduled if not plan.is_decode(r))
         cap = policy.chunk if policy.variant == "alternate" else policy.prefill_budget
         assert prefill <= cap
         if policy.variant == "alternate":

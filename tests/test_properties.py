@@ -51,8 +51,8 @@ def build(reqs, prefixed: bool = False, priorities: bool = False):
                     prefix_block_tokens=16)
 
 
-def config(policy, variant, priority, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
-           caching=True):
+def config(policy, variant, chunk, seats, kv_blocks, jitter=False, ff=True, seed=0,
+           caching=True, priority=False):
     knobs = dict(variant=variant, max_num_seqs=seats,
                  max_num_batched_tokens=4096 if policy == "whole" else None)
     if priority:
@@ -119,8 +119,8 @@ def check_invariants(w, res, s, policy, variant, priority, chunk, seats, kv_bloc
 def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, caching,
                     prefixed):
     w = build(reqs, prefixed, priorities=pol[2])
-    res, s = simulate(w, linear_profile, config(*pol, chunk, seats, kv_blocks, jitter,
-                                                caching=caching))
+    res, s = simulate(w, linear_profile, config(*pol[:2], chunk, seats, kv_blocks, jitter,
+                                                caching=caching, priority=pol[2]))
     check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
 
 
@@ -136,8 +136,8 @@ def test_invariants_on_a_fixed_random_sweep(linear_profile):
         chunk, seats = int(rng.choice([64, 256, 1000])), int(rng.integers(1, 9))
         kv_blocks, caching = int(rng.integers(40, 400)), bool(rng.integers(2))
         w = build(reqs, prefixed=bool(rng.integers(2)), priorities=pol[2])
-        res, s = simulate(w, linear_profile, config(*pol, chunk, seats, kv_blocks,
-                                                    caching=caching))
+        res, s = simulate(w, linear_profile, config(*pol[:2], chunk, seats, kv_blocks,
+                                                    caching=caching, priority=pol[2]))
         check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
 
 
@@ -149,9 +149,11 @@ def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_block
                                       caching, prefixed):
     w = build(reqs, prefixed, priorities=pol[2])
     a, sa = simulate(w, linear_profile,
-                     config(*pol, chunk, 4, kv_blocks, jitter, ff=True, caching=caching))
+                     config(*pol[:2], chunk, 4, kv_blocks, jitter, ff=True, caching=caching,
+                            priority=pol[2]))
     b, sb = simulate(w, linear_profile,
-                     config(*pol, chunk, 4, kv_blocks, jitter, ff=False, caching=caching))
+                     config(*pol[:2], chunk, 4, kv_blocks, jitter, ff=False, caching=caching,
+                            priority=pol[2]))
     assert len(a.steps) == len(b.steps)
     ints = ["prefill_tokens", "decodes", "tokens_emitted", "kv_blocks_used", "running",
             "waiting", "preempted", "extrapolated"]
@@ -173,8 +175,8 @@ def test_same_seed_gives_byte_identical_outputs(linear_profile, tmp_path):
             arrivals=ArrivalProcess(ArrivalKind.GAMMA, rate_per_s=8, burstiness=0.5),
             prompt=LogNormal(800, 600, 1, 8000), output=LogNormal(100, 80, 1, 400),
             num_requests=150, seed=7))
-        res, s = simulate(w, linear_profile, config("budget", None, False, 512, 64, 3000,
-                                                    jitter=True, seed=7))
+        res, s = simulate(w, linear_profile, config("budget", None, 512, 64, 3000, jitter=True,
+                                                    seed=7))
         write_outputs(tmp_path / d, res, s)
         return [(tmp_path / d / f).read_bytes() for f in
                 ("summary.json", "requests.parquet", "steps.parquet")]

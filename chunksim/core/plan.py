@@ -13,7 +13,7 @@ from typing import Protocol
 
 from chunksim.core.kv_cache import KVCache
 from chunksim.core.queues import QueueDiscipline
-from chunksim.core.request import Request
+from chunksim.core.request import Request, is_decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +36,10 @@ class Plan:
     def num_tokens(self) -> int:
         return sum(n for _, n in self.scheduled)
 
-    def is_decode(self, req: Request, n: int) -> bool:
-        """Whether `(req, n)` of this plan is a decode: one token for a request that has
-        sampled one and was running before this step. A 1-token prompt tail is prompt work
-        (it samples the first token), and so is a preempted request re-admitted with a
-        prefix hit covering all but its last token: vLLM V0 runs a resumed request as a
-        prompt, and the prefill-only steps of `whole prefill-first` and `chunk alternate`
-        take it as one. A request first admitted with KV moved in from a prefill instance (P/D,
-        `Request.kv_carried`) decodes."""
-        return n == 1 and req.num_output_tokens > 0 and (
-            req not in self.admitted or (req.kv_carried and not req.num_preemptions))
+    def is_decode(self, req: Request) -> bool:
+        """Whether `req`'s entry in this plan is a decode (`request.is_decode`, with
+        `req` admitted now when this plan admits it)."""
+        return is_decode(req, req in self.admitted)
 
 
 @dataclass(frozen=True, slots=True)

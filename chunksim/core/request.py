@@ -73,12 +73,22 @@ class Request:
         return self.spec.prompt_tokens + self.num_output_tokens - self.num_computed_tokens
 
     @property
-    def is_decode(self) -> bool:
-        """One token to compute and a token already sampled: a decode. (A prompt's 1-token
-        tail is still prompt work until its first token is out.)"""
-        return (self.spec.prompt_tokens + self.num_output_tokens - self.num_computed_tokens
-                == 1 and self.num_output_tokens > 0)
-
-    @property
     def is_finished(self) -> bool:
         return self.num_output_tokens >= self.spec.output_tokens
+
+
+def is_decode(req: Request, admitted_now: bool = False) -> bool:
+    """The decode rule (the one definition; `Plan.is_decode` applies it to a plan's
+    entries): a request decodes when it has sampled a token and every token before the last
+    sampled one is computed, so its step computes that token and samples the next (with
+    speculative decoding, verifying its drafts in the same query), and it ran before this
+    step. A prompt's 1-token tail is prompt work until its first token is out. A request
+    admitted by this step runs a prompt (vLLM V0 runs a resumed request as one, and the
+    prefill-only steps of `whole prefill-first` and `chunk alternate` take it as one), unless
+    it arrived with KV carried from a P/D prefill instance and was never preempted.
+
+    The simulator's hot loops inline it (`EngineCore.begin_step`, `Engine._steady`, the
+    budget policy); tests/test_decode_rule.py checks that those copies agree with it."""
+    return req.num_output_tokens > 0 and (
+        (req.kv_carried and not req.num_preemptions) if admitted_now
+        else req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens == 1)

@@ -50,7 +50,7 @@ def build_passes(plan: Plan, slots: SlotTable, book: TokenBook) -> list[LivePass
         entry = ((pool, slot), SeqSlice(slot=slot, cached_tokens=c, new_tokens=n,
                                         needs_logits=logits, pool=pool),
                  rid, book.inputs(rid, c, n), logits)
-        (decode if plan.is_decode(req, n) else prefill).append(entry)
+        (decode if plan.is_decode(req) else prefill).append(entry)
     decode.sort(key=lambda e: e[0])
     if plan.two_pass and prefill and decode:
         return [_pass(prefill), _pass(decode)]

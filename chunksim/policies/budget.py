@@ -165,7 +165,7 @@ class TokenBudgetPolicy(PolicyBase):
         while i < len(running) and budget > 0:
             req = running[i]
             rem = req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
-            if rem > 1 or not req.num_output_tokens:  # a prefill (not req.is_decode)
+            if rem > 1 or not req.num_output_tokens:  # not request.is_decode(req), inlined
                 if partial >= max_partial:
                     i += 1
                     continue

@@ -21,6 +21,7 @@ from typing import ClassVar
 from chunksim.core.knobs import knob
 from chunksim.core.ledger import KVLedger, preempt_until_fits
 from chunksim.core.plan import Plan, SchedulerState
+from chunksim.core.request import is_decode
 from chunksim.policies.common import PolicyBase
 
 
@@ -77,8 +78,8 @@ class FixedChunkPolicy(PolicyBase):
         while i < len(running):
             req = running[i]
             remaining = req.num_remaining
-            is_decode = req.is_decode
-            if is_decode:
+            decode = is_decode(req)
+            if decode:
                 if not decodes:
                     i += 1
                     continue
@@ -90,11 +91,11 @@ class FixedChunkPolicy(PolicyBase):
                 want = min(self.chunk, remaining, budget)
             ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
             # decodes are not charged to the prefill budget; a removed prefill chunk is refunded
-            budget += sum(n for r, n in removed if not r.is_decode)
+            budget += sum(n for r, n in removed if not is_decode(r))
             if not ok:
                 break
             scheduled.append((req, want))
-            if not is_decode:
+            if not decode:
                 budget -= want
             i += 1
         admitted: list = []

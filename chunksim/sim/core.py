@@ -466,19 +466,18 @@ class EngineCore:
                 kv.grow(req, g)
             if caching and req.block_keys != ():  # () : nothing it holds is shareable
                 kv.commit(req, c + n)
-            # as Plan.is_decode: a request admitted with KV carried from a P/D prefill
-            # instance decodes (unless it was preempted here and recomputes)
-            decode = n == 1 and req.num_output_tokens > 0 and (
-                not is_new or (req.kv_carried and not req.num_preemptions))
-            if decode:
+            # request.is_decode(req, is_new), inlined (tests/test_decode_rule.py)
+            decode = req.num_output_tokens > 0 and (
+                (req.kv_carried and not req.num_preemptions) if is_new
+                else c + 1 == req.num_tokens)
+            if decode and n == 1:
                 decodes += 1
                 kv_sum += c
                 if c > kv_max:
                     kv_max = c
-            elif n > 1 and c + 1 == req.num_tokens and req.num_output_tokens and not is_new:
+            elif decode:
                 # a decode verifying n - 1 drafts: one query of n tokens over its context,
                 # priced as n decode rows at contexts c .. c + n - 1 (`latency.drafter`)
-                decode = True
                 extra_rows += n - 1
                 decodes += n
                 kv_sum += n * c + n * (n - 1) // 2

@@ -351,8 +351,9 @@ class Engine:
         if len(plan.scheduled) != len(running) or len(running) == 0:
             return False
         for (req, n), r in zip(plan.scheduled, running, strict=True):
-            # num_output_tokens == 0 is a prompt's 1-token tail: its step emits a first token
-            out_tokens = req.num_output_tokens  # a decode: one token left, one sampled
+            # a one-token decode of a running request: request.is_decode(req), inlined
+            # (tests/test_decode_rule.py); no output yet is a prompt's 1-token tail
+            out_tokens = req.num_output_tokens
             if n != 1 or req is not r or out_tokens == 0 or (
                     req.spec.prompt_tokens + out_tokens - req.num_computed_tokens != 1):
                 return False
