@@ -13,6 +13,7 @@ from chunksim.cli.grid_flags import (
     DEFAULT_POLICIES,
     ChunksOpt,
     FleetOpt,
+    MaxRejectOpt,
     PoliciesOpt,
     RayOpt,
     SeedsOpt,
@@ -32,6 +33,7 @@ def capacity(
     run_cfg: RunConfig,
     workload_opts: WorkloadOptions,
     slo: SloOpt = None,
+    max_reject_pct: MaxRejectOpt = 0.0,
     out: Annotated[Path | None, typer.Option("--out", help=(
         "Directory for capacity.json, capacity_probes.csv, the knee plots, report.md and "
         "report.html."))] = None,
@@ -124,18 +126,19 @@ def capacity(
             raise ValueError(f"{' and '.join(given)} {verb} the rate search; --target-rate "
                              "probes the target rate only: drop them")
         _fewest_gpus(target_rate, max_gpus or 64, specs, chunk_list, template, workload_opts,
-                     run_cfg, slos, params, seed_values, profile, workers, ray, out)
+                     run_cfg, slos, params, seed_values, profile, workers, ray, out,
+                     max_reject_pct)
         return
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
         entries = capacity_search(configs, workload_opts, run_cfg, slos, runner, params, bar,
-                                  seeds=seed_values)
+                                  seeds=seed_values, max_reject_pct=max_reject_pct)
     best_cap = recommend(entries)
     window = window_note(params, workload_opts,
                          best_cap.at_max["completed"] if best_cap and best_cap.at_max else None)
     # trade-offs are read at each configuration's capacity (its lowest probe if none)
     runs = [(e.probe_at_max or e.probes[0]).runs for e in entries]
     verdict = decide(configs, runs, slos, bool(slo), seed_values,
-                     [(e.max_rate, e.capacity_range) for e in entries])
+                     [(e.max_rate, e.capacity_range) for e in entries], max_reject_pct)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
     print_capacity(entries, best, slos)
@@ -212,7 +215,7 @@ def _fleets(entries: list[str] | None, gpus: int | None, target_rate: float | No
 def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], template,
                  workload: WorkloadOptions, run_cfg: RunConfig, slos: dict[str, float],
                  params, seeds: list[int], profile, workers: int | None, ray: str | None,
-                 out: Path | None) -> None:
+                 out: Path | None, max_reject_pct: float = 0.0) -> None:
     """`--target-rate`: the fewest GPUs meeting the SLOs at `target`, and their split."""
     from chunksim import atomic
     from chunksim.progress import ProgressBar
@@ -229,7 +232,7 @@ def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], templat
     with Runner(profile, workers, ray) as runner, ProgressBar("GPU search probes") as bar:
         search = fewest_gpus(target, max_gpus, lambda g: capacity_search(
             make_configs(specs, chunks, gpu_splits(g, template)), workload, run_cfg, slos,
-            runner, at_target, bar, seeds=seeds))
+            runner, at_target, bar, seeds=seeds, max_reject_pct=max_reject_pct))
     print_gpu_search(search, slos)
     if out is not None:
         entries = [e for _, t in sorted(search.trials.items()) for e in t.entries]

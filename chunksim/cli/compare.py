@@ -12,6 +12,7 @@ from chunksim.cli.grid_flags import (
     DEFAULT_POLICIES,
     ChunksOpt,
     FleetOpt,
+    MaxRejectOpt,
     PoliciesOpt,
     RayOpt,
     SeedsOpt,
@@ -37,6 +38,7 @@ def compare(
     fleet: FleetOpt = None,
     seeds: SeedsOpt = None,
     slo: SloOpt = None,
+    max_reject_pct: MaxRejectOpt = 0.0,
     capacity: Annotated[bool | None, typer.Option(
         "--capacity/--no-capacity", help=(
             "Also search each configuration's capacity under the SLOs (the verdict then "
@@ -113,13 +115,15 @@ def compare(
         if search:
             params = search_params(workload_opts, max_rate)
             entries = capacity_search(comp.configs, workload_opts, run_cfg, slos, runner,
-                                      params, bar, seeds=seed_values)
+                                      params, bar, seeds=seed_values,
+                                      max_reject_pct=max_reject_pct)
             best = max(entries, key=lambda e: e.max_rate)
             window = window_note(params, workload_opts,
                                  best.at_max["completed"] if best.at_max else None)
     caps = ([(e.max_rate, e.capacity_range) for e in entries] if entries is not None
             else None)
-    verdict = decide(comp.configs, comp.runs, slos, bool(slo), comp.seeds, caps)
+    verdict = decide(comp.configs, comp.runs, slos, bool(slo), comp.seeds, caps,
+                     max_reject_pct)
     doc = {
         "workload": comp.summaries[0].get("workload"),
         "seeds": comp.seeds,

@@ -39,6 +39,12 @@ SloOpt = Annotated[list[str] | None, typer.Option(
         "p99_ttft_ms=2000. median_sched_delay_ms=2000 (Sarathi-Serve) is added unless given "
         "(=off drops it). None given: p99_itl_ms=100, p99_ttft_ms=2000 and "
         "median_sched_delay_ms=2000."))]
+MaxRejectOpt = Annotated[float, typer.Option(
+    "--max-reject-pct", min=0.0, max=100.0, rich_help_panel=_G, help=(
+        "Most requests a run may reject (too long for the token budget, the KV cache or "
+        "--max-model-len), % of those that arrived, and still meet the SLOs: a capacity "
+        "probe or compared configuration that rejects more on any seed fails. Default 0: a "
+        "served deployment returns each rejection as an error."))]
 FleetOpt = Annotated[list[str] | None, typer.Option(
     "--fleet", rich_help_panel=_G, help=(
         "A fleet layout to run every configuration on (repeat the flag for several): "
@@ -52,7 +58,8 @@ RayOpt = Annotated[str | None, typer.Option(
         "Run on Ray (pip install 'chunksim\\[ray]'): 'auto' = a running cluster, 'local' = "
         "start one here, or ray://HOST:PORT."))]
 
-__all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "PoliciesOpt",
+__all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "MaxRejectOpt",
+           "PoliciesOpt",
            "RayOpt",
            "SeedsOpt", "SloOpt", "WorkersOpt", "command_line", "resolved_command"]
 

@@ -52,6 +52,7 @@ def run(
     from chunksim.reports.console import print_summary
     from chunksim.sim.memory import check_memory
     from chunksim.sim.outputs import StepFileWriter, table_names
+    from chunksim.sim.rejections import rejection_text
     from chunksim.sim.run import OUTPUT_FILES, nothing_completed, simulate, write_outputs
 
     if schedule_log and out is None:
@@ -94,6 +95,9 @@ def run(
         where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
                  if out is not None else "")
         raise ValueError(failed + where)
+    rejected = rejection_text(summary, result.rejected_examples)
+    if rejected:  # the latencies below cover only the requests that completed
+        typer.secho(f"warning: {rejected}", err=True, fg=typer.colors.YELLOW)
     for warning in summary["warnings"]:
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     if not as_json:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from chunksim.sim.rejections import reject_pct
+
 _METRICS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2EL", "e2el"),
             ("sched delay", "sched_delay"))
 
@@ -124,7 +126,7 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
     t = Table(title=f"capacity under {slo_txt}", title_justify="left", show_edge=False,
               pad_edge=False)
     for col in ("configuration", "max rate req/s", "P99 ITL ms", "P99 TTFT ms",
-                "med sched ms", "probes"):
+                "med sched ms", "rejected %", "probes"):
         t.add_column(col, justify="left" if col == "configuration" else "right")
     for e in entries:
         s = e.at_max
@@ -132,7 +134,11 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
         rate = ("≥" if e.capped else "") + f"{e.max_rate:.3g}"
         cells = ([f"{s['p99_itl_ms']:.1f}", f"{s['p99_ttft_ms']:.1f}",
                   f"{s['median_sched_delay_ms']:.1f}"] if s else ["–", "–", "–"])
-        t.add_row(e.config.label + star, rate, *cells, str(len(e.probes)))
+        # at the capacity, or (none met) the lowest probe: why it failed there
+        shown = e.probe_at_max or (e.probes[0] if e.probes else None)
+        rej = (f"{max(reject_pct(r) for r in shown.runs):.3g}" if shown and shown.runs
+               else "–")
+        t.add_row(e.config.label + star, rate, *cells, rej, str(len(e.probes)))
     con.print(t)
     if recommended is None:
         con.print("[red]no configuration met the SLOs at any probed rate[/red]")

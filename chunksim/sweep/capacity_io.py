@@ -12,7 +12,7 @@ from chunksim.sweep.table import cell, columns_of, csv_text, flatten
 from chunksim.sweep.verdict import Verdict
 from chunksim.workloads.options import WorkloadOptions
 
-_PROBE_KEYS = ("completed", "p99_itl_ms", "p99_ttft_ms", "median_sched_delay_ms",
+_PROBE_KEYS = ("completed", "rejected", "p99_itl_ms", "p99_ttft_ms", "median_sched_delay_ms",
                "max_decode_stall_ms", "request_throughput")
 
 
