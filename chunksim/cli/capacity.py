@@ -19,6 +19,7 @@ from chunksim.cli.grid_flags import (
     SeedsOpt,
     SloOpt,
     WorkersOpt,
+    check_max_rate,
     resolved_command,
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
@@ -115,6 +116,8 @@ def capacity(
                            gpu_splits(gpus, template) if gpus is not None else layouts or None)
     if not 0 < tol < 1:
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
+    if target_rate is None:
+        check_max_rate(max_rate, workload_opts.rate)
     params = search_params(workload_opts, max_rate, tol)
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     profile = load_run_profile(profile, run_cfg)

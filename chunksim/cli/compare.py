@@ -18,6 +18,7 @@ from chunksim.cli.grid_flags import (
     SeedsOpt,
     SloOpt,
     WorkersOpt,
+    check_max_rate,
     resolved_command,
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
@@ -92,6 +93,11 @@ def compare(
     check_out_dir(out)
     slos = parse_capacity_slos(slo)
     search = bool(slo) if capacity is None else capacity
+    if search:
+        check_max_rate(max_rate, workload_opts.rate)
+    elif max_rate != 1024.0:
+        raise ValueError("--max-rate caps the capacity search, which is off: add --slo or "
+                         "--capacity, or drop --max-rate")
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)

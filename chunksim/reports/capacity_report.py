@@ -30,18 +30,21 @@ CAPACITY_STEMS = ("capacity_knee", "capacity_bars")
 
 def write_capacity_plots(out_dir: str | Path, entries: list[CapacityEntry],
                          best: CapacityEntry | None, slos: dict[str, float], profile: Profile,
-                         formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
-    """The knee (SLO metrics vs rate, SLO lines) and the capacity bars."""
+                         formats: tuple[str, ...] = ("png", "svg"),
+                         left_out: dict[str, str] | None = None) -> list[Path]:
+    """The knee (SLO metrics vs rate, SLO lines) and the capacity bars (one that cannot
+    be drawn is left out, its reason in `left_out`)."""
     from chunksim.reports.capacity_plot import capacity_bars_figure, knee_figure
 
     workload = next((p.summary.get("workload") for e in entries for p in e.probes), "?")
     # the probe workloads differ only in rate: name the family, not one rate's name
     name = re.sub(r"-[0-9.e+]+rps", "", str(workload)) + " (rate varied)"
     title = style.title(name, profile.label)
-    paths = style.save(knee_figure(entries, slos, title), Path(out_dir), "capacity_knee",
-                       formats)
-    paths += style.save(capacity_bars_figure(entries, best, title), Path(out_dir),
-                        "capacity_bars", formats)
+    left_out = {} if left_out is None else left_out
+    paths = style.save_drawn(lambda: knee_figure(entries, slos, title), Path(out_dir),
+                             "capacity_knee", formats, left_out)
+    paths += style.save_drawn(lambda: capacity_bars_figure(entries, best, title),
+                              Path(out_dir), "capacity_bars", formats, left_out)
     return paths
 
 
@@ -123,8 +126,10 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
     out = Path(out_dir)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
-    paths = write_capacity_plots(out, entries, best, verdict.slos, profile, formats)
-    doc = Document(f"chunksim capacity — {style.title(workload_name, profile.label)}")
+    left_out: dict[str, str] = {}
+    paths = write_capacity_plots(out, entries, best, verdict.slos, profile, formats, left_out)
+    doc = Document(f"chunksim capacity — {style.title(workload_name, profile.label)}",
+                   left_out=left_out)
     if is_demo_profile(profile.path, profile.provenance):
         doc.banner(DEMO_BANNER)
     doc.verdict("Verdict: which configuration to run",

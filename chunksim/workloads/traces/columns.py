@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,6 +50,10 @@ def read_csv(path: Path, usecols: Sequence[str] | None = None) -> pd.DataFrame:
             keep_default_na=False,
         )
     except pd.errors.ParserError as exc:  # e.g. "Expected 3 fields in line 7, saw 4"
+        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if m:
+            raise ValueError(f"{path}: line {m[2]}: {m[3]} fields, but the header has "
+                             f"{m[1]}; fix or remove that row") from None
         raise ValueError(f"{path}: malformed CSV: {exc}") from exc
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"{path}: file is empty; a trace needs a header and rows") from exc
@@ -97,6 +102,15 @@ def jsonl_column(path: Path, rows: list[dict], lines: np.ndarray, key: str, hint
         ) from None
 
 
+def refuse_booleans(path: Path, s: pd.Series, lines: np.ndarray, col: str, what: str) -> None:
+    """A JSON `true`/`false` is not a number (pandas would read it as 1/0): name the line."""
+    flags = np.fromiter((isinstance(v, (bool, np.bool_)) for v in s), dtype=bool, count=len(s))
+    if flags.any():
+        i = int(np.flatnonzero(flags)[0])
+        raise ValueError(f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} is a "
+                         f"boolean, not {what}; {int(flags.sum())} such row(s)")
+
+
 def token_column(
     path: Path, values: Sequence | pd.Series, lines: np.ndarray, col: str
 ) -> np.ndarray:
@@ -105,6 +119,7 @@ def token_column(
     Zeros pass through (readers drop them and count the drop in notes).
     """
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    refuse_booleans(path, s, lines, col, "a token count")
     x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(x) | (x < 0) | (x > MAX_TOKENS) | (x != np.round(x))
     if bad.any():
@@ -130,6 +145,7 @@ def time_column_s(
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
     if len(s) == 0:  # a header and no rows: nothing to time (the caller says so)
         return np.zeros(0)
+    refuse_booleans(path, s, lines, col, f"a time in {unit}")
     if unit == "datetime":
         try:
             t = pd.to_datetime(s, format="ISO8601", errors="coerce")
