@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -73,11 +72,11 @@ def run(
     workload = build_workload(workload_opts)
     # steps stream to --out as they are recorded; without --out nothing reads them
     keep = output_cfg.keep if out is not None else 0
-    check_memory(len(workload), 0)
+    check_memory(len(workload), 0, engines=run_cfg.fleet.engine_count)
     staged = (atomic.staging_file(out, "steps") if out is not None and keep else None)
     try:
         writer = StepFileWriter(staged, output_cfg.table_format) if staged is not None else None
-        with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
+        with DelayedProgress("simulating") as progress:
             result, summary = simulate(workload, profile,
                                        run_cfg.variant(seed=workload_opts.seed),
                                        schedule_log, progress=progress, steps_keep=keep,
@@ -107,7 +106,3 @@ def run(
     else:
         typer.echo(json.dumps(summary, default=str))
 
-
-def _stderr_is_terminal() -> bool:
-    """A progress bar is for a person watching: only when stderr is a terminal."""
-    return sys.stderr.isatty()
