@@ -85,6 +85,7 @@ def capacity(
     layouts (repeat it) are searched side by side.
     """
     from chunksim import atomic
+    from chunksim.cli.answer_files import answer_files, refuse_foreign
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.progress import ProgressBar
@@ -105,7 +106,9 @@ def capacity(
     from chunksim.sweep.verdict import decide
 
     seed_values = seed_list(seeds, workload_opts.seed)
-    check_out_dir(out)
+    check_out_dir(out, replace=True)
+    if out is not None:
+        refuse_foreign(out)
     slos = parse_capacity_slos(slo)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
@@ -156,7 +159,8 @@ def capacity(
         split_list = split_rows(ranked)
         print_splits(split_list, gpus)
         split_table = splits_csv(ranked)
-    if out is not None:
+    if out is not None:  # the whole set is staged, then swapped in (as sim run)
+        final, out = out, atomic.staging_dir(out)
         doc = capacity_document(entries, best, slos, params, profile,
                                 probe_workload(workload_opts, params.start, workload_opts.seed,
                                                params), seed_values, verdict, window)
@@ -180,7 +184,8 @@ def capacity(
 
             paths = write_capacity_plots(out, entries, best, slos, profile, formats)
         names += [p.name for p in paths]
-        typer.echo(f"wrote {out}/: {', '.join(names)}")
+        atomic.swap_in(out, final, answer_files())
+        typer.echo(f"wrote {final}/: {', '.join(names)}")
 
 
 def _fleets(entries: list[str] | None, gpus: int | None, target_rate: float | None,
@@ -238,7 +243,11 @@ def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], templat
             runner, at_target, bar, seeds=seeds, max_reject_pct=max_reject_pct))
     print_gpu_search(search, slos)
     if out is not None:
+        from chunksim.cli.answer_files import answer_files
+
+        final, out = out, atomic.staging_dir(out)
         entries = [e for _, t in sorted(search.trials.items()) for e in t.entries]
         atomic.write_json(out / "gpus.json", gpu_search_document(search, slos, seeds))
         atomic.write_text(out / "gpu_probes.csv", probes_csv(entries))
-        typer.echo(f"wrote {out}/: gpus.json, gpu_probes.csv")
+        atomic.swap_in(out, final, answer_files())
+        typer.echo(f"wrote {final}/: gpus.json, gpu_probes.csv")

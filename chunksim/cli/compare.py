@@ -74,6 +74,7 @@ def compare(
     4,router=least-tokens --fleet pd=1:3 --fleet pd=2:2 --out reports/fleets`.
     """
     from chunksim import atomic
+    from chunksim.cli.answer_files import answer_files, refuse_foreign
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.progress import ProgressBar
@@ -90,7 +91,8 @@ def compare(
     from chunksim.workloads.options import WorkloadKind
 
     seed_values = seed_list(seeds, workload_opts.seed)
-    check_out_dir(out)
+    check_out_dir(out, replace=True)
+    refuse_foreign(out)
     slos = parse_capacity_slos(slo)
     search = bool(slo) if capacity is None else capacity
     if search:
@@ -143,6 +145,8 @@ def compare(
 
         doc["capacity"] = {"window": window,
                            "configurations": [entry_document(e, slos, comp.seeds) for e in entries]}
+    # the whole set goes into a staging directory, swapped in at the end (as sim run)
+    final, out = out, atomic.staging_dir(out)
     atomic.write_text(out / "comparison.csv", full.csv())
     atomic.write_json(out / "comparison.json", doc)
     print_comparison(full.configs, full.summaries, stats=full.stats)
@@ -158,7 +162,8 @@ def compare(
                                      formats=("png", "svg") if svg else ("png",),
                                      window=window, trace=trace)
         written += [p.name for p in paths]
-    typer.echo(f"wrote {out}/: {', '.join(written)}")
+    atomic.swap_in(out, final, answer_files())
+    typer.echo(f"wrote {final}/: {', '.join(written)}")
 
 
 def _completing(comp) -> list[int]:

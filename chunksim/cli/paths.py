@@ -65,10 +65,27 @@ def _check_writable_dir(path: Path, target: Path, flag: str) -> None:
 
 
 def check_out_dir(path: Path | None, flag: str = "--out", replace: bool = False) -> None:
+    """Refuse an output directory that is an existing file or cannot be written; remove
+    what a killed run into it left staged (`atomic.remove_stale`)."""
     try:
         _check_out_dir(path, flag, replace)
     except OSError as exc:  # e.g. ENAMETOOLONG from merely asking whether it exists
         raise ValueError(os_error_text(flag, path, exc)) from None
+    _clean_stale(path)
+
+
+def _clean_stale(path: Path | None) -> None:
+    from chunksim.atomic import remove_stale
+
+    if path is None:
+        return
+    gone = remove_stale(path)
+    if gone:
+        import typer
+
+        typer.secho(f"note: removed {len(gone)} file(s) an interrupted run into {path} left "
+                    f"staged ({', '.join(p.name for p in gone[:3])}"
+                    f"{' ...' if len(gone) > 3 else ''})", err=True)
 
 
 def _check_out_dir(path: Path | None, flag: str, replace: bool) -> None:
@@ -88,10 +105,12 @@ def _check_out_dir(path: Path | None, flag: str, replace: bool) -> None:
 
 
 def check_out_file(path: Path | None, flag: str = "--out") -> None:
+    """As `check_out_dir`, for an output file (written through a staged file beside it)."""
     try:
         _check_out_file(path, flag)
     except OSError as exc:
         raise ValueError(os_error_text(flag, path, exc)) from None
+    _clean_stale(path)
 
 
 def _check_out_file(path: Path | None, flag: str) -> None:
