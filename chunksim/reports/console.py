@@ -7,6 +7,21 @@ from rich.table import Table
 
 from chunksim.sim.rejections import reject_pct
 
+UNBOUNDED_WIDTH = 10_000
+"""Console width off a terminal: wide enough that no table cell is cut to `…`."""
+
+
+def make_console() -> Console:
+    """rich's console on a terminal; off one (a pipe, a log file, CI) no width limit and
+    no wrapping, so a phrase is never broken across lines and a table keeps every digit
+    (it is as wide as its widest row)."""
+    import sys
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=UNBOUNDED_WIDTH, soft_wrap=True)
+
+
 _METRICS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2EL", "e2el"),
             ("sched delay", "sched_delay"))
 
@@ -24,7 +39,7 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
-    con = console or Console()
+    con = console or make_console()
     params = " ".join(f"{k}={v}" for k, v in summary.get("policy_params", {}).items()
                       if v not in (None, 0, {}, False) or k == "variant")
     con.print(f"[bold]{summary.get('policy')}[/bold] [dim]{params}[/dim]")
@@ -101,7 +116,7 @@ def comparison_table(labels: list[str], summaries: list[dict], title: str | None
 
 def print_comparison(configs: list, summaries: list[dict], console: Console | None = None,
                      stats: list | None = None) -> None:
-    con = console or Console()
+    con = console or make_console()
     s0 = summaries[0]
     con.print(comparison_table(
         [c.label for c in configs], summaries,
@@ -113,7 +128,7 @@ def print_verdict(verdict, capacity_searched: bool, trace: bool = False,
     """The page's verdict box as plain lines."""
     from chunksim.reports.verdict_text import verdict_lines
 
-    con = console or Console()
+    con = console or make_console()
     for line in verdict_lines(verdict, capacity_searched, trace):
         con.print(line.replace("**", "").replace("`", ""), markup=False, highlight=False)
 
@@ -121,7 +136,7 @@ def print_verdict(verdict, capacity_searched: bool, trace: bool = False,
 def print_capacity(entries: list, recommended, slos: dict[str, float],
                    console: Console | None = None) -> None:
     """Max sustainable rate per configuration and the metrics at that rate."""
-    con = console or Console()
+    con = console or make_console()
     slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
     t = Table(title=f"capacity under {slo_txt}", title_justify="left", show_edge=False,
               pad_edge=False)
@@ -149,7 +164,7 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
 
 def print_splits(rows: list[dict], gpus: int, console: Console | None = None) -> None:
     """`sim capacity --gpus G`: every split of the G GPUs, best first (`gpus_io.split_rows`)."""
-    con = console or Console()
+    con = console or make_console()
     t = Table(title=f"{gpus} GPUs: splits ranked by capacity", title_justify="left",
               show_edge=False, pad_edge=False)
     for col in ("#", "configuration", "max rate req/s", "req/s per GPU", "P99 TTFT ms",
@@ -170,7 +185,7 @@ def print_splits(rows: list[dict], gpus: int, console: Console | None = None) ->
 
 def print_gpu_search(search, slos: dict[str, float], console: Console | None = None) -> None:
     """`sim capacity --target-rate R`: each GPU count judged, and the fewest that meet R."""
-    con = console or Console()
+    con = console or make_console()
     slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
     t = Table(title=f"GPUs for {search.target:g} req/s under {slo_txt}", title_justify="left",
               show_edge=False, pad_edge=False)
