@@ -132,6 +132,13 @@ def token_column(
 
 
 _NUMERIC_UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+MAX_SPAN_S = 30 * 86400.0
+"""Longest plausible replay, s (30 days): a longer one is almost always a clock read in
+the wrong unit (nanoseconds as seconds) or a stray timestamp, and would replay as one
+request lost in months of idle time, its latencies rounded away (`load.check_span`)."""
+MAX_TIME_STEP_S = 1e-3
+"""Coarsest time resolution accepted, s: a float64 clock that large (1e13 s, or a
+ns epoch read as s) cannot tell arrivals a millisecond apart."""
 
 
 def time_column_s(
@@ -170,6 +177,14 @@ def time_column_s(
             f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} is not a number "
             f"of {unit}; {int(bad.sum())} such row(s)"
         )
+    step_s = float(np.spacing(np.abs(x).max())) * _NUMERIC_UNIT_S[unit]
+    span_s = float(x.max() - x.min()) * _NUMERIC_UNIT_S[unit]
+    if step_s > MAX_TIME_STEP_S and span_s <= MAX_SPAN_S:  # a longer span: `check_span`
+        i = int(np.argmax(np.abs(x)))
+        raise ValueError(
+            f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} {unit}: at that size "
+            f"a time is only known to {step_s:.3g} s (a 64-bit float), so nearby arrivals "
+            f"would merge; check --time-unit (read as {unit}) or subtract the trace's start")
     return x * _NUMERIC_UNIT_S[unit]
 
 

@@ -12,7 +12,7 @@ from chunksim.core.errors import InputError, reading
 from chunksim.core.spec import Workload
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.traces import azure, burstgpt, mooncake
-from chunksim.workloads.traces.columns import csv_header, open_text
+from chunksim.workloads.traces.columns import MAX_SPAN_S, csv_header, open_text
 from chunksim.workloads.traces.config import TraceFormat, TraceOptions
 from chunksim.workloads.traces.generic import is_jsonl, read_generic
 from chunksim.workloads.traces.raw import RawTrace
@@ -103,12 +103,6 @@ def load_trace(path: str | Path, opts: TraceOptions | None = None) -> Workload:
                     + "; check --trace")
     with reading(path, "trace"):
         return _load(path, opts)
-
-
-MAX_SPAN_S = 30 * 86400.0
-"""Longest plausible replay, s (30 days): a longer one is almost always a clock read in
-the wrong unit (nanoseconds as seconds) or a stray timestamp, and would replay as one
-request lost in months of idle time, its latencies rounded away."""
 
 
 def check_span(raw, opts: TraceOptions) -> None:
