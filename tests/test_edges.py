@@ -164,3 +164,23 @@ def test_tables_into_a_pipe_show_full_numbers(cmd, tmp_path):
     # no sentence split across lines: every verdict line ends a sentence
     verdict = [ln for ln in res.stdout.splitlines() if ln.startswith(("Recommended", "SLOs"))]
     assert verdict and all(ln.rstrip().endswith(".") for ln in verdict)
+
+
+def _bad_slo():
+    from chunksim.sweep.slos import parse_capacity_slos
+
+    return parse_capacity_slos(["nope=1"])
+
+
+def test_an_input_error_raised_in_a_worker_process_stays_an_input_error():
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1) as pool:
+        exc = pool.submit(_bad_slo).exception()
+    exc = _raise(lambda: (_ for _ in ()).throw(exc))  # re-raised here, as Runner does
+    assert raised_by_chunksim(exc)
+    assert describe(exc)[1] == INPUT_EXIT
+    with ProcessPoolExecutor(1) as pool:
+        bug = pool.submit(json.loads, "{").exception()
+    bug = _raise(lambda: (_ for _ in ()).throw(bug))
+    assert not raised_by_chunksim(bug)

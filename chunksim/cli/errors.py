@@ -76,14 +76,23 @@ def one_line(text: str) -> str:
 
 def raised_by_chunksim(exc: BaseException) -> bool:
     """Whether the innermost frame of `exc`'s traceback is chunksim's own code (a
-    ValueError raised there is a message written for the user)."""
+    ValueError raised there is a message written for the user); for an exception a
+    worker process raised, the innermost frame of the worker's traceback."""
+    remote = exc.__cause__
+    if type(remote).__name__ == "_RemoteTraceback":  # raised in a worker process: its text
+        files = re.findall(r'File "([^"]+)"', str(remote))
+        return bool(files) and _inside(files[-1])
     tb = exc.__traceback__
     if tb is None:
         return True
     while tb.tb_next is not None:
         tb = tb.tb_next
+    return _inside(tb.tb_frame.f_code.co_filename)
+
+
+def _inside(filename: str) -> bool:
     try:
-        Path(tb.tb_frame.f_code.co_filename).resolve().relative_to(_PACKAGE)
+        Path(filename).resolve().relative_to(_PACKAGE)
     except ValueError:
         return False
     return True
