@@ -79,6 +79,7 @@ def compare(
     from chunksim.cli.paths import check_out_dir
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison, print_verdict
+    from chunksim.sim.rejections import rejection_text
     from chunksim.sweep.capacity import capacity_search, search_params, window_note
     from chunksim.sweep.capacity_io import verdict_document
     from chunksim.sweep.compare import run_comparison
@@ -154,6 +155,10 @@ def compare(
     written = ["comparison.csv", "comparison.json"]
     for warning in dict.fromkeys(w for s in full.summaries for w in s.get("warnings", [])):
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    for cfg, s in zip(full.configs, full.summaries, strict=True):
+        rejected = rejection_text(s)  # the median seed's: the latencies cover the rest
+        if rejected and s.get("completed"):
+            typer.secho(f"warning: {cfg.label}: {rejected}", err=True, fg=typer.colors.YELLOW)
     if report:
         from chunksim.reports.compare_report import write_compare_report
 
