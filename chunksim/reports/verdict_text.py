@@ -4,7 +4,7 @@ console's closing lines. Numbers are the median over seeds with [min–max]."""
 from __future__ import annotations
 
 from chunksim.reports.capacity_plot import metric_name
-from chunksim.sim.rejections import all_within
+from chunksim.sim.rejections import all_within, rejection_text, worst
 from chunksim.sweep.verdict import Candidate, Verdict
 
 
@@ -85,9 +85,7 @@ def _give_up(c: Candidate, group: list[Candidate], v: Verdict, skip=None) -> str
 
 
 def _rejects(c: Candidate, v: Verdict) -> str:
-    """` (rejects 148 of 200 requests ...)` when rejections fail `c`, else ``."""
-    from chunksim.sim.rejections import rejection_text, worst
-
+    """` (148 of 200 requests rejected ...)` when rejections fail `c`, else ``."""
     s = worst(c.runs)
     if s is None or all_within(c.runs, v.max_reject_pct):
         return ""
@@ -169,9 +167,8 @@ def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> l
                 f"**No clear winner between {rec.label} and {ru.label}**: their {what} "
                 f"ranges over the {n} seeds overlap ([{num(a[0])}–{num(a[1])}] vs "
                 f"[{num(b[0])}–{num(b[1])}]). What would separate them: {more}.")
-    infeasible = [c.label for c in v.candidates if not c.meets]
+    infeasible = [c.label + _rejects(c, v) for c in v.candidates if not c.meets]
     if infeasible:
-        lines.append("Missing the SLOs on the median seed: " + ", ".join(
-            c.label + _rejects(c, v) for c in v.candidates if not c.meets) + ".")
+        lines.append("Missing the SLOs on the median seed: " + ", ".join(infeasible) + ".")
     lines.append(f"SLOs: {slo_text(v)}. Seeds: {seeds_text(v, trace)}.")
     return lines
