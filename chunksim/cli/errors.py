@@ -24,7 +24,12 @@ from chunksim.cli.interrupts import INTERRUPTED_EXIT
 
 __all__ = ["INTERRUPTED_EXIT", "describe", "install_signal_handlers", "interrupted_exit",
            "os_error_line", "raised_by_chunksim", "sigint_seen"]
+INPUT_EXIT = 2
+"""Bad input, or a file system that refused: the line says what to change."""
+BUG_EXIT = 1
+"""chunksim's own bug: the line names the log file with the traceback."""
 TERMINATED_EXIT = 128 + signal.SIGTERM
+_PACKAGE = Path(__file__).resolve().parents[1]
 _SIGINT = {"seen": False}
 
 
@@ -65,9 +70,6 @@ def interrupted_exit() -> None:
     typer.secho("interrupted: the files already written are complete (each is written "
                 "atomically); the rest were not written", err=True, fg=typer.colors.YELLOW)
     sys.exit(INTERRUPTED_EXIT)
-INPUT_EXIT = 2
-BUG_EXIT = 1
-_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def one_line(text: str) -> str:
