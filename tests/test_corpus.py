@@ -46,6 +46,9 @@ CORPUS: list[tuple[str, list[str], int, str, str]] = [
     ("boolean-tokens", ["run", "--trace", "{d}/bool.jsonl", *GENERIC, "--time-unit", "s"], 2,
      "err", r"^error: .*bool\.jsonl: line 1: column 'prompt_tokens' = True is a boolean, "
      r"not a token count"),
+    ("lengths-boolean", ["run", "-n", "5", "--prompt-dist", "empirical", "--lengths-csv",
+                         "{d}/lbool.csv"], 2, "err",
+     r"^error: .*lbool\.csv: column 'prompt_tokens' holds booleans"),
     # 4. profiles
     ("profile-duplicate-key", ["run", "-n", "5", "--profile", "{d}/dup.csv"], 2, "err",
      r"^error: profile .*dup\.csv: lines \d+ and \d+ both time the grid point chunk_len="),
@@ -106,6 +109,7 @@ def inputs(tmp_path_factory) -> Path:
     (d / "az4.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
                                "2023-11-16 18:15:46.6805900,374,44\n"
                                "2023-11-16 18:15:47.6805900,374,44,5\n")
+    (d / "lbool.csv").write_text("prompt_tokens,output_tokens\nTrue,5\nFalse,3\n")
     (d / "hash.csv").write_text('t,prompt_tokens,output_tokens,h\n0,32,4,"1 2 x"\n')
     src = ROOT / "chunksim/data/profiles/tiny-cpu"
     table = src.with_suffix(".csv").read_text().splitlines()
