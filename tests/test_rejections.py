@@ -65,6 +65,7 @@ def test_capacity_with_rejections_is_never_reported_as_meeting(tmp_path):
     assert "No configuration meets the SLOs" in res.output
     assert "148 of 200 requests rejected" in res.output
     doc = json.loads((tmp_path / "capacity.json").read_text())
+    assert doc["verdict"]["max_reject_pct"] == 0
     entry = doc["configurations"][0]
     assert entry["max_rate"] == 0
     assert all(not p["met"] and p["by_seed"][0]["rejected"] == 148 for p in entry["probes"])

@@ -61,7 +61,8 @@ def verdict_document(v: Verdict) -> dict:
             out[m.label] = {"median": med, "min": lo, "max": hi}
         return out
 
-    return {"slos_ms": v.slos, "slos_given": v.slos_given, "seeds": v.seeds,
+    return {"slos_ms": v.slos, "slos_given": v.slos_given,
+            "max_reject_pct": v.max_reject_pct, "seeds": v.seeds,
             "basis": v.basis, "decided_by": v.decided_by, "clear": v.clear,
             "recommended": who(v.recommended), "runner_up": who(v.runner_up),
             "tied": [c.label for c in v.tied]}
