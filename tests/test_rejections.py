@@ -69,6 +69,8 @@ def test_capacity_with_rejections_is_never_reported_as_meeting(tmp_path):
     entry = doc["configurations"][0]
     assert entry["max_rate"] == 0
     assert all(not p["met"] and p["by_seed"][0]["rejected"] == 148 for p in entry["probes"])
+    assert all("rejected 74 % > 0 %" in p["by_seed"][0]["violations"]
+               for p in entry["probes"])
     report = (tmp_path / "report.md").read_text()
     assert "148 of 200 requests rejected" in report and "rejected %" in report
 

@@ -145,7 +145,8 @@ def compare(
         from chunksim.sweep.capacity_io import entry_document
 
         doc["capacity"] = {"window": window,
-                           "configurations": [entry_document(e, slos, comp.seeds) for e in entries]}
+                           "configurations": [entry_document(e, slos, comp.seeds, max_reject_pct)
+                                             for e in entries]}
     # the whole set goes into a staging directory, swapped in at the end (as sim run)
     final, out = out, atomic.staging_dir(out)
     atomic.write_text(out / "comparison.csv", full.csv())
