@@ -3,6 +3,7 @@ files goes into a temp directory that then replaces the output directory whole."
 
 from __future__ import annotations
 
+import atexit
 import errno
 import json
 import os
@@ -16,7 +17,7 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to `path` so a reader sees the old file or the whole new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -53,7 +54,7 @@ def write_dir(path: str | Path, files: Mapping[str, bytes | Path], owned=None) -
                          f"{' ...' if len(foreign) > 5 else ''}, which are not this command's "
                          "output; give a new or empty directory")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=_prefix(path), suffix=".tmp", dir=path.parent))
     try:
         for name, data in files.items():
             if isinstance(data, Path):
@@ -75,7 +76,7 @@ def write_dir(path: str | Path, files: Mapping[str, bytes | Path], owned=None) -
                 if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                     raise
             # move the old set aside (onto an empty directory), then retry
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old",
+            old = Path(tempfile.mkdtemp(prefix=_prefix(path), suffix=".old",
                                         dir=path.parent))
             try:
                 os.rename(path, old)
@@ -130,6 +131,75 @@ def staging_file(path: str | Path, name: str) -> Path:
     set is never written)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path, name), suffix=".tmp", dir=path.parent)
     os.close(fd)
     return Path(tmp)
+
+
+def staging_dir(path: str | Path) -> Path:
+    """A new empty temporary directory next to directory `path`: a command writes its
+    whole file set there, then `swap_in` makes it `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=_prefix(path, "stage"), suffix=".tmp",
+                                  dir=path.parent))
+    atexit.register(shutil.rmtree, stage, True)  # an error or SIGTERM: gone at exit
+    return stage
+
+
+def swap_in(stage: Path, path: str | Path, owned) -> None:
+    """Make the files in `stage` the directory `path`, whole (`write_dir`): files of an
+    earlier set that this one lacks (a figure only a fleet draws) are gone with it.
+    `owned`: every name the command may write; anything else in `path` is refused. (A
+    stage never swapped in is removed at exit, or by the next run: `remove_stale`.)"""
+    try:
+        write_dir(path, {p.name: p for p in sorted(Path(stage).iterdir())}, owned=owned)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _prefix(path: Path, kind: str | None = None) -> str:
+    """`.NAME.[KIND.]PID.`: a staged entry names the output it is for and the process
+    that made it, so a later run can tell what a killed one left (`remove_stale`)."""
+    return f".{path.name}.{kind + '.' if kind else ''}{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def remove_stale(path: str | Path) -> list[Path]:
+    """Staged files and directories that a killed run of output `path` left behind (its
+    process is gone: SIGKILL, a crash), next to `path` and inside it; removed. Returns
+    what was removed."""
+    import re
+
+    path = Path(path)
+    pid_rx = re.compile(r"\.(?:[A-Za-z]+\.)?(\d+)\.[A-Za-z0-9_]+\.(?:tmp|old)$")
+    found: list[Path] = []
+    places = [(path.parent, f".{path.name}.")]
+    if path.is_dir():
+        places.append((path, "."))
+    for where, start in places:
+        try:
+            entries = list(where.iterdir())
+        except OSError:
+            continue
+        for e in entries:
+            if not e.name.startswith(start):
+                continue
+            m = pid_rx.search(e.name[len(start) - 1:])
+            if m is None or _alive(int(m[1])):
+                continue
+            if e.is_dir() and not e.is_symlink():
+                shutil.rmtree(e, ignore_errors=True)
+            else:
+                e.unlink(missing_ok=True)
+            found.append(e)
+    return found

@@ -1,7 +1,10 @@
-"""A rich progress bar on stderr (stdout stays clean for tables and JSON)."""
+"""Progress on stderr (stdout stays clean for tables and JSON): a rich bar on a terminal;
+off one (a log, a pipe, CI), a plain line now and then for long jobs, the first with an
+estimate of the time left."""
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -13,16 +16,20 @@ class ProgressBar:
     bar (e.g. the item in progress); `completed` starts it part done (a resumed job)."""
 
     def __init__(self, label: str, total: int = 0, enabled: bool = True,
-                 completed: int = 0) -> None:
+                 completed: int = 0, terminal: bool | None = None) -> None:
         self.label = label
         self.total = total
         self.enabled = enabled
         self.completed = completed
         self._progress = None
         self._task = None
+        self.terminal = sys.stderr.isatty() if terminal is None else terminal
+        self._lines: PlainLines | None = None
 
     def __enter__(self) -> ProgressBar:
-        if self.enabled:
+        if self.enabled and not self.terminal:
+            self._lines = PlainLines(self.label, self.total, self.completed)
+        elif self.enabled:
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
@@ -47,20 +54,60 @@ class ProgressBar:
         self.total += n
         if self._progress is not None:
             self._progress.update(self._task, total=self.total)
+        if self._lines is not None:
+            self._lines.total = self.total
 
     def describe(self, text: str) -> None:
         """Show `text` as the bar's label."""
         if self._progress is not None:
             self._progress.update(self._task, description=text)
+        if self._lines is not None:
+            self._lines.label = text
 
     def advance(self, n: int = 1) -> None:
         if self._progress is not None:
             self._progress.advance(self._task, n)
+        if self._lines is not None:
+            self._lines.advance(n)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+class PlainLines:
+    """Progress as plain lines on stderr, for output that is not a terminal: silent for
+    `after_s`, then a line every `every_s` (`label: 12 of 40 done, 1 min 3 s elapsed,
+    about 2 min 6 s left`); the first line left says when the job will end, so a run
+    of more than a minute says so early."""
+
+    def __init__(self, label: str, total: int, done: int = 0, after_s: float = 10.0,
+                 every_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[str], None] | None = None) -> None:
+        self.label, self.total, self.done = label, total, done
+        self.first_done = done
+        self.after_s, self.every_s, self.clock = after_s, every_s, clock
+        self.start = clock()
+        self.next_at = self.start + after_s
+        self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        now = self.clock()
+        if now < self.next_at or self.done >= self.total:
+            return
+        self.next_at = now + self.every_s
+        self.write(self.line(now))
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.start
+        txt = f"{self.label}: {self.done} of {self.total} done, {clock_text(elapsed)} elapsed"
+        ran = self.done - self.first_done
+        if ran > 0 and self.total > self.done:
+            left = elapsed / ran * (self.total - self.done)
+            txt += f", about {clock_text(left)} left"
+        return txt
 
 
 class DelayedProgress:

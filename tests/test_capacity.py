@@ -189,9 +189,11 @@ def test_capacity_is_not_understated_by_a_noisy_probe():
 
     slos = parse_capacity_slos(["p99_ttft_ms=1500", "median_sched_delay_ms=off"])
     params = search_params(WorkloadOptions())
+    # seed 2 draws one prompt longer than whole's step cap, rejected at every rate (0.1 %
+    # of its requests): this test is about the search, so that one rejection is allowed
     with Runner(load_profile(None), workers=1) as runner:
         (e,) = capacity_search([Config(PolicySpec("whole"))], WorkloadOptions(), RunConfig(),
-                               slos, runner, params, seeds=[0, 1, 2])
+                               slos, runner, params, seeds=[0, 1, 2], max_reject_pct=0.5)
     assert e.max_rate > 5.0
     above = [p for p in e.probes if p.rate > e.max_rate]
     assert above and not any(p.met for p in above)

@@ -7,7 +7,7 @@ from factories import workload
 from typer.testing import CliRunner
 
 from chunksim.cli import app
-from chunksim.progress import DelayedProgress
+from chunksim.progress import DelayedProgress, ProgressBar
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
@@ -73,7 +73,9 @@ def test_delayed_progress_shows_a_bar_once_work_runs_long():
     assert FakeBar.made == []
 
 
-def test_sim_run_shows_the_bar_only_on_a_terminal(monkeypatch, linear_profile):
+def test_sim_run_always_reports_progress(monkeypatch, linear_profile):
+    """On a terminal the bar, off one plain lines (`PlainLines`): `sim run` never turns
+    its progress off; the form is the bar's choice."""
     import chunksim.cli.run as cli_run
     import chunksim.progress as progress
 
@@ -87,12 +89,38 @@ def test_sim_run_shows_the_bar_only_on_a_terminal(monkeypatch, linear_profile):
     monkeypatch.setattr(progress, "DelayedProgress", Eager)
     monkeypatch.setattr(cli_run, "DelayedProgress", Eager)
     args = ["run", "--profile", linear_profile.path, "-n", "300", "--rate", "50"]
-    for terminal in (False, True):
-        FakeBar.made.clear()
-        monkeypatch.setattr(cli_run, "_stderr_is_terminal", lambda t=terminal: t)
-        res = CliRunner().invoke(app, args)
-        assert res.exit_code == 0, res.output
-        assert made[-1].enabled is terminal
-        assert bool(FakeBar.made) is terminal
-        if terminal:
-            assert FakeBar.made[0].done == 300 and FakeBar.made[0].closed
+    FakeBar.made.clear()
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert made[-1].enabled
+    assert FakeBar.made[0].done == 300 and FakeBar.made[0].closed
+
+
+def test_plain_lines_off_a_terminal_estimate_the_time_left():
+    from chunksim.progress import PlainLines
+
+    now = [0.0]
+    lines: list[str] = []
+    p = PlainLines("sweep", total=100, after_s=10.0, every_s=60.0, clock=lambda: now[0],
+                   write=lines.append)
+    now[0] = 5.0
+    p.advance(5)
+    assert lines == []  # short jobs stay silent
+    now[0] = 20.0
+    p.advance(5)  # 10 of 100 in 20 s: 90 more take 180 s
+    assert lines == ["sweep: 10 of 100 done, 20 s elapsed, about 3 min 0 s left"]
+    now[0] = 30.0
+    p.advance(10)
+    assert len(lines) == 1  # at most one line a minute
+    now[0] = 81.0
+    p.advance(10)
+    assert len(lines) == 2 and lines[1].startswith("sweep: 30 of 100 done, 1 min 21 s")
+
+
+def test_progress_bar_off_a_terminal_uses_plain_lines():
+    bar = ProgressBar("x", total=3, terminal=False)
+    with bar:
+        assert bar._progress is None and bar._lines is not None
+        bar.add(2)
+        bar.advance()
+        assert bar._lines.total == 5 and bar._lines.done == 1

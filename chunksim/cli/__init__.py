@@ -1,12 +1,11 @@
 """The `sim` command line: parse, build config, call a library function, write files.
 
 Library code raises ValueError for bad input; `main()` turns it into one clean message
-and exit code 2 instead of a traceback.
+and exit code 2 instead of a traceback (and anything else into one line, `cli.errors`).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 
 import typer
@@ -79,13 +78,24 @@ _command(app, "calibrate", _calibrate)
 
 
 def main() -> None:
-    """Console-script entry point: run the app, turning ValueError into a clean message."""
+    """Console-script entry point: run the app; every failure ends in one line (`errors`)."""
+    from chunksim.cli import errors
+
+    errors.install_signal_handlers()
     try:
         app()
-    except ValueError as exc:  # bad input from a file or flag: say what and how to fix
-        one_line = re.sub(r"\s*\n\s*", " ", str(exc)).strip()
-        typer.secho(f"error: {one_line}", err=True, fg=typer.colors.RED)
-        sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C outside a command's own handler
+        errors.interrupted_exit()
+    except SystemExit as exc:  # typer turns Ctrl-C into a silent exit 130: say what holds
+        if exc.code == errors.INTERRUPTED_EXIT:
+            errors.interrupted_exit()
+        raise
+    except Exception as exc:  # noqa: BLE001 - the last line of defence, one line each
+        if errors.sigint_seen():  # Ctrl-C surfacing as some other error mid-draw
+            errors.interrupted_exit()
+        line, code = errors.describe(exc)
+        typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,10 @@
 """`python -m chunksim.cli`: the `sim` command."""
 
-from chunksim.cli import main
+import sys
+
+try:
+    from chunksim.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command is still loading: nothing written
+    sys.exit(130)
 
 main()

@@ -14,12 +14,14 @@ from chunksim.cli.grid_flags import (
     DEFAULT_POLICIES,
     ChunksOpt,
     FleetOpt,
+    MaxRejectOpt,
     PoliciesOpt,
     RayOpt,
     SeedsOpt,
     SloOpt,
     SpecTokensOpt,
     WorkersOpt,
+    check_max_rate,
     resolved_command,
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
@@ -37,6 +39,7 @@ def capacity(
     workload_opts: WorkloadOptions,
     cost_cfg: CostConfig,
     slo: SloOpt = None,
+    max_reject_pct: MaxRejectOpt = 0.0,
     out: Annotated[Path | None, typer.Option("--out", help=(
         "Directory for capacity.json, capacity_probes.csv, the knee plots, report.md and "
         "report.html."))] = None,
@@ -88,6 +91,7 @@ def capacity(
     layouts (repeat it) are searched side by side.
     """
     from chunksim import atomic
+    from chunksim.cli.answer_files import answer_files, refuse_foreign
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.progress import ProgressBar
@@ -115,7 +119,9 @@ def capacity(
     from chunksim.sweep.verdict import decide
 
     seed_values = seed_list(seeds, workload_opts.seed)
-    check_out_dir(out)
+    check_out_dir(out, replace=True)
+    if out is not None:
+        refuse_foreign(out)
     slos = parse_capacity_slos(slo)
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
@@ -130,6 +136,8 @@ def capacity(
         run_cfg, ks = with_spec_tokens(run_cfg, ks[0]), None
     if not 0 < tol < 1:
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
+    if target_rate is None:
+        check_max_rate(max_rate, workload_opts.rate)
     params = search_params(workload_opts, max_rate, tol)
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     profile = load_run_profile(profile, run_cfg)
@@ -149,18 +157,18 @@ def capacity(
                              "probes the target rate only: drop them")
         _fewest_gpus(target_rate, max_gpus or 64, specs, chunk_list, template, workload_opts,
                      run_cfg, slos, params, seed_values, profile, workers, ray, out,
-                     cost_cfg)
+                     cost_cfg, max_reject_pct)
         return
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
         entries = capacity_search(configs, workload_opts, run_cfg, slos, runner, params, bar,
-                                  seeds=seed_values)
+                                  seeds=seed_values, max_reject_pct=max_reject_pct)
     best_cap = recommend(entries)
     window = window_note(params, workload_opts,
                          best_cap.at_max["completed"] if best_cap and best_cap.at_max else None)
     # trade-offs are read at each configuration's capacity (its lowest probe if none)
     runs = [(e.probe_at_max or e.probes[0]).runs for e in entries]
     verdict = decide(configs, runs, slos, bool(slo), seed_values,
-                     [(e.max_rate, e.capacity_range) for e in entries])
+                     [(e.max_rate, e.capacity_range) for e in entries], max_reject_pct)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
     print_capacity(entries, best, slos)
@@ -178,7 +186,8 @@ def capacity(
         print_splits(split_list, gpus)
         split_table = splits_csv(ranked, devices)
     tail.print()
-    if out is not None:
+    if out is not None:  # the whole set is staged, then swapped in (as sim run)
+        final, out = out, atomic.staging_dir(out)
         doc = capacity_document(entries, best, slos, params, profile,
                                 probe_workload(workload_opts, params.start, workload_opts.seed,
                                                params), seed_values, verdict, window)
@@ -203,7 +212,8 @@ def capacity(
 
             paths = write_capacity_plots(out, entries, best, slos, profile, formats)
         names += [p.name for p in paths]
-        typer.echo(f"wrote {out}/: {', '.join(names)}")
+        atomic.swap_in(out, final, answer_files())
+        typer.echo(f"wrote {final}/: {', '.join(names)}")
 
 
 def _engines(gpus: int, devices: int) -> int:
@@ -249,7 +259,8 @@ def _fleets(entries: list[str] | None, gpus: int | None, target_rate: float | No
 def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], template,
                  workload: WorkloadOptions, run_cfg: RunConfig, slos: dict[str, float],
                  params, seeds: list[int], profile, workers: int | None, ray: str | None,
-                 out: Path | None, cost_cfg: CostConfig | None = None) -> None:
+                 out: Path | None, cost_cfg: CostConfig | None = None,
+                 max_reject_pct: float = 0.0) -> None:
     """`--target-rate`: the fewest GPUs meeting the SLOs at `target`, and their split."""
     from chunksim import atomic
     from chunksim.progress import ProgressBar
@@ -266,17 +277,21 @@ def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], templat
     with Runner(profile, workers, ray) as runner, ProgressBar("GPU search probes") as bar:
         search = fewest_gpus(target, max_gpus, lambda g: capacity_search(
             make_configs(specs, chunks, gpu_splits(g, template)), workload, run_cfg, slos,
-            runner, at_target, bar, seeds=seeds))
+            runner, at_target, bar, seeds=seeds, max_reject_pct=max_reject_pct))
     print_gpu_search(search, slos)
     tail = _gpu_search_tail(search, run_cfg, workload, profile, cost_cfg or CostConfig())
     tail.print()
     if out is not None:
+        from chunksim.cli.answer_files import answer_files
+
+        final, out = out, atomic.staging_dir(out)
         entries = [e for _, t in sorted(search.trials.items()) for e in t.entries]
         gdoc = gpu_search_document(search, slos, seeds)
         gdoc.update(tail.document())
         atomic.write_json(out / "gpus.json", gdoc)
         atomic.write_text(out / "gpu_probes.csv", probes_csv(entries))
-        typer.echo(f"wrote {out}/: gpus.json, gpu_probes.csv")
+        atomic.swap_in(out, final, answer_files())
+        typer.echo(f"wrote {final}/: gpus.json, gpu_probes.csv")
 
 
 def _capacity_tail(verdict, entries, run_cfg, workload_opts, params, profile, cost_cfg):

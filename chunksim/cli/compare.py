@@ -13,12 +13,14 @@ from chunksim.cli.grid_flags import (
     DEFAULT_POLICIES,
     ChunksOpt,
     FleetOpt,
+    MaxRejectOpt,
     PoliciesOpt,
     RayOpt,
     SeedsOpt,
     SloOpt,
     SpecTokensOpt,
     WorkersOpt,
+    check_max_rate,
     resolved_command,
 )
 from chunksim.cli.options import ProfileOpt, with_grid_run_options, with_workload_options
@@ -43,6 +45,7 @@ def compare(
     seeds: SeedsOpt = None,
     spec_tokens: SpecTokensOpt = None,
     slo: SloOpt = None,
+    max_reject_pct: MaxRejectOpt = 0.0,
     capacity: Annotated[bool | None, typer.Option(
         "--capacity/--no-capacity", help=(
             "Also search each configuration's capacity under the SLOs (the verdict then "
@@ -77,10 +80,12 @@ def compare(
     4,router=least-tokens --fleet pd=1:3 --fleet pd=2:2 --out reports/fleets`.
     """
     from chunksim import atomic
+    from chunksim.cli.answer_files import answer_files, refuse_foreign
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison, print_verdict
+    from chunksim.sim.rejections import rejection_text
     from chunksim.sweep.capacity import capacity_search, search_params, window_note
     from chunksim.sweep.capacity_io import verdict_document
     from chunksim.sweep.compare import run_comparison
@@ -99,9 +104,15 @@ def compare(
     from chunksim.workloads.options import WorkloadKind
 
     seed_values = seed_list(seeds, workload_opts.seed)
-    check_out_dir(out)
+    check_out_dir(out, replace=True)
+    refuse_foreign(out)
     slos = parse_capacity_slos(slo)
     search = bool(slo) if capacity is None else capacity
+    if search:
+        check_max_rate(max_rate, workload_opts.rate)
+    elif max_rate != 1024.0:
+        raise ValueError("--max-rate caps the capacity search, which is off: add --slo or "
+                         "--capacity, or drop --max-rate")
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
@@ -126,13 +137,15 @@ def compare(
         if search:
             params = search_params(workload_opts, max_rate)
             entries = capacity_search(comp.configs, workload_opts, run_cfg, slos, runner,
-                                      params, bar, seeds=seed_values)
+                                      params, bar, seeds=seed_values,
+                                      max_reject_pct=max_reject_pct)
             best = max(entries, key=lambda e: e.max_rate)
             window = window_note(params, workload_opts,
                                  best.at_max["completed"] if best.at_max else None)
     caps = ([(e.max_rate, e.capacity_range) for e in entries] if entries is not None
             else None)
-    verdict = decide(comp.configs, comp.runs, slos, bool(slo), comp.seeds, caps)
+    verdict = decide(comp.configs, comp.runs, slos, bool(slo), comp.seeds, caps,
+                     max_reject_pct)
     doc = {
         "workload": comp.summaries[0].get("workload"),
         "seeds": comp.seeds,
@@ -145,9 +158,12 @@ def compare(
         from chunksim.sweep.capacity_io import entry_document
 
         doc["capacity"] = {"window": window,
-                           "configurations": [entry_document(e, slos, comp.seeds) for e in entries]}
+                           "configurations": [entry_document(e, slos, comp.seeds, max_reject_pct)
+                                              for e in entries]}
     tail = _tail(verdict, comp, entries, run_cfg, workload_opts, profile, cost_cfg)
     doc.update(tail.document())
+    # the whole set goes into a staging directory, swapped in at the end (as sim run)
+    final, out = out, atomic.staging_dir(out)
     atomic.write_text(out / "comparison.csv", full.csv())
     atomic.write_json(out / "comparison.json", doc)
     print_comparison(full.configs, full.summaries, stats=full.stats)
@@ -156,6 +172,10 @@ def compare(
     written = ["comparison.csv", "comparison.json"]
     for warning in dict.fromkeys(w for s in full.summaries for w in s.get("warnings", [])):
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    for cfg, s in zip(full.configs, full.summaries, strict=True):
+        rejected = rejection_text(s)  # the median seed's: the latencies cover the rest
+        if rejected and s.get("completed"):
+            typer.secho(f"warning: {cfg.label}: {rejected}", err=True, fg=typer.colors.YELLOW)
     if report:
         from chunksim.reports.compare_report import write_compare_report
 
@@ -164,7 +184,8 @@ def compare(
                                      formats=("png", "svg") if svg else ("png",),
                                      window=window, trace=trace, tail=tail.section)
         written += [p.name for p in paths]
-    typer.echo(f"wrote {out}/: {', '.join(written)}")
+    atomic.swap_in(out, final, answer_files())
+    typer.echo(f"wrote {final}/: {', '.join(written)}")
 
 
 def _completing(comp) -> list[int]:

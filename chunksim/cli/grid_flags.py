@@ -39,6 +39,12 @@ SloOpt = Annotated[list[str] | None, typer.Option(
         "p99_ttft_ms=2000. median_sched_delay_ms=2000 (Sarathi-Serve) is added unless given "
         "(=off drops it). None given: p99_itl_ms=100, p99_ttft_ms=2000 and "
         "median_sched_delay_ms=2000."))]
+MaxRejectOpt = Annotated[float, typer.Option(
+    "--max-reject-pct", min=0.0, max=100.0, rich_help_panel=_G, help=(
+        "Most requests a run may reject (too long for the token budget, the KV cache or "
+        "--max-model-len), % of those that arrived, and still meet the SLOs: a capacity "
+        "probe or compared configuration that rejects more on any seed fails. Default 0: a "
+        "served deployment returns each rejection as an error."))]
 FleetOpt = Annotated[list[str] | None, typer.Option(
     "--fleet", rich_help_panel=_G, help=(
         "A fleet layout to run every configuration on (repeat the flag for several): "
@@ -57,9 +63,21 @@ RayOpt = Annotated[str | None, typer.Option(
         "Run on Ray (pip install 'chunksim\\[ray]'): 'auto' = a running cluster, 'local' = "
         "start one here, or ray://HOST:PORT."))]
 
-__all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "PoliciesOpt",
+__all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "MaxRejectOpt",
+           "PoliciesOpt",
            "RayOpt", "SpecTokensOpt",
-           "SeedsOpt", "SloOpt", "WorkersOpt", "command_line", "resolved_command"]
+           "SeedsOpt", "SloOpt", "WorkersOpt", "check_max_rate", "command_line",
+           "resolved_command"]
+
+
+def check_max_rate(max_rate: float, rate: float | None) -> None:
+    """--max-rate caps the capacity search, which starts at --rate (default 1 req/s): a
+    cap at or below 0, or below the start, would be lifted without a word."""
+    start = rate or 1.0
+    if not max_rate > 0 or max_rate < start:
+        raise ValueError(f"--max-rate {max_rate:g}: the capacity search starts at --rate "
+                         f"{start:g} req/s, so its cap must be at least that; raise "
+                         "--max-rate or lower --rate")
 
 
 def command_line() -> str | None:

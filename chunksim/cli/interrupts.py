@@ -10,6 +10,8 @@ import typer
 
 INTERRUPTED_EXIT = 130
 """Exit status of a command stopped by Ctrl-C (128 + SIGINT), as shells report it."""
+REPORTED = {"done": False}
+"""Whether the command said what it saved (else `main` says it, in general terms)."""
 
 
 def command_as_typed(add: str | None = None) -> str:
@@ -22,6 +24,7 @@ def command_as_typed(add: str | None = None) -> str:
 
 def interrupted(saved: str, resume: str) -> NoReturn:
     """Print what was saved and how to resume; exit 130."""
+    REPORTED["done"] = True
     typer.secho(f"interrupted: {saved}", err=True, fg=typer.colors.YELLOW)
     typer.echo(f"resume with: {resume}", err=True)
     raise typer.Exit(INTERRUPTED_EXIT)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -57,6 +56,7 @@ def run(
     from chunksim.reports.console import print_summary
     from chunksim.sim.memory import check_memory
     from chunksim.sim.outputs import StepFileWriter, table_names
+    from chunksim.sim.rejections import rejection_text
     from chunksim.sim.run import OUTPUT_FILES, nothing_completed, simulate, write_outputs
 
     if schedule_log and out is None:
@@ -85,11 +85,11 @@ def run(
     workload = build_workload(workload_opts)
     # steps stream to --out as they are recorded; without --out nothing reads them
     keep = output_cfg.keep if out is not None else 0
-    check_memory(len(workload), 0)
+    check_memory(len(workload), 0, engines=run_cfg.fleet.engine_count)
     staged = (atomic.staging_file(out, "steps") if out is not None and keep else None)
     try:
         writer = StepFileWriter(staged, output_cfg.table_format) if staged is not None else None
-        with DelayedProgress("simulating", enabled=_stderr_is_terminal()) as progress:
+        with DelayedProgress("simulating") as progress:
             result, summary = simulate(workload, profile,
                                        run_cfg.variant(seed=workload_opts.seed),
                                        schedule_log, progress=progress, steps_keep=keep,
@@ -111,6 +111,9 @@ def run(
         where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
                  if out is not None else "")
         raise ValueError(failed + where)
+    rejected = rejection_text(summary, result.rejected_examples)
+    if rejected:  # the latencies below cover only the requests that completed
+        typer.secho(f"warning: {rejected}", err=True, fg=typer.colors.YELLOW)
     for warning in summary["warnings"]:
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     if not as_json:
@@ -119,11 +122,6 @@ def run(
             typer.echo(f"wrote {out}/{', '.join(written)}")
     else:
         typer.echo(json.dumps(summary, default=str))
-
-
-def _stderr_is_terminal() -> bool:
-    """A progress bar is for a person watching: only when stderr is a terminal."""
-    return sys.stderr.isatty()
 
 
 def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dict[str, bytes]:

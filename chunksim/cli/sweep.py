@@ -94,6 +94,9 @@ def sweep(
         build_workload(next(p.job.workload for p in points
                             if p.key["workload_kind"] == kind.value))
     table = ResultTable(out, KEY_COLUMNS, row_sort_key)
+    if table.dropped:
+        typer.secho(f"note: {out} line(s) {', '.join(map(str, table.dropped))} are incomplete "
+                    "(cut short); those grid points run again", err=True)
     before = len(table)
     try:
         with Runner(profile, workers, ray) as runner, ProgressBar("sweep") as bar:

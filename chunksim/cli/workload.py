@@ -58,8 +58,9 @@ def _fmt(v: object) -> str:
 
 
 def _print_table(stats: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from chunksim.reports.console import make_console
 
     table = Table(title=f"workload {stats['name']}", show_header=False)
     table.add_column("statistic", style="bold")
@@ -86,7 +87,7 @@ def _print_table(stats: dict) -> None:
         )
     if len(stats["classes"]) > 1 or "default" not in stats["classes"]:
         table.add_row("classes", ", ".join(f"{k}: {v}" for k, v in stats["classes"].items()))
-    console = Console()
+    console = make_console()
     console.print(table)
     for note in stats["notes"]:
         console.print(f"note: {note}")

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from chunksim.core.errors import InputError, reading
+from chunksim.latency.component_table import FORMAT as COMPONENT_FORMAT
+from chunksim.latency.component_table import KEY_COLUMNS as COMPONENT_KEYS
 from chunksim.latency.component_table import kind_of, parse
 
 KEY_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len")
@@ -132,6 +134,7 @@ def _load(path: Path) -> Profile:
     except Exception as exc:  # pandas raises several types for malformed CSV
         raise InputError(f"profile {path} is not a readable CSV: {exc}") from None
     if kind_of(table, provenance) == "components":
+        _refuse_duplicates(path, table, ("component", *COMPONENT_KEYS))
         parse(table, str(path))  # every fault named by file, line and column
         return Profile(table=table, provenance=provenance, path=str(path), sha256=sha,
                        kind="components")
@@ -148,6 +151,7 @@ def _load(path: Path) -> Profile:
         table[col] = _column(path, table, col, integer=True, low=0, high=MAX_KEY)
     for col in TIME_COLUMNS:
         table[col] = _column(path, table, col, integer=False, low=0, high=MAX_STEP_S)
+    _refuse_duplicates(path, table, KEY_COLUMNS)
     wrong = np.flatnonzero((table["p10_s"] > table["p90_s"]).to_numpy())
     if len(wrong):
         i = int(wrong[0])
@@ -159,6 +163,23 @@ def _load(path: Path) -> Profile:
         raise InputError(f"profile {path} has no main-grid rows (prior_len 0); see "
                          "docs/profile-format.md")
     return Profile(table=table, provenance=provenance, path=str(path), sha256=sha)
+
+
+def _refuse_duplicates(path: Path, table: pd.DataFrame, keys) -> None:
+    """Two rows for one grid point: which one prices the step would depend on the row
+    order, so neither is taken; name both lines."""
+    keys = [k for k in keys if k in table.columns]
+    dup = table.duplicated(keys, keep=False).to_numpy()
+    if not dup.any():
+        return
+    first = int(np.flatnonzero(dup)[0])
+    row = {k: table[k].iloc[first] for k in keys}
+    same = np.logical_and.reduce([(table[k] == v).to_numpy() for k, v in row.items()]) & dup
+    lines = [int(i) + 2 for i in np.flatnonzero(same)]
+    point = ", ".join(f"{k}={v}" for k, v in row.items())
+    raise InputError(f"profile {path}: lines {lines[0]} and {lines[1]} both time the grid "
+                     f"point {point} ({int(dup.sum())} rows share a point); keep one row per "
+                     "point (re-run sim profile, or delete the stale row)")
 
 
 def _column(path: Path, table: pd.DataFrame, col: str, integer: bool, low: float,
@@ -185,10 +206,25 @@ _PROVENANCE_TYPES = {"model": dict, "step_overhead": dict, "wake_up": dict,
                      "content_sha256": str, "step_overhead_s": (int, float)}
 
 
+KNOWN_FORMATS = ("chunksim-profile/1", COMPONENT_FORMAT)
+"""The sidecar `format`s this version reads."""
+
+
 def _check_provenance(meta_path: Path, provenance) -> None:
     if not isinstance(provenance, dict):
         raise InputError(f"profile provenance {meta_path} must hold a JSON object, not "
                          f"{type(provenance).__name__}")
+    fmt = provenance.get("format")
+    if fmt is not None and fmt not in KNOWN_FORMATS:
+        raise InputError(f"profile provenance {meta_path}: format {fmt!r} is not one this "
+                         f"version reads ({', '.join(KNOWN_FORMATS)}); re-run sim profile "
+                         "with this version, or use the version that wrote it")
+    model = provenance.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("name"), str) \
+            or not model["name"]:
+        raise InputError(f"profile provenance {meta_path}: no model name (\"model\": "
+                         "{\"name\": ...}); a profile must say which model it timed "
+                         "(see docs/profile-format.md)")
     for key, kind in _PROVENANCE_TYPES.items():
         v = provenance.get(key)
         if v is not None and (not isinstance(v, kind) or isinstance(v, bool)):

@@ -21,6 +21,7 @@ from chunksim.reports.provenance import (
 )
 from chunksim.reports.tables import fmt
 from chunksim.reports.verdict_text import num, ranged, verdict_lines
+from chunksim.sim.rejections import reject_pct
 from chunksim.sweep.capacity import CapacityEntry
 from chunksim.sweep.verdict import Verdict
 
@@ -29,18 +30,21 @@ CAPACITY_STEMS = ("capacity_knee", "capacity_bars")
 
 def write_capacity_plots(out_dir: str | Path, entries: list[CapacityEntry],
                          best: CapacityEntry | None, slos: dict[str, float], profile: Profile,
-                         formats: tuple[str, ...] = ("png", "svg")) -> list[Path]:
-    """The knee (SLO metrics vs rate, SLO lines) and the capacity bars."""
+                         formats: tuple[str, ...] = ("png", "svg"),
+                         left_out: dict[str, str] | None = None) -> list[Path]:
+    """The knee (SLO metrics vs rate, SLO lines) and the capacity bars (one that cannot
+    be drawn is left out, its reason in `left_out`)."""
     from chunksim.reports.capacity_plot import capacity_bars_figure, knee_figure
 
     workload = next((p.summary.get("workload") for e in entries for p in e.probes), "?")
     # the probe workloads differ only in rate: name the family, not one rate's name
     name = re.sub(r"-[0-9.e+]+rps", "", str(workload)) + " (rate varied)"
     title = style.title(name, profile.label)
-    paths = style.save(knee_figure(entries, slos, title), Path(out_dir), "capacity_knee",
-                       formats)
-    paths += style.save(capacity_bars_figure(entries, best, title), Path(out_dir),
-                        "capacity_bars", formats)
+    left_out = {} if left_out is None else left_out
+    paths = style.save_drawn(lambda: knee_figure(entries, slos, title), Path(out_dir),
+                             "capacity_knee", formats, left_out)
+    paths += style.save_drawn(lambda: capacity_bars_figure(entries, best, title),
+                              Path(out_dir), "capacity_bars", formats, left_out)
     return paths
 
 
@@ -50,7 +54,8 @@ def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
     SLO'd metrics at that rate, and how many rates were probed."""
     keys = list(slos)
     headers = (["configuration", "capacity req/s", "per seed req/s"]
-               + [f"{metric_name(k)} ms at cap." for k in keys] + ["probes", "note"])
+               + [f"{metric_name(k)} ms at cap." for k in keys]
+               + ["rejected %", "probes", "note"])
     rows = []
     for e in entries:
         lo, hi = e.capacity_range
@@ -67,8 +72,11 @@ def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
         note = ("rates below it missed: " + ", ".join(num(r) for r in e.non_monotone)
                 if e.non_monotone else "")
         per_seed = ", ".join(num(c) for c in e.seed_capacities())
+        # the worst seed at the capacity, or (none met) at the lowest rate probed
+        shown = p or (e.probes[0] if e.probes else None)
+        rej = num(max(reject_pct(s) for s in shown.runs)) if shown and shown.runs else "–"
         rows.append([e.config.label, cap, per_seed if n_seeds > 1 else num(lo if lo else hi)]
-                    + cells + [str(len(e.probes)), note])
+                    + cells + [rej, str(len(e.probes)), note])
     return headers, rows
 
 
@@ -80,7 +88,8 @@ def probe_rows(entries: Sequence[CapacityEntry], slos: dict[str, float]) -> list
         for p in e.probes:
             seeds = f"{sum(p.seeds_met)}/{len(p.seeds_met)}" if p.seeds_met else "–"
             rows.append([num(p.rate), "met" if p.met else "missed", seeds]
-                        + [fmt(p.summary.get(k), "{:.1f}") for k in slos])
+                        + [fmt(p.summary.get(k), "{:.1f}") for k in slos]
+                        + [num(max((reject_pct(s) for s in p.runs), default=0.0))])
     return rows
 
 
@@ -102,7 +111,8 @@ def capacity_section(doc: Document, entries: Sequence[CapacityEntry], slos: dict
     if probes:
         doc.heading("Every probe")
         doc.table(["rate req/s", "median seed", "seeds met"]
-                  + [f"{metric_name(k)} ms" for k in slos], probe_rows(entries, slos))
+                  + [f"{metric_name(k)} ms" for k in slos] + ["rejected %"],
+                  probe_rows(entries, slos))
 
 
 def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
@@ -117,8 +127,10 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
     out = Path(out_dir)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
-    paths = write_capacity_plots(out, entries, best, verdict.slos, profile, formats)
-    doc = Document(f"chunksim capacity — {style.title(workload_name, profile.label)}")
+    left_out: dict[str, str] = {}
+    paths = write_capacity_plots(out, entries, best, verdict.slos, profile, formats, left_out)
+    doc = Document(f"chunksim capacity — {style.title(workload_name, profile.label)}",
+                   left_out=left_out)
     if is_demo_profile(profile.path, profile.provenance):
         doc.banner(DEMO_BANNER)
     doc.verdict("Verdict: which configuration to run",

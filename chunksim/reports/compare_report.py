@@ -98,38 +98,42 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
     steps_all = [pd.concat([r.steps for r in runs if r is not None], ignore_index=True)
                  for runs in comp.run_records]
     figs = {
-        "latency_cdf": cdf_figure(configs, pooled_req, pooled_itl, title),
-        "tradeoff": tradeoff_figure(configs, summaries, title, stats=comp.stats),
-        "step_timeline": timeline_figure(shown, [records[i].requests for i in pick],
-                                         [served_steps(records[i].requests, records[i].steps)
-                                          for i in pick], title),
-        "latency_table": heatmap_figure(step_table(profile), profile.label, steps=steps_all),
+        "latency_cdf": lambda: cdf_figure(configs, pooled_req, pooled_itl, title),
+        "tradeoff": lambda: tradeoff_figure(configs, summaries, title, stats=comp.stats),
+        "step_timeline": lambda: timeline_figure(
+            shown, [records[i].requests for i in pick],
+            [served_steps(records[i].requests, records[i].steps) for i in pick], title),
+        "latency_table": lambda: heatmap_figure(step_table(profile), profile.label,
+                                                steps=steps_all),
     }
     sat = saturated(summaries)
     if sat:
-        figs["throughput"] = throughput_figure(configs, summaries, title)
+        figs["throughput"] = lambda: throughput_figure(configs, summaries, title)
     fleets = any(c.fleet is not None for c in configs)
     if fleets:
         from chunksim.reports.replica_load import replica_load, replica_load_figure
 
-        figs["replica_load"] = replica_load_figure(
+        figs["replica_load"] = lambda: replica_load_figure(
             configs, [replica_load(r) for r in records], title)
     paths: list[Path] = []
+    left_out: dict[str, str] = {}
     for stem in FIGURE_STEMS:
         if stem in figs:
-            paths += style.save(figs[stem], out, stem, formats)
+            paths += style.save_drawn(figs[stem], out, stem, formats, left_out)
     if capacity:
         from chunksim.reports.capacity_report import write_capacity_plots
 
         by_label = {e.config.label: e for e in capacity}
         best = by_label.get(verdict.recommended.label) if verdict.recommended else None
-        paths += write_capacity_plots(out, capacity, best, verdict.slos, profile, formats)
+        paths += write_capacity_plots(out, capacity, best, verdict.slos, profile, formats,
+                                      left_out)
     doc = _document(comp, verdict, capacity, profile, title, shown, command, sat, window,
                     trace, fleets)
     if tail is not None:  # the deployment and cost that end the verdict
         from chunksim.reports.deploy_text import insert_after_verdict
 
         insert_after_verdict(doc, tail)
+    doc.left_out.update(left_out)
     md, page = out / "report.md", out / "report.html"
     atomic.write_text(md, doc.to_markdown())
     atomic.write_text(page, doc.to_html(out))

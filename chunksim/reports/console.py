@@ -5,6 +5,23 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from chunksim.sim.rejections import reject_pct
+
+UNBOUNDED_WIDTH = 10_000
+"""Console width off a terminal: wide enough that no table cell is cut to `…`."""
+
+
+def make_console() -> Console:
+    """rich's console on a terminal; off one (a pipe, a log file, CI) no width limit and
+    no wrapping, so a phrase is never broken across lines and a table keeps every digit
+    (it is as wide as its widest row)."""
+    import sys
+
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=UNBOUNDED_WIDTH, soft_wrap=True)
+
+
 _METRICS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2EL", "e2el"),
             ("sched delay", "sched_delay"))
 
@@ -22,7 +39,7 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
-    con = console or Console()
+    con = console or make_console()
     params = " ".join(f"{k}={v}" for k, v in summary.get("policy_params", {}).items()
                       if v not in (None, 0, {}, False) or k == "variant")
     con.print(f"[bold]{summary.get('policy')}[/bold] [dim]{params}[/dim]")
@@ -110,7 +127,7 @@ def comparison_table(labels: list[str], summaries: list[dict], title: str | None
 
 def print_comparison(configs: list, summaries: list[dict], console: Console | None = None,
                      stats: list | None = None) -> None:
-    con = console or Console()
+    con = console or make_console()
     s0 = summaries[0]
     con.print(comparison_table(
         [c.label for c in configs], summaries,
@@ -122,7 +139,7 @@ def print_verdict(verdict, capacity_searched: bool, trace: bool = False,
     """The page's verdict box as plain lines."""
     from chunksim.reports.verdict_text import verdict_lines
 
-    con = console or Console()
+    con = console or make_console()
     for line in verdict_lines(verdict, capacity_searched, trace):
         con.print(line.replace("**", "").replace("`", ""), markup=False, highlight=False)
 
@@ -130,12 +147,12 @@ def print_verdict(verdict, capacity_searched: bool, trace: bool = False,
 def print_capacity(entries: list, recommended, slos: dict[str, float],
                    console: Console | None = None) -> None:
     """Max sustainable rate per configuration and the metrics at that rate."""
-    con = console or Console()
+    con = console or make_console()
     slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
     t = Table(title=f"capacity under {slo_txt}", title_justify="left", show_edge=False,
               pad_edge=False)
     for col in ("configuration", "max rate req/s", "P99 ITL ms", "P99 TTFT ms",
-                "med sched ms", "probes"):
+                "med sched ms", "rejected %", "probes"):
         t.add_column(col, justify="left" if col == "configuration" else "right")
     for e in entries:
         s = e.at_max
@@ -143,7 +160,11 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
         rate = ("≥" if e.capped else "") + f"{e.max_rate:.3g}"
         cells = ([f"{s['p99_itl_ms']:.1f}", f"{s['p99_ttft_ms']:.1f}",
                   f"{s['median_sched_delay_ms']:.1f}"] if s else ["–", "–", "–"])
-        t.add_row(e.config.label + star, rate, *cells, str(len(e.probes)))
+        # at the capacity, or (none met) the lowest probe: why it failed there
+        shown = e.probe_at_max or (e.probes[0] if e.probes else None)
+        rej = (f"{max(reject_pct(r) for r in shown.runs):.3g}" if shown and shown.runs
+               else "–")
+        t.add_row(e.config.label + star, rate, *cells, rej, str(len(e.probes)))
     con.print(t)
     if recommended is None:
         con.print("[red]no configuration met the SLOs at any probed rate[/red]")
@@ -154,7 +175,7 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
 
 def print_splits(rows: list[dict], gpus: int, console: Console | None = None) -> None:
     """`sim capacity --gpus G`: every split of the G GPUs, best first (`gpus_io.split_rows`)."""
-    con = console or Console()
+    con = console or make_console()
     t = Table(title=f"{gpus} GPUs: splits ranked by capacity", title_justify="left",
               show_edge=False, pad_edge=False)
     for col in ("#", "configuration", "max rate req/s", "req/s per GPU", "P99 TTFT ms",
@@ -175,7 +196,7 @@ def print_splits(rows: list[dict], gpus: int, console: Console | None = None) ->
 
 def print_gpu_search(search, slos: dict[str, float], console: Console | None = None) -> None:
     """`sim capacity --target-rate R`: each GPU count judged, and the fewest that meet R."""
-    con = console or Console()
+    con = console or make_console()
     slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
     t = Table(title=f"GPUs for {search.target:g} req/s under {slo_txt}", title_justify="left",
               show_edge=False, pad_edge=False)

@@ -42,6 +42,8 @@ margin:1em 0}.verdict h2{border:0;margin:.3em 0;font-size:1.15em}.verdict p{marg
 class Document:
     title: str
     blocks: list[tuple] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Figure file -> why it could not be drawn: the page says so in its place."""
 
     def heading(self, text: str) -> None:
         self.blocks.append(("h", text))
@@ -88,6 +90,8 @@ class Document:
                     out.append("".join(f"- {i}\n" for i in b[1]))
                 case "table":
                     out.append(markdown(b[1], b[2], b[3]))
+                case "fig" if b[1] in self.left_out:
+                    out.append(f"*Figure {b[1]} left out: {self.left_out[b[1]]}.*\n")
                 case "fig":
                     out.append(f"[![{b[2]}]({b[1]})]({_full_size(b[1])})\n\n*{b[2]}*\n")
                 case "verdict":
@@ -120,6 +124,9 @@ class Document:
                                + "</ul>")
                 case "table":
                     out.append(f"<div class='scroll'>{html_table(b[1], b[2], b[3])}</div>")
+                case "fig" if b[1] in self.left_out:
+                    out.append(f"<p><em>Figure {e(b[1])} left out: "
+                               f"{e(self.left_out[b[1]])}.</em></p>")
                 case "fig":
                     raw = (Path(image_dir) / b[1]).read_bytes()
                     data = base64.b64encode(raw).decode()

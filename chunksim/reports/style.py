@@ -130,6 +130,23 @@ def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
     return paths
 
 
+def save_drawn(make, out_dir: Path, stem: str, formats: tuple[str, ...],
+               left_out: dict[str, str]) -> list[Path]:
+    """Draw `make()` and `save` it; a figure that cannot be drawn (no positive value for a
+    log axis, nothing to plot) is left out instead of failing the report: its files are
+    removed, the reason is kept in `left_out` (keyed `stem.png`, as the page names it)
+    and the page says so in its place."""
+    try:
+        return save(make(), out_dir, stem, formats)
+    except Exception as exc:  # noqa: BLE001 - matplotlib raises many kinds; all mean "no figure"
+        pyplot().close("all")
+        for fmt in formats:
+            (Path(out_dir) / f"{stem}.{fmt}").unlink(missing_ok=True)
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        left_out[f"{stem}.png"] = f"it could not be drawn ({reason[:160]})"
+        return []
+
+
 def title(workload: str, profile: str) -> str:
     return f"workload {workload} · profile {profile}"
 

@@ -34,6 +34,7 @@ SEED_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("request_throughput", "req/s", "{:.2f}"),
     ("request_goodput", "goodput req/s", "{:.2f}"),
     ("preemptions", "preempt", "{:.0f}"),
+    ("rejected", "rejected", "{:.0f}"),
 )
 CLASS_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("completed", "done", "{:.0f}"),

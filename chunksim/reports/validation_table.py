@@ -5,6 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from chunksim.reports.console import make_console
+
 
 def _fmt(x) -> str:
     return "—" if x is None else f"{x:,.3f}" if abs(x) < 100 else f"{x:,.1f}"
@@ -12,7 +14,7 @@ def _fmt(x) -> str:
 
 def print_validation(report: dict, console: Console | None = None) -> None:
     """Print `report` (validation.json) as a table."""
-    console = console or Console()
+    console = console or make_console()
     t = Table(title=f"{report['policy']} · {report['workload']} · {report['profile_label']}")
     t.add_column("metric")
     t.add_column("predicted", justify="right")

@@ -4,6 +4,7 @@ console's closing lines. Numbers are the median over seeds with [min–max]."""
 from __future__ import annotations
 
 from chunksim.reports.capacity_plot import metric_name
+from chunksim.sim.rejections import all_within, rejection_text, worst
 from chunksim.sweep.verdict import Candidate, Verdict
 
 
@@ -83,6 +84,15 @@ def _give_up(c: Candidate, group: list[Candidate], v: Verdict, skip=None) -> str
     return "; ".join(out)
 
 
+def _rejects(c: Candidate, v: Verdict) -> str:
+    """` (148 of 200 requests rejected ...)` when rejections fail `c`, else ``."""
+    s = worst(c.runs)
+    if s is None or all_within(c.runs, v.max_reject_pct):
+        return ""
+    return (f" ({rejection_text(s)}; more than --max-reject-pct {v.max_reject_pct:g} % fails "
+            "the SLOs)")
+
+
 def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> list[str]:
     """The box's lines (Markdown inline: **bold**, `code`)."""
     n = len(v.seeds)
@@ -93,9 +103,15 @@ def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> l
         lines.append(
             "**No configuration meets the SLOs** on the median seed"
             + (" at any probed rate." if capacity_searched else " at this load.")
-            + f" Closest: **{closest.label}**, at {closest.headroom:.2f}× its tightest bound.")
-        lines.append("What to do: lower --rate, relax --slo, or run `sim capacity` to find "
-                     "the rate each configuration sustains.")
+            + f" Closest: **{closest.label}**, at {closest.headroom:.2f}× its tightest bound"
+            + f"{_rejects(closest, v)}.")
+        if _rejects(closest, v):
+            lines.append("What to do: serve those requests (raise --max-model-len or the "
+                         "token budget, --chunks), or accept them as errors with "
+                         "--max-reject-pct.")
+        else:
+            lines.append("What to do: lower --rate, relax --slo, or run `sim capacity` to "
+                         "find the rate each configuration sustains.")
         lines.append(f"SLOs: {slo_text(v)}. Seeds: {seeds_text(v, trace)}.")
         return lines
     group = v.tied if len(v.tied) > 1 else [c for c in v.ranked]
@@ -151,7 +167,7 @@ def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> l
                 f"**No clear winner between {rec.label} and {ru.label}**: their {what} "
                 f"ranges over the {n} seeds overlap ([{num(a[0])}–{num(a[1])}] vs "
                 f"[{num(b[0])}–{num(b[1])}]). What would separate them: {more}.")
-    infeasible = [c.label for c in v.candidates if not c.meets]
+    infeasible = [c.label + _rejects(c, v) for c in v.candidates if not c.meets]
     if infeasible:
         lines.append("Missing the SLOs on the median seed: " + ", ".join(infeasible) + ".")
     lines.append(f"SLOs: {slo_text(v)}. Seeds: {seeds_text(v, trace)}.")

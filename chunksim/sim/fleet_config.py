@@ -169,6 +169,12 @@ class FleetConfig:
         return self.replicas or 1
 
     @property
+    def engine_count(self) -> int:
+        """Engines the run simulates: P + D instances with --pd, else the replicas."""
+        pd = self.pd_counts
+        return sum(pd) if pd is not None else self.replica_count
+
+    @property
     def pd_counts(self) -> tuple[int, int] | None:
         return parse_pd(self.pd) if self.pd is not None else None
 

@@ -13,6 +13,7 @@ still divides by tokens; the engine records gaps so (`EngineCore.end_step`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -22,23 +23,26 @@ SLO_METRICS = ("ttft", "tpot", "e2el", "itl")
 """Goodput SLOs are per request: ttft, tpot, e2el, and itl (the request's worst gap)."""
 
 
-def parse_slos(items: list[str] | None) -> dict[str, float]:
-    """`["ttft=500", "tpot:50"]` (ms) -> {"ttft": 0.5, "tpot": 0.05} (seconds)."""
+def parse_slos(items: list[str] | None, flag: str = "--goodput",
+               prefix: str = "") -> dict[str, float]:
+    """`["ttft=500", "tpot:50"]` (ms) -> {"ttft": 0.5, "tpot": 0.05} (seconds); errors
+    name `flag` and show each value after `prefix` (`--class-slo` passes its CLASS:)."""
     slos: dict[str, float] = {}
     for item in items or []:
-        for part in item.replace(",", " ").split():
-            key, sep, val = part.replace(":", "=").partition("=")
+        for bare in item.replace(",", " ").split():
+            part = prefix + bare
+            key, sep, val = bare.replace(":", "=").partition("=")
             key = key.strip().lower().removesuffix("_ms")
             if not sep or key not in SLO_METRICS:
                 raise ValueError(
-                    f"--goodput {part!r}: use METRIC=MS with METRIC one of {', '.join(SLO_METRICS)}"
-                    " (e.g. --goodput ttft=500 --goodput tpot=50)")
+                    f"{flag} {part!r}: use METRIC=MS with METRIC one of {', '.join(SLO_METRICS)}"
+                    f" (e.g. {flag} {prefix}ttft=500)")
             try:
                 ms = float(val)
             except ValueError:
-                raise ValueError(f"--goodput {part!r}: {val!r} is not a number of ms") from None
-            if ms <= 0:
-                raise ValueError(f"--goodput {part!r}: the SLO must be > 0 ms")
+                raise ValueError(f"{flag} {part!r}: {val!r} is not a number of ms") from None
+            if not (ms > 0 and math.isfinite(ms)):
+                raise ValueError(f"{flag} {part!r}: the SLO must be a finite number > 0 ms")
             slos[key] = ms / 1000.0
     return slos
 
@@ -51,7 +55,7 @@ def parse_class_slos(items: list[str] | None) -> dict[str, dict[str, float]]:
         if not sep or not cls or not rest:
             raise ValueError(
                 f"--class-slo {item!r}: use CLASS:METRIC=MS, e.g. --class-slo interactive:ttft=200")
-        out.setdefault(cls, {}).update(parse_slos([rest]))
+        out.setdefault(cls, {}).update(parse_slos([rest], "--class-slo", f"{cls}:"))
     return out
 
 

@@ -218,6 +218,21 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
     return summary
 
 
+def refuse_unknown_classes(workload: Workload, cfg: RunConfig) -> None:
+    """--class-chunk / --class-slo naming a class the workload lacks would be ignored
+    without a word: refuse it, listing the classes there are."""
+    reqs = workload.requests
+    classes = (set(reqs.request_classes()) if hasattr(reqs, "request_classes")
+               else {r.request_class for r in reqs})
+    named = {"--class-chunk": {c for c, _ in dict(cfg.knobs).get("class_chunk_caps") or ()},
+             "--class-slo": set(cfg.class_slos_s or {})}
+    for flag, want in named.items():
+        unknown = sorted(want - classes)
+        if unknown:
+            raise ValueError(f"{flag} names class(es) {unknown} that workload "
+                             f"{workload.name!r} lacks; its classes: {sorted(classes)}")
+
+
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
              schedule_log: bool = False,
              progress: Callable[..., None] | None = None,
@@ -235,6 +250,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when
     `steps_sink(columns)` takes them as they are recorded (a streaming writer); the
     summary counts every step either way. A fleet keeps every step."""
+    refuse_unknown_classes(workload, cfg)
     if cfg.fleet.active:
         if schedule_log:
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chunksim.progress import ProgressBar
+from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob
@@ -107,10 +108,13 @@ class Probe:
     """Whether each seed alone met the SLOs."""
 
 
-def judge(runs: Sequence[Mapping], slos: Mapping[str, float]) -> bool:
+def judge(runs: Sequence[Mapping], slos: Mapping[str, float],
+          max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> bool:
     """The median-seed rule: every bound holds for the median over seeds of its metric
-    (a seed that completed nothing counts as missing every bound)."""
-    return all(median_value(runs, k) <= bound for k, bound in slos.items())
+    (a seed that completed nothing counts as missing every bound); and no seed rejected
+    more than `max_reject_pct` % of its requests (`sim.rejections`)."""
+    return (all(median_value(runs, k) <= bound for k, bound in slos.items())
+            and all_within(runs, max_reject_pct))
 
 
 @dataclass
@@ -156,9 +160,11 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                     slos: dict[str, float], runner: Runner,
                     params: SearchParams | None = None,
                     progress: ProgressBar | None = None,
-                    seeds: Sequence[int] | None = None) -> list[CapacityEntry]:
+                    seeds: Sequence[int] | None = None,
+                    max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> list[CapacityEntry]:
     """Search every configuration's capacity over `seeds` (default: the workload's seed);
-    entries in `configs` order."""
+    entries in `configs` order. A probe that rejects more than `max_reject_pct` % of its
+    requests (on any seed) fails."""
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
     n = len(seeds)
@@ -176,10 +182,11 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         results = runner.map(jobs, progress=progress)
         for j, (i, r) in enumerate(batch):
             runs = [res.summary for res in results[j * n:(j + 1) * n]]
-            ok = judge(runs, slos)
+            ok = judge(runs, slos, max_reject_pct)
             searches[i].report(r, ok)
             probes[i].append(Probe(r, ok, fold(runs).median, runs,
-                                   [meets(s, slos) for s in runs]))
+                                   [meets(s, slos) and within(s, max_reject_pct)
+                                    for s in runs]))
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone)
             for c, s, p in zip(configs, searches, probes, strict=True)]

@@ -12,21 +12,23 @@ from chunksim.sweep.table import cell, columns_of, csv_text, flatten
 from chunksim.sweep.verdict import Verdict
 from chunksim.workloads.options import WorkloadOptions
 
-_PROBE_KEYS = ("completed", "p99_itl_ms", "p99_ttft_ms", "median_sched_delay_ms",
+_PROBE_KEYS = ("completed", "rejected", "p99_itl_ms", "p99_ttft_ms", "median_sched_delay_ms",
                "max_decode_stall_ms", "request_throughput")
 
 
-def _probe(p, slos: dict[str, float], seeds: list[int]) -> dict:
+def _probe(p, slos: dict[str, float], seeds: list[int],
+           max_reject_pct: float | None = None) -> dict:
     return {
         "rate": p.rate, "met": p.met, "seeds_met": p.seeds_met,
         "median": {k: p.summary.get(k) for k in (*_PROBE_KEYS, *slos) if k in p.summary},
         "by_seed": [{"seed": k, "met": ok, **{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
-                     "violations": violations(s, slos)}
+                     "violations": violations(s, slos, max_reject_pct)}
                     for k, ok, s in zip(seeds, p.seeds_met, p.runs, strict=True)],
     }
 
 
-def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int]) -> dict:
+def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int],
+                   max_reject_pct: float | None = None) -> dict:
     lo, hi = e.capacity_range
     return {
         **config_keys(e.config),
@@ -36,10 +38,11 @@ def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int]) -
         "non_monotone_rates": e.non_monotone,
         "first_miss_rate": min((p.rate for p in e.probes
                                 if not p.met and p.rate > e.max_rate), default=None),
-        "first_miss_violations": next((violations(p.summary, slos) for p in e.probes
+        "first_miss_violations": next((violations(p.summary, slos, max_reject_pct)
+                                       for p in e.probes
                                        if not p.met and p.rate > e.max_rate), []),
         "summary_at_max_rate": e.at_max,
-        "probes": [_probe(p, slos, seeds) for p in e.probes],
+        "probes": [_probe(p, slos, seeds, max_reject_pct) for p in e.probes],
     }
 
 
@@ -61,7 +64,8 @@ def verdict_document(v: Verdict) -> dict:
             out[m.label] = {"median": med, "min": lo, "max": hi}
         return out
 
-    return {"slos_ms": v.slos, "slos_given": v.slos_given, "seeds": v.seeds,
+    return {"slos_ms": v.slos, "slos_given": v.slos_given,
+            "max_reject_pct": v.max_reject_pct, "seeds": v.seeds,
             "basis": v.basis, "decided_by": v.decided_by, "clear": v.clear,
             "recommended": who(v.recommended), "runner_up": who(v.runner_up),
             "tied": [c.label for c in v.tied]}
@@ -87,7 +91,8 @@ def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
     return {
         "slos_ms": slos,
         "seeds": seeds,
-        "rule": "a probe rate passes when every SLO holds for the median seed",
+        "rule": "a probe rate passes when every SLO holds for the median seed and no seed "
+                "rejects more than max_reject_pct % of its requests",
         "window": window,
         "search": dataclasses.asdict(params),
         "workload_options": {k: cell(v) if not isinstance(v, (int, float, bool)) else v
@@ -96,7 +101,9 @@ def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
         "profile": {"label": profile.label, "sha256": profile.sha256},
         "recommendation": rec,
         "verdict": verdict_document(verdict) if verdict is not None else None,
-        "configurations": [entry_document(e, slos, seeds) for e in entries],
+        "configurations": [entry_document(e, slos, seeds, verdict.max_reject_pct
+                                          if verdict is not None else None)
+                           for e in entries],
     }
 
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 
 from chunksim.sim.metrics import PERCENTILES
+from chunksim.sim.rejections import reject_pct
 
 SCHED_DELAY_KEY = "median_sched_delay_ms"
 DEFAULT_SCHED_DELAY_MS = 2000.0
@@ -75,10 +76,15 @@ def meets(summary: Mapping[str, object], slos: Mapping[str, float]) -> bool:
     return all(float(summary[k]) <= bound for k, bound in slos.items())
 
 
-def violations(summary: Mapping[str, object], slos: Mapping[str, float]) -> list[str]:
+def violations(summary: Mapping[str, object], slos: Mapping[str, float],
+               max_reject_pct: float | None = None) -> list[str]:
     """The bounds that fail, as 'key value > bound' strings (a run that completed
-    nothing has no latency to bound: it fails every bound)."""
+    nothing has no latency to bound: it fails every bound); with `max_reject_pct`, also
+    a share of rejected requests above it."""
     if not summary.get("completed"):
         return [f"completed nothing ({summary.get('rejected', 0)} rejected)"]
-    return [f"{k} {float(summary[k]):.1f} > {b:g}" for k, b in slos.items()
-            if float(summary[k]) > b]
+    out = [f"{k} {float(summary[k]):.1f} > {b:g}" for k, b in slos.items()
+           if float(summary[k]) > b]
+    if max_reject_pct is not None and reject_pct(summary) > max_reject_pct:
+        out.append(f"rejected {reject_pct(summary):.3g} % > {max_reject_pct:g} %")
+    return out

@@ -71,6 +71,22 @@ def read_rows(path: Path) -> tuple[list[Row], list[str]]:
         return rows, list(reader.fieldnames or [])
 
 
+def complete_rows(path: Path, rows: list[Row], table: ResultTable) -> list[Row]:
+    """The rows every field of which was written: a row with fewer or more fields than the
+    header, or a last row without its line end (a file cut short: by hand, or a full
+    disk), is not a finished grid point, so it is dropped (its line kept in
+    `table.dropped`) and run again."""
+    unended = not path.read_bytes().endswith(b"\n")
+    out = []
+    for i, r in enumerate(rows):
+        cut = None in r or any(v is None for v in r.values())
+        if cut or (unended and i == len(rows) - 1):
+            table.dropped.append(i + 2)
+            continue
+        out.append(r)
+    return out
+
+
 class ResultTable:
     """A CSV table keyed by configuration: skip what is there, add rows, write atomically.
 
@@ -86,6 +102,8 @@ class ResultTable:
         self.sort_key = sort_key
         self.rows: dict[tuple[str, ...], Row] = {}
         self.columns: list[str] = list(self.key_columns)
+        self.dropped: list[int] = []
+        """File lines of rows left out as incomplete (run again): see `complete_rows`."""
         if self.path.exists():
             try:
                 rows, cols = read_rows(self.path)
@@ -98,7 +116,7 @@ class ResultTable:
                     f"--out {self.path} exists but lacks key column(s) {missing}: it is not a "
                     "sweep table; pick another --out")
             self.columns = columns_of([], cols)
-            for r in rows:
+            for r in complete_rows(self.path, rows, self):
                 self.rows[self.key(r)] = r
 
     def key(self, row: Mapping[str, str]) -> tuple[str, ...]:

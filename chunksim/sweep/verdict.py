@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, within
 from chunksim.sweep.configs import Config
 from chunksim.sweep.seeds import SeedStats, fold, median_value, overlap
 
@@ -129,6 +130,8 @@ class Verdict:
     tied: list[Candidate]
     """The feasible ones the primary score cannot separate from the best (incl. it)."""
     metrics: list[Metric] = field(default_factory=list)
+    max_reject_pct: float = MAX_REJECT_PCT_DEFAULT
+    """A configuration whose run rejects more than this % of requests on a seed fails."""
 
     @property
     def recommended(self) -> Candidate | None:
@@ -156,16 +159,19 @@ class Verdict:
 
 def decide(configs: Sequence[Config], runs: Sequence[Sequence[dict]],
            slos: Mapping[str, float], slos_given: bool, seeds: Sequence[int],
-           capacities: Sequence[tuple[float, tuple[float, float]]] | None = None) -> Verdict:
+           capacities: Sequence[tuple[float, tuple[float, float]]] | None = None,
+           max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> Verdict:
     """The verdict over `configs`, each with its per-seed summaries `runs[i]` (at the
     compared load; with a capacity search, `capacities[i]` = (capacity on the median seed,
-    (min, max) over seeds))."""
+    (min, max) over seeds)). A seed that rejects more than `max_reject_pct` % of its
+    requests misses the SLOs, whatever its latencies."""
     cands = []
     for i, (cfg, rs) in enumerate(zip(configs, runs, strict=True)):
         st = fold(rs)
         per_seed_h = [headroom(s, slos) for s in rs]
-        med_ok = all(median_value(rs, k) <= b for k, b in slos.items())
-        seeds_met = sum(h <= 1.0 for h in per_seed_h)
+        served = [within(s, max_reject_pct) for s in rs]
+        med_ok = all(median_value(rs, k) <= b for k, b in slos.items()) and all(served)
+        seeds_met = sum(h <= 1.0 and ok for h, ok in zip(per_seed_h, served, strict=True))
         h = max(median_value(rs, k) / b for k, b in slos.items())
         h_rng = (min(per_seed_h), max(per_seed_h))
         if capacities is None:
@@ -190,7 +196,7 @@ def decide(configs: Sequence[Config], runs: Sequence[Sequence[dict]],
         rest = [c for c in feasible if c not in tied]
         feasible = tied + rest
     return Verdict(dict(slos), slos_given, list(seeds), "capacity" if by_cap else "headroom",
-                   cands, feasible, tied, metrics)
+                   cands, feasible, tied, metrics, max_reject_pct)
 
 
 def _regrets(group: list[Candidate], metrics: list[Metric]) -> None:

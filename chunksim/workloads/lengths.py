@@ -200,10 +200,18 @@ KNOWN_LENGTH_COLUMNS: tuple[tuple[str, str], ...] = (
 
 def _read_columns(path: Path, columns: dict[str, str | None]) -> dict[str, np.ndarray]:
     """Read named integer columns (role -> name, None = guess); drop rows with any < 1."""
-    import pandas as pd
 
     if not path.is_file():
         raise ValueError(f"lengths CSV {path} does not exist; check --lengths-csv")
+    from chunksim.core.errors import reading
+
+    with reading(path, "lengths CSV"):  # a malformed file: one line naming it
+        return _read_named(path, columns)
+
+
+def _read_named(path: Path, columns: dict[str, str | None]) -> dict[str, np.ndarray]:
+    import pandas as pd
+
     header = list(pd.read_csv(path, nrows=0).columns)
     resolved: dict[str, str] = {}
     for role, col in columns.items():
@@ -217,6 +225,10 @@ def _read_columns(path: Path, columns: dict[str, str | None]) -> dict[str, np.nd
             )
         resolved[role] = col
     df = pd.read_csv(path, usecols=list(set(resolved.values())))
+    for c in resolved.values():
+        if df[c].dtype == bool:
+            raise ValueError(f"{path}: column {c!r} holds booleans (True/False), not token "
+                             "counts")
     cols = {
         role: pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
         for role, c in resolved.items()

@@ -301,7 +301,9 @@ def _refuse_unused(opts: WorkloadOptions, names: tuple[str, ...], where: str) ->
         given.append("trace_format")
     if given:
         flags = ", ".join(flag_name(WorkloadOptions, n) for n in given)
-        raise ValueError(f"{flags} do(es) not apply to {where}; drop them")
+        verb = "does" if len(given) == 1 else "do"
+        raise ValueError(f"{flags} {verb} not apply to {where}; drop "
+                         f"{'it' if len(given) == 1 else 'them'}")
 
 
 _FIELD_OF = {"rate_per_s": "rate", "duration_s": "duration_s", "num_requests": "num_requests",
@@ -317,8 +319,9 @@ def _in_flags(msg: str, flags: dict[str, str]) -> str:
     """`msg` with each `field=value` written `--flag value` and each bare field as its
     flag: errors speak in what the user typed."""
     for name, flag in flags.items():
-        msg = re.sub(rf"\b{name}=", f"{flag} ", msg)
-        msg = re.sub(rf"\b{name}\b", flag, msg)
+        # a name already written as a flag (`--speedup`) stays as it is
+        msg = re.sub(rf"(?<![-\w]){name}=", f"{flag} ", msg)
+        msg = re.sub(rf"(?<![-\w]){name}\b", flag, msg)
     return msg.replace("kind 'burst'", "--workload burst")
 
 
@@ -355,6 +358,11 @@ def build_workload(opts: WorkloadOptions) -> Workload:
 
 def _build(opts: WorkloadOptions) -> Workload:
     kind = WorkloadKind.TRACE if opts.trace is not None else opts.workload
+    if opts.trace is not None and opts.workload not in (WorkloadKind.POISSON,
+                                                        WorkloadKind.TRACE):
+        raise ValueError(f"--workload {opts.workload.value} generates its own requests and "
+                         f"--trace {opts.trace} replays a file's: give one (--trace alone "
+                         "replays the trace)")
     if kind is WorkloadKind.TRACE:
         _refuse_unused(opts, _SYNTHETIC_ONLY, "trace replay (the trace has its own lengths)")
         if opts.trace is None:

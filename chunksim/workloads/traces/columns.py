@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,6 +50,10 @@ def read_csv(path: Path, usecols: Sequence[str] | None = None) -> pd.DataFrame:
             keep_default_na=False,
         )
     except pd.errors.ParserError as exc:  # e.g. "Expected 3 fields in line 7, saw 4"
+        m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if m:
+            raise ValueError(f"{path}: line {m[2]}: {m[3]} fields, but the header has "
+                             f"{m[1]}; fix or remove that row") from None
         raise ValueError(f"{path}: malformed CSV: {exc}") from exc
     except pd.errors.EmptyDataError as exc:
         raise ValueError(f"{path}: file is empty; a trace needs a header and rows") from exc
@@ -97,6 +102,15 @@ def jsonl_column(path: Path, rows: list[dict], lines: np.ndarray, key: str, hint
         ) from None
 
 
+def refuse_booleans(path: Path, s: pd.Series, lines: np.ndarray, col: str, what: str) -> None:
+    """A JSON `true`/`false` is not a number (pandas would read it as 1/0): name the line."""
+    flags = np.fromiter((isinstance(v, (bool, np.bool_)) for v in s), dtype=bool, count=len(s))
+    if flags.any():
+        i = int(np.flatnonzero(flags)[0])
+        raise ValueError(f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} is a "
+                         f"boolean, not {what}; {int(flags.sum())} such row(s)")
+
+
 def token_column(
     path: Path, values: Sequence | pd.Series, lines: np.ndarray, col: str
 ) -> np.ndarray:
@@ -105,6 +119,7 @@ def token_column(
     Zeros pass through (readers drop them and count the drop in notes).
     """
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    refuse_booleans(path, s, lines, col, "a token count")
     x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(x) | (x < 0) | (x > MAX_TOKENS) | (x != np.round(x))
     if bad.any():
@@ -117,6 +132,13 @@ def token_column(
 
 
 _NUMERIC_UNIT_S = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+MAX_SPAN_S = 30 * 86400.0
+"""Longest plausible replay, s (30 days): a longer one is almost always a clock read in
+the wrong unit (nanoseconds as seconds) or a stray timestamp, and would replay as one
+request lost in months of idle time, its latencies rounded away (`load.check_span`)."""
+MAX_TIME_STEP_S = 1e-3
+"""Coarsest time resolution accepted, s: a float64 clock that large (1e13 s, or a
+ns epoch read as s) cannot tell arrivals a millisecond apart."""
 
 
 def time_column_s(
@@ -130,6 +152,7 @@ def time_column_s(
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
     if len(s) == 0:  # a header and no rows: nothing to time (the caller says so)
         return np.zeros(0)
+    refuse_booleans(path, s, lines, col, f"a time in {unit}")
     if unit == "datetime":
         try:
             t = pd.to_datetime(s, format="ISO8601", errors="coerce")
@@ -154,6 +177,14 @@ def time_column_s(
             f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} is not a number "
             f"of {unit}; {int(bad.sum())} such row(s)"
         )
+    step_s = float(np.spacing(np.abs(x).max())) * _NUMERIC_UNIT_S[unit]
+    span_s = float(x.max() - x.min()) * _NUMERIC_UNIT_S[unit]
+    if step_s > MAX_TIME_STEP_S and span_s <= MAX_SPAN_S:  # a longer span: `check_span`
+        i = int(np.argmax(np.abs(x)))
+        raise ValueError(
+            f"{path}: line {lines[i]}: column {col!r} = {s.iloc[i]!r} {unit}: at that size "
+            f"a time is only known to {step_s:.3g} s (a 64-bit float), so nearby arrivals "
+            f"would merge; check --time-unit (read as {unit}) or subtract the trace's start")
     return x * _NUMERIC_UNIT_S[unit]
 
 

@@ -23,6 +23,7 @@ from chunksim.workloads.traces.columns import (
     jsonl_column,
     read_csv,
     read_jsonl,
+    refuse_booleans,
     require_columns,
     time_column_s,
     token_column,
@@ -117,6 +118,7 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
 
 def _int_column(path: Path, values, lines: np.ndarray, col: str) -> np.ndarray:
     s = pd.Series(list(values), dtype=object)
+    refuse_booleans(path, s, lines, col, "an integer")
     x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(x) | (x != np.round(x))
     if bad.any():
@@ -128,6 +130,7 @@ def _int_column(path: Path, values, lines: np.ndarray, col: str) -> np.ndarray:
 
 
 def _hash_list(path: Path, value, line: int, col: str) -> list[int]:
+    given = value  # what the file holds, for the message
     if isinstance(value, str):
         text = value.strip()
         if not text:
@@ -139,7 +142,7 @@ def _hash_list(path: Path, value, line: int, col: str) -> list[int]:
     if not isinstance(value, list) or not all(
             isinstance(x, int) and not isinstance(x, bool) for x in value):
         raise ValueError(
-            f"{path}: line {line}: column {col!r} = {str(value)[:60]!r} is not a list of "
+            f"{path}: line {line}: column {col!r} = {str(given)[:60]!r} is not a list of "
             "integer hashes (a JSON list, or integers separated by spaces)")
     return value
 

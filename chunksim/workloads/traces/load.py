@@ -6,11 +6,13 @@ from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 
+import numpy as np
+
 from chunksim.core.errors import InputError, reading
 from chunksim.core.spec import Workload
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.traces import azure, burstgpt, mooncake
-from chunksim.workloads.traces.columns import csv_header, open_text
+from chunksim.workloads.traces.columns import MAX_SPAN_S, csv_header, open_text
 from chunksim.workloads.traces.config import TraceFormat, TraceOptions
 from chunksim.workloads.traces.generic import is_jsonl, read_generic
 from chunksim.workloads.traces.raw import RawTrace
@@ -66,7 +68,9 @@ before they existed stay as they were)."""
 def read_trace(path: Path, opts: TraceOptions) -> RawTrace:
     """The rows of `path` as read, in file order (no transforms)."""
     if not path.is_file():
-        raise ValueError(f"trace file {path} does not exist; check --trace")
+        raise ValueError(f"trace file {path} " + ("is a directory; give the trace file in it"
+                                              if path.is_dir() else "does not exist")
+                    + "; check --trace")
     fmt = opts.format if opts.format is not TraceFormat.AUTO else detect_format(path)
     if opts.hash_column is not None and fmt is not TraceFormat.GENERIC:
         raise ValueError(f"--hash-column applies to --trace-format generic only ({path} is "
@@ -94,9 +98,29 @@ def load_trace(path: str | Path, opts: TraceOptions | None = None) -> Workload:
     opts = opts or TraceOptions()
     path = Path(path)
     if not path.is_file():
-        raise InputError(f"trace file {path} does not exist; check --trace")
+        raise InputError(f"trace file {path} " + ("is a directory; give the trace file in it"
+                                              if path.is_dir() else "does not exist")
+                    + "; check --trace")
     with reading(path, "trace"):
         return _load(path, opts)
+
+
+def check_span(raw, opts: TraceOptions) -> None:
+    """Refuse a replay longer than `MAX_SPAN_S`, naming the rows at both ends."""
+    t = raw.time_s
+    if not len(t):
+        return
+    i, j = int(np.argmin(t)), int(np.argmax(t))
+    span = float(t[j] - t[i])
+    if span <= MAX_SPAN_S:
+        return
+    unit = (f"--time-unit {opts.time_unit.value}" if raw.format == "generic"
+            and opts.time_unit is not None else f"the {raw.format} clock")
+    raise ValueError(
+        f"{raw.path}: the requests to replay span {span:.4g} s ({span / 86400:.3g} days, "
+        f"line {raw.line[i]} to line {raw.line[j]}) as read with {unit}, more than "
+        f"{MAX_SPAN_S / 86400:.0f} days: check --time-unit (a ms, us or ns clock read as "
+        "s?) and that row's time, or replay a window with --start/--duration")
 
 
 def _load(path: Path, opts: TraceOptions) -> Workload:
@@ -112,7 +136,9 @@ def _load(path: Path, opts: TraceOptions) -> Workload:
     else:
         hint = quantization_note(raw)
         raw = raw.with_notes(hint) if hint else raw
-    raw = rescaled(windowed(raw, opts), opts)
+    raw = windowed(raw, opts)
+    check_span(raw, opts)
+    raw = rescaled(raw, opts)
     params = {
         "generator": "trace",
         "path": str(path),

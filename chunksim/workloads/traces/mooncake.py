@@ -34,7 +34,8 @@ def read_mooncake(path: Path) -> RawTrace:
         hashes = []
         for r, n in zip(rows, lines, strict=True):
             h = r.get("hash_ids", [])
-            if not isinstance(h, list) or not all(isinstance(x, int) for x in h):
+            if not isinstance(h, list) or not all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in h):
                 raise ValueError(f"{path}: line {n}: hash_ids must be a list of integers")
             hashes.append(tuple(h))
     raw = RawTrace(
