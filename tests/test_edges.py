@@ -150,8 +150,8 @@ def test_compare_replaces_its_whole_file_set(tmp_path):
 @pytest.mark.parametrize("cmd", [
     ["compare", "-n", "60", "--policies", "budget,chunk", "--chunks", "512", "--seeds", "0",
      "--fleet", "2,router=least-tokens", "--fleet", "pd=1:1,kv-link=ib-400g", "--no-report",
-     "--out", "{tmp}"],
-    ["capacity", "-n", "60", *BUDGET, "--fleet", "2", "--fleet", "pd=1:1"],
+     "--gpu", "h200-sxm", "--out", "{tmp}"],
+    ["capacity", "-n", "60", *BUDGET, "--fleet", "2", "--fleet", "pd=1:1", "--gpu", "h200-sxm"],
 ])
 def test_tables_into_a_pipe_show_full_numbers(cmd, tmp_path):
     """CliRunner's stdout is not a terminal, as a pipe or a log file is not."""
@@ -159,8 +159,13 @@ def test_tables_into_a_pipe_show_full_numbers(cmd, tmp_path):
     res = CliRunner().invoke(app, cmd, env={"COLUMNS": "60"})
     assert res.exit_code == 0, res.output
     assert "…" not in res.stdout, res.stdout
-    table = [ln for ln in res.stdout.splitlines() if "│" in ln]
-    assert table and all(len(ln.split("│")) == len(table[0].split("│")) for ln in table)
+    tables, block = [], []  # runs of consecutive table rows
+    for ln in [*res.stdout.splitlines(), ""]:
+        if "│" in ln:
+            block.append(ln)
+        elif block:
+            tables, block = [*tables, block], []
+    assert tables and all(len(ln.split("│")) == len(t[0].split("│")) for t in tables for ln in t)
     # no sentence split across lines: every verdict line ends a sentence
     verdict = [ln for ln in res.stdout.splitlines() if ln.startswith(("Recommended", "SLOs"))]
     assert verdict and all(ln.rstrip().endswith(".") for ln in verdict)

@@ -43,10 +43,11 @@ def rows(report: dict) -> list[tuple[str, str, str, str]]:
 
 def print_against(report: dict, console=None) -> None:
     """The predicted-vs-measured table and where the arrivals came from."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from chunksim.reports.console import make_console
+
+    console = console or make_console()
     t = Table(title=f"{report['policy']} · {report['results'].rsplit('/', 1)[-1]} · "
                     f"{report['profile_label']}")
     for col, just in (("figure", "left"), ("predicted", "right"), ("measured", "right"),
@@ -148,9 +149,9 @@ def _mean_errors(errors: dict) -> str:
 def print_calibration(record: dict, console=None) -> None:
     """The fitted parameters and the error of the mean TTFT, TPOT and E2E before and after,
     on the fitted runs and on the held-out one."""
-    from rich.console import Console
+    from chunksim.reports.console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     c = record["calibration"]
     p = lambda s: console.print(s, markup=False, highlight=False)  # noqa: E731
     p(f"fitted {', '.join(record['fitted'])}: framework time "

@@ -75,10 +75,11 @@ def _count(c) -> str:
 def print_deploy(d: Deployment | None, costs: Sequence[Cost] = (), price: GpuPrice | None = None,
                  at: str = "", console=None) -> None:
     """The console's closing lines: the deployment, then the costs (a table)."""
-    from rich.console import Console
     from rich.table import Table
 
-    con = console or Console()
+    from chunksim.reports.console import make_console
+
+    con = console or make_console()
     for line in deploy_lines(d) if d is not None else []:
         con.print(line.replace("**", "").replace("`", ""), markup=False, highlight=False,
                   soft_wrap=True)
