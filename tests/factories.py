@@ -101,7 +101,8 @@ def load_script(name: str):
 def kv_cache(num_blocks: int, block_size: int = 16, prefix_block_tokens: int | None = None):
     """A plain KVCache, or (with `prefix_block_tokens`, the tokens one prefix hash covers) a
     PrefixKVCache."""
-    from chunksim.core.kv_cache import KVConfig, make_kv_cache
+    from chunksim.core.kv_cache import KVConfig
+    from chunksim.core.kv_factory import make_kv_cache
 
     caching = prefix_block_tokens is not None
     return make_kv_cache(KVConfig(num_blocks, block_size, caching, prefix_block_tokens or 0))

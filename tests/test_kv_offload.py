@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from chunksim.cli import app
-from chunksim.core.kv_cache import KVConfig, PrefixKVCache, make_kv_cache
+from chunksim.core.kv_cache import KVConfig, PrefixKVCache
+from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.kv_offload import HostTier, OffloadKVCache
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim import core as sim_core

@@ -105,3 +105,64 @@ def test_the_check_catches_an_upward_import(monkeypatch):
     found = _violations()
     assert any("_planted_for_test.py:3 imports chunksim.cli" in v for v in found)
     assert any("_planted_for_test.py:2 imports typer" in v for v in found)
+
+
+def _module(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _module_cycles(sources: list[Path]) -> list[list[str]]:
+    """Cycles in the module import graph (imports inside functions included)."""
+    names = {_module(p): p for p in sources}
+    graph = {m: sorted({mod for _, mod in _imports(p) if mod in names and mod != m})
+             for m, p in names.items()}
+    cycles, state = [], {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        stack.append(m)
+        for d in graph[m]:
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d, stack)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])
+    return cycles
+
+
+def test_no_module_imports_itself_through_others():
+    """Inside a package too, imports form no loop (sim.run and sim.fleet_run once did)."""
+    assert _module_cycles(SOURCES) == []
+
+
+def test_the_cycle_check_catches_a_planted_loop(monkeypatch):
+    fake = ROOT / "sim" / "_planted_for_test.py"
+    original = Path.read_text
+
+    def read_text(self, *a, **kw):
+        if self == fake:
+            return "from chunksim.sim.run import simulate\n"
+        if self == ROOT / "sim" / "run.py":
+            return original(self, *a, **kw) + "\nimport chunksim.sim._planted_for_test\n"
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    assert any("chunksim.sim._planted_for_test" in c for c in _module_cycles([*SOURCES, fake]))
+
+
+def test_an_engine_is_assembled_in_one_place():
+    """`sim.build.build_engine` is the only constructor call of the simulator's `Engine`."""
+    calls = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "Engine"):
+                calls.append(str(path.relative_to(ROOT)))
+    assert calls == ["sim/build.py"]

@@ -16,7 +16,8 @@ from factories import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunksim.core.kv_cache import KVCache, KVConfig, PrefixKVCache, blocks_for, make_kv_cache
+from chunksim.core.kv_cache import KVCache, KVConfig, PrefixKVCache, blocks_for
+from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.ledger import KVLedger
 from chunksim.core.request import Request
 

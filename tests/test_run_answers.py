@@ -143,9 +143,10 @@ class _ExplodingSpread(LatencyModel):
 
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_an_absurd_jittered_step_is_refused(linear_profile, monkeypatch, fast_forward):
-    import chunksim.sim.run as run_mod
+    import chunksim.sim.build as build_mod
 
-    monkeypatch.setattr(run_mod, "latency_model", _ExplodingSpread)
+    monkeypatch.setattr(build_mod, "latency_model",
+                        lambda profile, overhead_s, *_: _ExplodingSpread(profile, overhead_s))
     w = workload([(0.0, 100, 200), (0.0, 300, 200)])
     cfg = RunConfig(engine=EngineConfig(jitter=True, seed=1, fast_forward=fast_forward))
     with pytest.raises(ValueError, match=r"--jitter: step \d+ .* its median") as exc:

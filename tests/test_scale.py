@@ -142,12 +142,12 @@ def _live_requests() -> int:
 
 
 def test_finished_requests_are_released(linear_profile):
+    from chunksim.sim.build import engine_parts
     from chunksim.sim.core import EngineCore
-    from chunksim.sim.run import engine_parts
 
     w = _chat(80)
     cfg = RunConfig(chunk=512)
-    _, latency, kv = engine_parts(w, linear_profile, cfg)
+    kv = engine_parts(w, linear_profile, cfg).kv
     before = _live_requests()
     core = EngineCore(w, cfg.make_policy(), kv)
     now, steps, seen = 0.0, 0, []

@@ -431,10 +431,10 @@ class PlanOverlay:
         return len(self.kv.keys.get(req.request_id, ()))
 
 
-def make_kv_cache(config: KVConfig) -> KVCache:
-    """The plain or the prefix-caching cache (with a CPU tier under it), as configured."""
-    if config.host_blocks:
-        from chunksim.core.kv_offload import OffloadKVCache
-
-        return OffloadKVCache(config)
-    return PrefixKVCache(config) if config.prefix_caching else KVCache(config)
+def prefix_hit_rate(caches) -> float | None:
+    """Prompt tokens served from the prefix cache over prompt tokens looked up, pooled
+    over `caches` (one engine's, or every replica's of a fleet); None when none of them
+    caches prefixes or nothing was looked up."""
+    caching = [c for c in caches if c.prefix_caching]
+    queries = sum(c.query_tokens for c in caching)
+    return sum(c.hit_tokens for c in caching) / queries if queries else None

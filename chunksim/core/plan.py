@@ -74,6 +74,8 @@ class Policy(Protocol):
     speculative: bool
     """True if the policy schedules a decode's draft tokens (`Request.num_spec_tokens`) as
     vLLM V1 does: the engine refuses speculative decoding under any other policy."""
+    max_num_seqs: int
+    """The seat cap: most requests running at once (vLLM's --max-num-seqs)."""
     bulk_decode: bool
     """True only if, with nothing waiting and every running request decoding, the next
     plan decodes all of them again: then the engine may run such stretches in bulk
@@ -85,6 +87,12 @@ class Policy(Protocol):
 
     def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
         """Why a request of this size can never run under this policy (None if it can)."""
+        ...
+
+    def max_model_len_error(self, max_model_len: int) -> str | None:
+        """Why this policy refuses --max-model-len `max_model_len` given by the user, as
+        vLLM's SchedulerConfig refuses a length its settings could never schedule (None:
+        it takes it)."""
         ...
 
     def params(self) -> dict:

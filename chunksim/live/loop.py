@@ -92,7 +92,7 @@ class LiveEngine:
 
     def _serve(self, rt: Runtime) -> LiveResult:
         core = EngineCore(self.workload, self.policy, self.kv_config, self.max_model_len)
-        seats = getattr(self.policy, "max_num_seqs", len(self.workload.requests))
+        seats = self.policy.max_num_seqs
         slots = SlotTable(self.settings.model, self.workload,
                           min(seats, self.kv_config.num_blocks), rt.device, rt.dtype,
                           rt.kv_bytes_budget())

@@ -142,6 +142,14 @@ class TokenBudgetPolicy(PolicyBase):
                     "--max-num-batched-tokens or drop --no-enable-chunked-prefill)")
         return None
 
+    def max_model_len_error(self, max_model_len: int) -> str | None:
+        if self.enable_chunked_prefill or max_model_len <= self.max_num_batched_tokens:
+            return None
+        return (  # vLLM's SchedulerConfig refuses this too
+            f"--max-model-len {max_model_len} exceeds --max-num-batched-tokens "
+            f"{self.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt that "
+            "long could never be scheduled; raise the budget or lower --max-model-len")
+
     def _cap(self, req, want: int) -> int:
         thr = self.long_prefill_token_threshold
         if thr and want > thr:

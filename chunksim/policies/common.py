@@ -42,6 +42,10 @@ class PolicyBase:
         """Why a request of this size can never run under this policy (None if it can)."""
         return None
 
+    def max_model_len_error(self, max_model_len: int) -> str | None:
+        """Why this policy refuses --max-model-len `max_model_len` (None: it takes it)."""
+        return None
+
     @classmethod
     def device_defaults(cls, device_name: str | None) -> dict[str, tuple[Any, str]]:
         """Knobs whose default depends on the profiled device: {knob: (value, why)}."""

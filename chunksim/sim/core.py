@@ -12,7 +12,8 @@ from collections import deque
 
 import numpy as np
 
-from chunksim.core.kv_cache import KVConfig, blocks_for, make_kv_cache
+from chunksim.core.kv_cache import KVConfig, blocks_for, prefix_hit_rate
+from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
@@ -721,9 +722,7 @@ class EngineCore:
             "block_size": self.kv.block_size,
             "preemption_only_steps": self.empty_preempt_steps,
             "prefix_caching": self.kv.prefix_caching,
-            "prefix_cache_hit_rate": (self.kv.hit_tokens / self.kv.query_tokens
-                                      if self.kv.prefix_caching and self.kv.query_tokens
-                                      else None),
+            "prefix_cache_hit_rate": prefix_hit_rate([self.kv]),
             "priority_scheduling": self.queue.name == "priority",
             "waiting_order": self.queue.name,
             **self.spec_meta(),

@@ -9,18 +9,19 @@ one that reads none decides every request up front, which changes nothing (its c
 depend on the request stream alone) but lets each replica know its own next arrival.
 
 Bulk decode stays exact. A router that reads only request and token counts (least-requests,
-least-tokens) reads them mid-stretch: each replica applies its bulk decode one segment at a
-time, at the segment's end (a segment's steps and the tokens each computes are known in
-closed form, so a read subtracts the steps done by then: `Engine.decoded_by`), and only the
-replica a request is delivered to cuts its segment, after the step in flight; a step that
-would end exactly at a read is stepped (who comes first there is SimPy's event order). A
-router that reads the prefix cache (prefix) ends every replica's stretch before the step
+least-tokens: `Router.reads_mid_stretch`) reads them mid-stretch: each replica applies its
+bulk decode one segment at a time, at the segment's end (a segment's steps and the tokens
+each computes are known in closed form, so a read subtracts the steps done by then:
+`Engine.decoded_by`), and only the replica a request is delivered to cuts its segment,
+after the step in flight; a step that would end exactly at a read is stepped (who comes
+first there is SimPy's event order). Any other router (prefix, which reads the prefix
+cache, and any new one unless it opts in) ends every replica's stretch before the step
 that would end at or after its next read (`core.Inbox.next_read_s`). Either way, whenever
 the router looks, it sees what stepping would have left; a replica's own next delivery
-bounds its stretch as an arrival bounds a lone engine's. A replica
-pulling arrivals first delivers every request due by then (any replica's clock may reach
-an arrival time before the router's own process does), so a one-replica fleet replays
-exactly the events of a lone engine.
+bounds its stretch as an arrival bounds a lone engine's. A replica pulling arrivals first
+delivers every request due by then (any replica's clock may reach an arrival time before
+the router's own process does), so a one-replica fleet replays exactly the events of a
+lone engine.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ class Fleet:
         self.delivered = 0
         # with one replica there is nothing to choose: no read can change a choice
         self.reads_state = router.reads_state and len(engines) > 1
-        self.live = self.reads_state and not router.reads_cache
-        """The router reads counts only: replicas read mid-stretch (module docstring)."""
+        self.live = self.reads_state and router.reads_mid_stretch
+        """The router reads only what stays exact mid-stretch (module docstring)."""
         self.advancing = False
         self.gate = None  # spec -> why the fleet refuses it (None: deliver), e.g. P/D
         if self.reads_state:

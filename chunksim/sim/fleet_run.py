@@ -17,16 +17,18 @@ import functools
 
 import numpy as np
 
+from chunksim.core.kv_cache import prefix_hit_rate
 from chunksim.core.shape import BatchShape
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile, load_profile
+from chunksim.sim.build import EngineParts, RunConfig, build_engine, engine_parts
 from chunksim.sim.engine import Engine, SimResult
 from chunksim.sim.fleet import Fleet
 from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
 from chunksim.sim.offload import offload_meta
 from chunksim.sim.pd import Disaggregated, first_tokens
 from chunksim.sim.routers import make_router
-from chunksim.sim.run import RunConfig, engine_config, engine_parts, summarize_run
+from chunksim.sim.run_summary import summarize_run
 
 TOKEN_TIME_SHAPE = BatchShape(prefill_tokens=1024)
 """The step that measures a profile's time per token for routing: one 1024-token prefill
@@ -50,35 +52,31 @@ def _token_times(latencies: list) -> list[float] | None:
 def simulate_fleet(workload: Workload, profile: Profile,
                    cfg: RunConfig) -> tuple[SimResult, dict]:
     f = cfg.fleet
-    device, latency, kv = engine_parts(workload, profile, cfg)
+    parts = engine_parts(workload, profile, cfg)
     if f.pd is not None:
-        return _simulate_pd(workload, profile, cfg, device, latency, kv)
+        return _simulate_pd(workload, profile, cfg, parts)
     n = f.replica_count
     token_times = None
     if f.groups is None:
-        engines = [Engine(workload, cfg.make_policy(device), latency, kv,
-                          engine_config(profile, cfg)) for _ in range(n)]
+        engines = [build_engine(workload, cfg, parts) for _ in range(n)]
     else:
         engines, latencies, names = [], [], []
         for name, count in f.groups:
             prof = group_profile(name)
-            dev, lat, kv_g = engine_parts(workload, prof, cfg)
+            group_parts = engine_parts(workload, prof, cfg)
             for _ in range(count):
-                engines.append(Engine(workload, cfg.make_policy(dev), lat, kv_g,
-                                      engine_config(prof, cfg)))
-                latencies.append(lat)
+                engines.append(build_engine(workload, cfg, group_parts))
+                latencies.append(group_parts.latency)
                 names.append(prof.label)
         token_times = _token_times(latencies)
     router = make_router(f.router or "round-robin", n, cfg.engine.seed, f.prefix_load_cap)
     fleet = Fleet(workload, engines, router, f.router_staleness_s, token_times)
     results = fleet.run()
     if n == 1:
-        return results[0], summarize_run(results[0], profile, cfg, latency, device)
+        return results[0], summarize_run(results[0], profile, cfg, parts)
     result = merge_results(results, fleet.dest)
-    hits = sum(e.core.kv.hit_tokens for e in engines if e.core.kv.prefix_caching)
-    queries = sum(e.core.kv.query_tokens for e in engines if e.core.kv.prefix_caching)
     if result.meta.get("prefix_caching"):
-        result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
+        result.meta["prefix_cache_hit_rate"] = prefix_hit_rate(e.core.kv for e in engines)
     _offload_meta(result, engines)
     result.meta.update(fleet={"replicas": n, "router": router.name,
                               "router_staleness_ms": f.router_staleness_s * 1000.0})
@@ -86,7 +84,7 @@ def simulate_fleet(workload: Workload, profile: Profile,
         result.meta["fleet"]["groups"] = [
             {"profile": group_profile(name).label, "sha256": group_profile(name).sha256,
              "replicas": count} for name, count in f.groups]
-    summary = summarize_run(result, profile, cfg, latency, device)
+    summary = summarize_run(result, profile, cfg, parts)
     # busy fraction of the fleet: the mean over its replicas
     if summary["busy_fraction"] is not None:  # None: the run completed nothing
         summary["busy_fraction"] /= n
@@ -117,8 +115,8 @@ def _model_name(profile: Profile) -> str:
     return str(model.get("name") if isinstance(model, dict) else model)
 
 
-def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, latency,
-                 kv) -> tuple[SimResult, dict]:
+def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig,
+                 parts: EngineParts) -> tuple[SimResult, dict]:
     f = cfg.fleet
     p, d = f.pd_counts
     try:
@@ -129,11 +127,8 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, l
             "provenance, needed to time KV transfers; use a profile written by `sim "
             "profile`") from None
     prompts = first_tokens(workload)
-    engine_cfg = engine_config(profile, cfg)
-    prefill = [Engine(prompts, cfg.make_policy(device), latency, kv, engine_cfg)
-               for _ in range(p)]
-    decode = [Engine(workload, cfg.make_policy(device), latency, kv, engine_cfg)
-              for _ in range(d)]
+    prefill = [build_engine(prompts, cfg, parts) for _ in range(p)]
+    decode = [build_engine(workload, cfg, parts) for _ in range(d)]
     seed = cfg.engine.seed
     prouter = make_router(f.router or "round-robin", p, seed, f.prefix_load_cap)
     drouter = make_router(f.decode_router or "least-tokens", d, seed + 1, f.prefix_load_cap,
@@ -147,16 +142,14 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, device, l
                       outputs)
     engines = prefill + decode
     if result.meta.get("prefix_caching"):
-        hits = sum(e.core.kv.hit_tokens for e in engines)
-        queries = sum(e.core.kv.query_tokens for e in engines)
-        result.meta["prefix_cache_hit_rate"] = hits / queries if queries else None
+        result.meta["prefix_cache_hit_rate"] = prefix_hit_rate(e.core.kv for e in engines)
     _offload_meta(result, engines)
     result.meta.update(fleet={
         "prefill_instances": p, "decode_instances": d, "router": prouter.name,
         "decode_router": drouter.name, "router_staleness_ms": f.router_staleness_s * 1000.0,
         "kv_link": f.kv_link, "kv_link_gbps": bw * 8 / 1e9, "kv_link_latency_us": lat * 1e6,
         "kv_bytes_per_token": per_token})
-    summary = summarize_run(result, profile, cfg, latency, device)
+    summary = summarize_run(result, profile, cfg, parts)
     if summary["busy_fraction"] is not None:  # None: the run completed nothing
         summary["busy_fraction"] /= p + d
     rows = replica_rows(pres, pd.prefill.dest, summary["duration"])

@@ -44,10 +44,11 @@ class Router:
 
     name: ClassVar[str] = ""
     reads_state: ClassVar[bool] = False
-    reads_cache: ClassVar[bool] = False
-    """It reads a replica's prefix cache, not only its request and token counts: the
-    fleet then ends bulk decode stretches before its reads (counts it can read mid-stretch,
-    `sim.fleet`)."""
+    reads_mid_stretch: ClassVar[bool] = False
+    """It reads only what a replica keeps exact in the middle of a bulk decode stretch
+    (`sim.fleet.Replica`: outstanding requests and tokens), so the fleet may let stretches
+    run through its reads. Off (the default), every replica ends its stretch before each
+    read, so the router sees exactly what stepping would have left, whatever it reads."""
 
     def __init__(self, replicas: int, seed: int = 0) -> None:
         self.n = replicas
@@ -104,6 +105,7 @@ class LeastRequests(Router):
 
     name = "least-requests"
     reads_state = True
+    reads_mid_stretch = True
 
     def pick(self, spec, views):
         return self._argmin([v.outstanding_requests() for v in views])
@@ -116,6 +118,7 @@ class LeastTokens(Router):
 
     name = "least-tokens"
     reads_state = True
+    reads_mid_stretch = True
 
     def pick(self, spec, views):
         return self._argmin([v.outstanding_tokens() * v.relative_token_time() for v in views])
@@ -129,7 +132,6 @@ class PrefixAffinity(Router):
 
     name = "prefix"
     reads_state = True
-    reads_cache = True
 
     def __init__(self, replicas: int, seed: int = 0, load_cap: int = 8) -> None:
         super().__init__(replicas, seed)

@@ -1,221 +1,28 @@
 """One simulation run from config to records and summary: the library entry point that
-`sim run`, `sim compare`, `sim capacity` and `sim sweep` share."""
+`sim run`, `sim compare`, `sim capacity` and `sim sweep` share. `simulate` runs one
+engine (`sim.build`) or a fleet (`sim.fleet_run`); `RunConfig` is defined in `sim.build`
+and re-exported here for callers of `simulate`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from chunksim import atomic
-from chunksim.core.knobs import knob
-from chunksim.core.kv_cache import KVConfig
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
-from chunksim.latency.select import latency_model
-from chunksim.policies import chosen_defaults, knob_owners, make_policy
 from chunksim.sim.board import BOARD_FILES
-from chunksim.sim.coverage import describe_ranges, extrapolation_warnings, grid_ranges
-from chunksim.sim.engine import Engine, EngineConfig, SimResult
-from chunksim.sim.fleet_config import FleetConfig
-from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
-from chunksim.sim.offload_config import OffloadConfig
+from chunksim.sim.build import RunConfig, build_engine, engine_parts
+from chunksim.sim.coverage import describe_ranges, grid_ranges
+from chunksim.sim.engine import SimResult
+from chunksim.sim.fleet_run import simulate_fleet
 from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records import StepLog
+from chunksim.sim.run_summary import summarize_run
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
-_E = "Engine and KV cache"
-
-
-def _ms_to_s(ms: float) -> float:
-    return ms / 1000.0
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """A policy on a profile, with the engine and KV settings."""
-
-    policy: str = knob("budget", "--policy", panel="Policy")
-    """Scheduling policy (a knob of another policy is refused)."""
-    chunk: int | None = knob(None, "--chunk", panel="Policy", min=1)
-    """The policy's chunk size: chunk: prefill tokens per request per step (default 1024);
-    budget, sjf: tokens per step, decodes included (= --max-num-batched-tokens; default
-    8192 on H100/H200-class profiles, else 2048)."""
-    knobs: tuple[tuple[str, Any], ...] = ()
-    """Policy knobs the user set, (field name, value) sorted by name (a mapping is
-    accepted and normalized); the rest take the modelled system's defaults
-    (`policies.make_policy`)."""
-    kv_blocks: int | None = knob(None, "--kv-blocks", panel=_E, min=1)
-    """KV capacity in blocks (default: from the profile, device memory x utilization -
-    weights)."""
-    block_size: int = knob(16, "--block-size", panel=_E, min=1)
-    """Tokens per KV block."""
-    gpu_memory_utilization: float = knob(0.9, "--gpu-memory-utilization", panel=_E)
-    """Memory fraction for weights + KV when deriving --kv-blocks."""
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    """Jitter, seed, fast-forward, max_model_len, wake-up."""
-    step_overhead_s: float | None = knob(None, "--step-overhead-ms", panel=_E, min=0.0,
-                                         parse=_ms_to_s)
-    """Flat per-step CPU overhead added to every step, ms (default: the profile's fit, base
-    + per request in the step, measured on the live loop)."""
-    expert_skew: float | None = knob(None, "--expert-skew", panel=_E, min=0.0)
-    """MoE profiles: Zipf exponent of expert popularity, the i-th most used expert routed
-    in proportion to 1 / i^s (0: uniform routing; default: the profile's, uniform unless
-    it records one); the busiest expert-parallel device sets the layer's time."""
-    slos_s: dict = knob(None, "--goodput", panel=_E, default_factory=dict,
-                        cli_type=list[str], parse=parse_slos)
-    """SLO for goodput, METRIC=MS with METRIC ttft, tpot, e2el or itl (repeat the flag)."""
-    class_slos_s: dict = knob(None, "--class-slo", panel=_E, default_factory=dict,
-                              cli_type=list[str], parse=parse_class_slos)
-    """Per request-class SLO, CLASS:METRIC=MS (overrides --goodput for that class; repeat
-    the flag)."""
-    prefix_caching: bool = knob(True, "--prefix-caching/--no-prefix-caching",
-                                "--enable-prefix-caching/--no-enable-prefix-caching",
-                                panel=_E)
-    """vLLM V1 automatic prefix caching: cached full blocks cost no budget, freed blocks
-    stay cached (LRU) so preempted requests re-prefill cheaply."""
-    fleet: FleetConfig = field(default_factory=FleetConfig)
-    """Replicas and router, or P/D pools (default: one engine)."""
-    offload: OffloadConfig = field(default_factory=OffloadConfig)
-    """A CPU tier for the KV cache (default: none)."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.knobs, tuple):  # a mapping given: normalize, hashable
-            object.__setattr__(self, "knobs", tuple(sorted(dict(self.knobs).items())))
-        if self.offload.active and not self.prefix_caching:
-            raise ValueError(
-                f"--kv-offload-gib {self.offload.kv_offload_gib:g} keeps blocks the prefix "
-                "cache evicts, so it needs prefix caching: drop --no-prefix-caching or "
-                "--kv-offload-gib")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ValueError(
-                f"gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1] "
-                "(--gpu-memory-utilization)")
-
-    def variant(self, policy: str | None = None, chunk: int | None = None,
-                seed: int | None = None, variant: str | None = None) -> RunConfig:
-        """This configuration with another policy family (its variant, chunk size) or seed:
-        what comparisons, capacity searches and sweeps vary. A knob the new family lacks
-        is dropped, except one the user set for it."""
-        cfg = self
-        if policy is not None:
-            knobs = dict(self.knobs)
-            knobs.pop("variant", None)
-            if variant is not None:
-                knobs["variant"] = variant
-            owners = knob_owners()
-            keep = {k: v for k, v in knobs.items() if policy in owners.get(k, ())}
-            cfg = replace(cfg, policy=policy, chunk=chunk, knobs=tuple(sorted(keep.items())))
-        if seed is not None:
-            cfg = replace(cfg, engine=replace(cfg.engine, seed=seed))
-        return cfg
-
-    def make_policy(self, device_name: str | None = None):
-        """The policy this configuration runs on a profile of `device_name`."""
-        return make_policy(self.policy, dict(self.knobs), self.chunk, device_name)
-
-
-def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> int:
-    """vLLM-style capacity: (device memory * utilization - weights) / bytes per block.
-    Activation memory is not subtracted (it is small next to KV at these sizes)."""
-    p = profile.provenance
-    try:
-        mem, weights, per_tok = (int(p["device_memory_bytes"]), int(p["weights_bytes"]),
-                                 int(p["kv_bytes_per_token"]))
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(
-            f"profile {profile.path} has no device_memory_bytes / weights_bytes / "
-            "kv_bytes_per_token in its provenance; give --kv-blocks") from None
-    free = mem * utilization - weights
-    blocks = int(free // (block_size * per_tok))
-    if blocks < 1:
-        raise ValueError(
-            f"profile {profile.path}: weights ({weights / 2**30:.1f} GiB) leave no KV room in "
-            f"{mem / 2**30:.1f} GiB at utilization {utilization}; give --kv-blocks")
-    return blocks
-
-
-def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig):
-    """(device name, latency model, KV config) of one engine of this configuration."""
-    device = profile.provenance.get("device_name")
-    latency = latency_model(profile, cfg.step_overhead_s, cfg.expert_skew)
-    blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
-                                                cfg.gpu_memory_utilization)
-    kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
-    spec = cfg.engine.speculative
-    if spec.enabled:
-        latency.drafter = make_drafter(spec, profile, latency)
-    if cfg.offload.active:
-        kv = offload_kv(kv, profile, cfg.offload)
-    return device, latency, kv
-
-
-def make_drafter(spec, profile: Profile, latency):
-    """The drafter cost of a speculating engine on `profile` (`latency.drafter`), with a
-    warning when the draft profile's model cannot share the target's tokenizer."""
-    from chunksim.latency.drafter import Drafter, model_layers, tokenizer_mismatch
-    from chunksim.latency.profile import load_profile
-
-    draft = None
-    warning = None
-    if spec.draft_profile is not None:
-        dp = load_profile(spec.draft_profile)
-        draft = latency_model(dp, 0.0)  # the host work of a step is priced once, by the target
-        warning = tokenizer_mismatch(profile.provenance, dp.provenance)
-    return Drafter(spec, latency, model_layers(profile.provenance), draft, warning)
-
-
-def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
-    """`kv` with the CPU tier of `off`: its capacity in blocks of the profile model's
-    KV size, and its link."""
-    try:
-        per_tok = int(profile.provenance["kv_bytes_per_token"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(
-            f"--kv-offload-gib: profile {profile.path} has no kv_bytes_per_token in its "
-            "provenance, needed to size host blocks and time their loads; use a profile "
-            "written by `sim profile`") from None
-    block_bytes = per_tok * kv.block_size
-    if off.host_blocks(block_bytes) < 1:
-        raise ValueError(
-            f"--kv-offload-gib {off.kv_offload_gib:g} holds no KV block of this model "
-            f"({block_bytes} bytes at --block-size {kv.block_size}); give at least "
-            f"{block_bytes / 2**30:.3g} GiB, or 0 for no CPU tier")
-    bw, lat = off.link
-    return replace(kv, host_blocks=off.host_blocks(block_bytes), block_bytes=block_bytes,
-                   host_bytes_per_s=bw, host_latency_s=lat)
-
-
-def engine_config(profile: Profile, cfg: RunConfig) -> EngineConfig:
-    """The engine settings of one engine: --max-model-len defaults to the profile model's
-    maximum position, as vLLM rejects longer requests."""
-    engine_cfg = cfg.engine
-    if engine_cfg.max_model_len is None and profile.max_position is not None:
-        engine_cfg = replace(engine_cfg, max_model_len=profile.max_position)
-    return engine_cfg
-
-
-def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
-                  latency, device: str | None) -> dict:
-    """The summary of a run's records (its meta completed with the profile's facts, and
-    a warning when many steps were priced outside the profile's grid)."""
-    meta = dict(result.meta)
-    meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
-                profile_kind=profile.kind,
-                profile_filled_cells=latency.filled_cells,
-                policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
-    steps = result.steps if result.step_totals is None else result.step_totals
-    summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
-    by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
-                                 cfg.class_slos_s)
-    if by_class:
-        summary["by_class"] = by_class
-    summary["warnings"] = extrapolation_warnings(steps, grid_ranges(profile.table))
-    warning = getattr(latency.drafter, "warning", None)
-    if warning:
-        summary["warnings"].append(warning)
-    return summary
+__all__ = ["RunConfig", "simulate", "nothing_completed", "write_outputs", "OUTPUT_FILES",
+           "refuse_unknown_classes"]
 
 
 def refuse_unknown_classes(workload: Workload, cfg: RunConfig) -> None:
@@ -255,8 +62,6 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
         if schedule_log:
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "
                              "--replicas / --pd")
-        from chunksim.sim.fleet_run import simulate_fleet
-
         result, summary = simulate_fleet(workload, profile, cfg)
         steps = result.steps
         if steps_keep != 1:
@@ -267,24 +72,16 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
             steps = steps.iloc[:0]
         result.steps = steps.reset_index(drop=True)
         return result, summary
-    device, latency, kv = engine_parts(workload, profile, cfg)
-    policy = cfg.make_policy(device)
-    engine_cfg = engine_config(profile, cfg)
-    mml = engine_cfg.max_model_len
-    if (not getattr(policy, "enable_chunked_prefill", True) and cfg.engine.max_model_len
-            is not None and mml > policy.max_num_batched_tokens):
-        raise ValueError(  # vLLM's SchedulerConfig refuses this too
-            f"--max-model-len {mml} exceeds --max-num-batched-tokens "
-            f"{policy.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt "
-            "that long could never be scheduled; raise the budget or lower --max-model-len")
-    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(grid_ranges(
-        profile.table))) if engine_cfg.jitter else None)
+    parts = engine_parts(workload, profile, cfg)
     ranges = grid_ranges(profile.table)
-    engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
-                    spread_guard=guard, progress=progress,
-                    step_log=lambda: StepLog(keep=steps_keep, sink=steps_sink, ranges=ranges))
+    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
+             if parts.engine.jitter else None)
+    engine = build_engine(workload, cfg, parts, schedule_log=schedule_log,
+                          spread_guard=guard, progress=progress,
+                          step_log=lambda: StepLog(keep=steps_keep, sink=steps_sink,
+                                                   ranges=ranges))
     result = engine.run()
-    return result, summarize_run(result, profile, cfg, latency, device)
+    return result, summarize_run(result, profile, cfg, parts)
 
 
 def nothing_completed(result: SimResult, summary: dict) -> str | None:

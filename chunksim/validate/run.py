@@ -17,7 +17,7 @@ import numpy as np
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.live.settings import LiveSettings
-from chunksim.sim.run import RunConfig, default_kv_blocks
+from chunksim.sim.build import RunConfig, default_kv_blocks
 from chunksim.validate.compare import (
     PADDED_ABOVE,
     TARGET_KEYS,

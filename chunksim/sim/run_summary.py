@@ -1,0 +1,34 @@
+"""A run's summary from its records: the metrics (`sim.metrics`) completed with the
+profile's facts, per-class sections and the warnings."""
+
+from __future__ import annotations
+
+from chunksim.latency.profile import Profile
+from chunksim.policies import chosen_defaults
+from chunksim.sim.build import EngineParts, RunConfig
+from chunksim.sim.coverage import extrapolation_warnings, grid_ranges
+from chunksim.sim.engine import SimResult
+from chunksim.sim.metrics import summarize, summarize_classes
+
+
+def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
+                  parts: EngineParts) -> dict:
+    """The summary of a run's records (its meta completed with the profile's facts, and
+    a warning when many steps were priced outside the profile's grid)."""
+    latency, device = parts.latency, parts.device
+    meta = dict(result.meta)
+    meta.update(profile=profile.path.rsplit("/", 1)[-1], profile_label=profile.label,
+                profile_kind=profile.kind,
+                profile_filled_cells=latency.filled_cells,
+                policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
+    steps = result.steps if result.step_totals is None else result.step_totals
+    summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
+    by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
+                                 cfg.class_slos_s)
+    if by_class:
+        summary["by_class"] = by_class
+    summary["warnings"] = extrapolation_warnings(steps, grid_ranges(profile.table))
+    warning = getattr(latency.drafter, "warning", None)
+    if warning:
+        summary["warnings"].append(warning)
+    return summary
