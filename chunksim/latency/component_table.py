@@ -6,7 +6,10 @@ component keys on its own columns and leaves the others 0:
 - per layer: `dense` (tokens), `prefill_attn` (chunk_len, prior_len), `decode_attn`
   (decode_count, kv_len = mean context, kv_max = longest context), `allreduce` (tokens;
   tensor-parallel profiles only);
-- once per step: `embed` (tokens), `head` (logits), `fixed` (no key, one row).
+- once per step: `embed` (tokens), `head` (logits), `fixed` (no key, one row);
+- optional, per layer: `mixed_attn` (chunk_len, prior_len, decode_count, kv_len): one
+  layer's attention of one chunk and a batch of decodes run as one kernel call, where the
+  source measured it (a mixed step's attention is then not the sum of its parts).
 
 Every error names the file, the CSV line and the column at fault.
 """
@@ -34,9 +37,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "embed": ("tokens",),
     "head": ("logits",),
     "fixed": (),
+    "mixed_attn": ("chunk_len", "prior_len", "decode_count", "kv_len"),
 }
 """Each component's key columns (the others must be 0)."""
-OPTIONAL = frozenset({"allreduce"})
+OPTIONAL = frozenset({"allreduce", "mixed_attn"})
 MINIMUM = {"tokens": 1, "chunk_len": 1, "prior_len": 0, "decode_count": 1, "kv_len": 1,
            "kv_max": 1, "logits": 0}
 """Smallest value of each key column where it is a key."""
@@ -67,6 +71,9 @@ class Components:
     head: Grid
     fixed: Grid
     allreduce: Grid | None
+    mixed_attn: Grid | None = None
+    """Axes (chunk_len, prior_len, decode_count, kv_len): a chunk and decodes' attention as
+    one call (None: the profile prices a mixed step's attention as the sum of its parts)."""
 
 
 _Z90 = 1.2815515655446004
@@ -147,8 +154,8 @@ def parse(table: pd.DataFrame, path: str) -> Components:
     if grids["decode_attn"].axes[2][0] != 1:
         raise ValueError(f"component profile {path}: decode_attn rows lack kv_max == "
                          f"kv_len (column kv_max); equal contexts are the spread axis's start")
-    return Components(allreduce=grids.get("allreduce"),
-                      **{k: v for k, v in grids.items() if k != "allreduce"})
+    return Components(allreduce=grids.get("allreduce"), mixed_attn=grids.get("mixed_attn"),
+                      **{k: v for k, v in grids.items() if k not in OPTIONAL})
 
 
 def _number(v) -> float | None:
