@@ -157,7 +157,7 @@ def fill_ragged(rows: list[dict], component: str) -> list[str]:
             r.update(got)
             rows.append(r)
             have[k] = r
-            notes.append(f"{component} at {dict(zip(keys, k, strict=True))}: not measured, "
+            notes.append(f"{component} at {({c: r[c] for c in keys})}: not measured, "
                          f"interpolated along {via}")
         if len(left) == len(missing):
             k = left[0]
