@@ -324,11 +324,13 @@ def import_aiconfigurator(out_csv: Path, system: str, backend: str, model: str, 
     spec = system_spec(system)
     weight_bytes = 1 if quant and "fp8" in quant else 2
     measured = {k: ("measured" if set(v["sources"]) == {"silicon"} else
-                    "modelled" if "silicon" not in v["sources"] else "partly measured")
+                    "modelled" if set(v["sources"]) <= {"empirical"} else "partly measured")
                 for k, v in sources.items()}
     framework = (FRAMEWORK_DEFAULT_S, FRAMEWORK_SOURCE) if framework_s is None else (
         framework_s, "--framework-ms, given at import")
     meta = {
+        "label": (f"imported from {PACKAGE} {_version()} ({backend} {db.version} data on "
+                  f"{system}); kernel times plus framework time, not measured by chunksim"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": "imported",
         "device_name": f"{system} ({backend} {db.version}, aiconfigurator database)",
