@@ -52,6 +52,12 @@ from chunksim.profiler.components import LayerBench, evict_bytes
 from chunksim.profiler.timing import Timing
 from chunksim.progress import ProgressBar
 
+OWN_TERMS = {
+    "mixed_attention": "sum-of-parts (the model attends each sequence in its own call)",
+    "decode_spread": "mean and longest context (kv_max / kv_len axis)",
+    "terms": {"rotary": "in dense", "final_norm": "in head", "sampler": "in head (greedy)"},
+}
+"""How chunksim's own profiler prices the step terms (docs/profile-format.md)."""
 CLOCKS = {"wall": time.perf_counter, "thread-cpu": time.thread_time}
 
 
@@ -258,7 +264,7 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
                        "relook_below_s": g.relook_below_s, "relooked_points": relooked,
                        "shard": {k: getattr(shard, k) for k in (
                            "n_heads", "n_kv_heads", "intermediate_size", "vocab_size")},
-                       "grid": g.as_dict()},
+                       "grid": g.as_dict(), **OWN_TERMS},
         "calibration": calibration,
         "seed": s.seed,
         "phase_s": phases,
