@@ -79,3 +79,19 @@ def test_every_gpu_profile_carries_a_banner_saying_what_it_is(name):
         assert src["system"] in banner and src["package_version"] in banner
     else:
         assert banner == EAGER_BANNER
+
+
+@pytest.mark.slow
+def test_a_report_page_of_an_imported_profile_carries_its_banner(tmp_path):
+    from typer.testing import CliRunner
+
+    from chunksim.cli import app
+
+    res = CliRunner().invoke(app, ["compare", "--profile", "llama-3.1-8b-h200-vllm",
+                                   "--policies", "budget", "--chunks", "512", "-n", "30",
+                                   "--seeds", "0", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    for page in ("report.md", "report.html"):
+        text = (tmp_path / page).read_text()
+        assert "Imported costs, not measured on this device" in text
+        assert "h200_sxm" in text.split("Imported costs", 1)[1][:600]
