@@ -182,13 +182,13 @@ class Database:
         with _quiet():
             try:
                 self.h = engine_handle.compile(model, system, backend, **kwargs)
+                shared, ctx_att, _ = self.h.mixed_step_breakdown_per_op(16, 1, 16, 2, 0)
+                self.n_ctx = len(shared) + len(ctx_att)
+                self.n_gen = len(self.h.decode_step_per_op(1, 16, 2))
             except Exception as exc:  # the package raises several types
                 raise ValueError(f"aiconfigurator could not build {model} on {system} "
                                  f"({backend} {self.version}, tp {tp}, ep {ep}, quant "
                                  f"{quant or 'default'}): {str(exc).splitlines()[0]}") from None
-            shared, ctx_att, _ = self.h.mixed_step_breakdown_per_op(16, 1, 16, 2, 0)
-            self.n_ctx = len(shared) + len(ctx_att)
-            self.n_gen = len(self.h.decode_step_per_op(1, 16, 2))
 
     def context(self, tokens: int, prior: int = 0, batch: int = 1) -> list[tuple]:
         """(name, seconds, source) of every context op at `batch` x `tokens` after `prior`."""
