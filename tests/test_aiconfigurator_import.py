@@ -126,3 +126,16 @@ def test_flags_of_the_other_source_are_refused(tmp_path):
     res = CliRunner().invoke(app, ["profile", "import", str(tmp_path), "--system", "h200_sxm",
                                    "--out", str(tmp_path / "p.csv")])
     assert res.exit_code != 0 and "--system apply to --from aiconfigurator" in said(res)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--model", "Qwen/Qwen3-30B-A3B"], "is a mixture-of-experts model"),
+    (["--model", MODEL, "--ep", "2"], "--ep 2: expert parallelism applies to"),
+])
+def test_what_the_dense_import_cannot_price_is_refused(tmp_path, args, says):
+    pytest.importorskip("aiconfigurator_core")
+    res = CliRunner().invoke(app, ["profile", "import", "--from", "aiconfigurator",
+                                   "--system", "h200_sxm", *args, "--out",
+                                   str(tmp_path / "p.csv")])
+    assert res.exit_code != 0 and says in str(res.exception)
+    assert not (tmp_path / "p.csv").exists()

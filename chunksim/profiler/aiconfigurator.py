@@ -110,9 +110,21 @@ def system_spec(system: str) -> dict:
     return yaml.safe_load((_root() / "systems" / f"{system}.yaml").read_text())
 
 
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+"""HF config keys of a mixture-of-experts model."""
+
+
 def model_config(model: str) -> ModelConfig:
-    """chunksim's shape of `model` (an HF id the package ships a config for)."""
+    """chunksim's shape of `model` (an HF id the package ships a config for). A
+    mixture-of-experts model is refused: chunksim's dense shape would count one MLP's
+    weights, not every expert's, and so size the KV cache wrongly."""
+    import json
+
     path = _root() / "model_configs" / f"{model.replace('/', '--', 1)}_config.json"
+    raw = json.loads(path.read_text())
+    if any(raw.get(k) for k in MOE_KEYS):
+        raise ValueError(f"--model {model!r} is a mixture-of-experts model; this import "
+                         f"prices dense (Llama-style) models only")
     return replace(load_hf_config(path), name=model)
 
 
@@ -313,8 +325,13 @@ def import_aiconfigurator(out_csv: Path, system: str, backend: str, model: str, 
     if framework_s is not None and not (framework_s >= 0 and math.isfinite(framework_s)):
         raise ValueError(f"--framework-ms {framework_s * 1e3}: give a time >= 0")
     start = time.perf_counter()
-    db = Database(model, system, backend, backend_version, tp, ep, quant)
+    _need_package()
+    check_request(system, backend, model)
     cfg = model_config(model)
+    if ep > 1:
+        raise ValueError(f"--ep {ep}: expert parallelism applies to mixture-of-experts "
+                         f"models; {model} is dense")
+    db = Database(model, system, backend, backend_version, tp, ep, quant)
     shard = shard_config(cfg, tp)
     with _quiet():
         rows, sources = build_rows(db, cfg.n_layers, cfg.max_position)
