@@ -259,33 +259,119 @@ def calibration_lines(cal: dict | None) -> str:
     return "\n".join(lines)
 
 
+class SourceName(str, Enum):
+    """Where `sim profile import` reads timings from."""
+
+    csv = "csv"
+    aiconfigurator = "aiconfigurator"
+
+
 def profile_import(
-    folder: Path = typer.Argument(..., help="Folder of per-component CSVs "
-                                  "(docs/profile-format.md, Importing)."),
+    folder: Path | None = typer.Argument(
+        None, help="--from csv: folder of per-component CSVs (docs/profile-format.md, "
+        "Importing)."),
     out: Path = typer.Option(..., "--out", help="CSV path of the profile (JSON next to it)."),
-    model: ModelName = typer.Option(ModelName.tiny, "--model", help="Model the timings are "
-                                    "of (layers, weights and KV bytes)."),
-    hf_config: Path | None = typer.Option(None, "--hf-config", help="Local config.json "
-                                          "(overrides --model)."),
-    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype"),
-    device_name: str = typer.Option(..., "--device-name", help="The device measured, "
-                                    "e.g. 'NVIDIA H100 80GB HBM3'."),
-    device_memory_gib: float = typer.Option(..., "--device-memory-gib", help="Its memory "
-                                            "(sizes the simulated KV cache)."),
+    source: SourceName = typer.Option(
+        SourceName.csv, "--from", help="csv: a folder of per-component CSVs. "
+        "aiconfigurator: NVIDIA AIConfigurator's measured kernel database (pip install "
+        "'chunksim[aic]')."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model the timings are of: a preset (--from csv; or "
+        "--hf-config, or a config.json in the folder) or a Hugging Face id "
+        "(--from aiconfigurator, e.g. meta-llama/Meta-Llama-3.1-8B)."),
+    hf_config: Path | None = typer.Option(None, "--hf-config", help="--from csv: local "
+                                          "config.json (instead of --model)."),
+    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype", help="--from csv."),
+    device_name: str | None = typer.Option(None, "--device-name", help="--from csv: the "
+                                           "device measured, e.g. 'NVIDIA H100 80GB HBM3'."),
+    device_memory_gib: float | None = typer.Option(
+        None, "--device-memory-gib", help="--from csv: its memory (sizes the simulated KV "
+        "cache; without it, give sim run --kv-blocks)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree the timings were taken "
                            "at (per-shard weights and KV)."),
-    step_overhead_ms: float = typer.Option(0.0, "--step-overhead-ms", help="Per-step CPU "
-                                           "overhead outside the forward pass, ms."),
+    framework_ms: float | None = typer.Option(
+        None, "--framework-ms", help="Per-step framework time outside the kernels "
+        "(scheduling, input preparation, sampling), ms. Default: 0 for --from csv; "
+        "aiconfigurator: a documented 1 ms (docs/profile-format.md)."),
+    step_overhead_ms: float | None = typer.Option(
+        None, "--step-overhead-ms", hidden=True, help="Old name of --framework-ms."),
+    system: str | None = typer.Option(None, "--system", help="--from aiconfigurator: the "
+                                      "GPU system, e.g. h200_sxm, h100_sxm, b200_sxm."),
+    backend: str = typer.Option("vllm", "--backend", help="--from aiconfigurator: vllm, "
+                                "sglang or trtllm."),
+    backend_version: str | None = typer.Option(
+        None, "--backend-version", help="--from aiconfigurator: the engine version's data "
+        "(default: the database's current one)."),
+    ep: int = typer.Option(1, "--ep", help="--from aiconfigurator: expert-parallel degree."),
+    quant: str | None = typer.Option(None, "--quant", help="--from aiconfigurator: GEMM "
+                                     "quantization, e.g. fp8 (default: the model's own)."),
 ) -> None:
-    """Build a component profile from per-layer component timings measured elsewhere."""
+    """Build a component profile from timings measured elsewhere: a folder of per-component
+    CSVs, or NVIDIA AIConfigurator's kernel database (--from aiconfigurator)."""
+    if step_overhead_ms is not None:
+        typer.echo("note: --step-overhead-ms is now --framework-ms", err=True)
+        if framework_ms is not None:
+            raise ValueError("give --framework-ms once (--step-overhead-ms is its old name)")
+        framework_ms = step_overhead_ms
+    if framework_ms is not None and not framework_ms >= 0:
+        raise ValueError(f"--framework-ms {framework_ms}: give a time >= 0")
+    framework_s = None if framework_ms is None else framework_ms / 1e3
+    if source is SourceName.aiconfigurator:
+        given = [f for f, v in (("DIR", folder), ("--hf-config", hf_config),
+                                ("--device-name", device_name),
+                                ("--device-memory-gib", device_memory_gib),
+                                ("--dtype", dtype is not DtypeName.bfloat16)) if v]
+        if given:
+            raise ValueError(f"{', '.join(given)} apply to --from csv; the database names "
+                             f"the model, device and memory (--system, --model)")
+        if system is None or model is None:
+            raise ValueError("--from aiconfigurator needs --system (e.g. h200_sxm) and "
+                             "--model (a Hugging Face id, e.g. meta-llama/Meta-Llama-3.1-8B)")
+        from chunksim.cli.paths import check_out_file
+        from chunksim.profiler.aiconfigurator import import_aiconfigurator
+
+        check_out_file(out)
+        meta = import_aiconfigurator(out, system, backend, model, tp, ep, quant,
+                                     backend_version, framework_s)
+        src = meta["source"]
+        typer.echo(f"wrote {out} ({meta['points']} component points from {src['package']} "
+                   f"{src['package_version']}, {backend} {src['data_version']} on {system}, "
+                   f"{meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
+        typer.echo("measured on the GPU: " + ", ".join(f"{k} {v}" for k, v in
+                                                         src["measured"].items()))
+        return
+    given = [f for f, v in (("--system", system), ("--backend-version", backend_version),
+                            ("--ep", ep != 1), ("--quant", quant),
+                            ("--backend", backend != "vllm")) if v]
+    if given:
+        raise ValueError(f"{', '.join(given)} apply to --from aiconfigurator only")
+    if folder is None:
+        raise ValueError("sim profile import: give the folder of per-component CSVs (DIR), "
+                         "or --from aiconfigurator")
+    if device_name is None:
+        raise ValueError("--from csv needs --device-name: the device the timings were "
+                         "measured on")
+    if device_memory_gib is not None and not device_memory_gib > 0:
+        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0")
     from chunksim.decoder.config import load_hf_config, preset_config
     from chunksim.profiler.importer import import_components
 
-    if not device_memory_gib > 0 or step_overhead_ms < 0:
-        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0 and "
-                         f"--step-overhead-ms {step_overhead_ms} >= 0")
-    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model.value)
+    if hf_config is None and model is None and (folder / "config.json").is_file():
+        hf_config = folder / "config.json"
+    if hf_config is not None and model is not None:
+        raise ValueError("give --model or --hf-config, not both")
+    if hf_config is None and model is None:
+        raise ValueError(f"sim profile import {folder}: say which model the timings are of: "
+                         f"--model PRESET ({', '.join(m.value for m in ModelName)}), "
+                         f"--hf-config PATH, or a config.json in the folder")
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
     meta = import_components(folder, out, cfg, dtype.value, device_name,
-                             int(device_memory_gib * 2**30), tp, step_overhead_ms / 1e3)
+                             None if device_memory_gib is None else int(device_memory_gib * 2**30),
+                             tp, framework_s or 0.0)
     typer.echo(f"wrote {out} ({meta['points']} component points) and "
                f"{out.with_suffix('.json')}")
+    for note in meta.get("import_notes", []):
+        typer.echo(f"note: {note}", err=True)
+    if device_memory_gib is None:
+        typer.echo("note: no --device-memory-gib: give sim run --kv-blocks with this profile",
+                   err=True)

@@ -10,6 +10,9 @@ component keys on its own columns and leaves the others 0:
 - per MoE layer (MoE profiles only): `expert` (tokens = tokens routed to one expert; its
   FFN, priced by `latency.moe`), `alltoall` (tokens = the step's; expert-parallel
   dispatch and combine).
+- optional, per layer: `mixed_attn` (chunk_len, prior_len, decode_count, kv_len): one
+  layer's attention of one chunk and a batch of decodes run as one kernel call, where the
+  source measured it (a mixed step's attention is then not the sum of its parts).
 
 Every error names the file, the CSV line and the column at fault.
 """
@@ -39,9 +42,10 @@ KEYS: dict[str, tuple[str, ...]] = {
     "fixed": (),
     "expert": ("tokens",),
     "alltoall": ("tokens",),
+    "mixed_attn": ("chunk_len", "prior_len", "decode_count", "kv_len"),
 }
 """Each component's key columns (the others must be 0)."""
-OPTIONAL = frozenset({"allreduce", "expert", "alltoall"})
+OPTIONAL = frozenset({"allreduce", "expert", "alltoall", "mixed_attn"})
 MINIMUM = {"tokens": 1, "chunk_len": 1, "prior_len": 0, "decode_count": 1, "kv_len": 1,
            "kv_max": 1, "logits": 0}
 """Smallest value of each key column where it is a key."""
@@ -76,6 +80,9 @@ class Components:
     """One routed expert's FFN over the tokens routed to it (MoE profiles)."""
     alltoall: Grid | None = None
     """A MoE layer's expert-parallel dispatch + combine over the step's tokens."""
+    mixed_attn: Grid | None = None
+    """Axes (chunk_len, prior_len, decode_count, kv_len): a chunk and decodes' attention as
+    one call (None: the profile prices a mixed step's attention as the sum of its parts)."""
 
 
 _Z90 = 1.2815515655446004
@@ -156,8 +163,8 @@ def parse(table: pd.DataFrame, path: str) -> Components:
     if grids["decode_attn"].axes[2][0] != 1:
         raise ValueError(f"component profile {path}: decode_attn rows lack kv_max == "
                          f"kv_len (column kv_max); equal contexts are the spread axis's start")
-    return Components(allreduce=grids.get("allreduce"),
-                      **{k: v for k, v in grids.items() if k != "allreduce"})
+    return Components(**{k: grids.get(k) for k in OPTIONAL},
+                      **{k: v for k, v in grids.items() if k not in OPTIONAL})
 
 
 def _number(v) -> float | None:

@@ -202,6 +202,15 @@ class _DecodeLine:
             self.out = self.out or o5
 
 
+def _joint_of(c: Components):
+    """The mixed-step joint attention table, None where the profile has none."""
+    if c.mixed_attn is None:
+        return None
+    from chunksim.latency.joint import JointAttention
+
+    return JointAttention(c.mixed_attn)
+
+
 class ComponentModel(StepCosts):
     """Step time from a component profile: `step_s(shape)` and the bulk decode path."""
 
@@ -237,6 +246,10 @@ class ComponentModel(StepCosts):
         self._lines: dict[int, _DecodeLine] = {}
         self.filled_cells = 0
         self.profile_sha256 = profile.sha256
+        self.joint = _joint_of(c)
+        self.spread_axis = len(g.axes[2]) > 1
+        """Whether the profile measured decode spreads; without, decodes are priced by
+        their mean context and a spread is not an extrapolation."""
         self._init_moe(profile, expert_skew)  # before the extras: they price steps
         self._init_extras(profile, step_overhead_s)
 
@@ -322,7 +335,7 @@ class ComponentModel(StepCosts):
         c, d = shape.prefill_tokens, shape.decode_count
         kv = float(shape.decode_kv_tokens)
         kv_max = float(shape.decode_kv_max)
-        spread = kv_max / kv if kv_max > kv else 1.0
+        spread = kv_max / kv if kv_max > kv and self.spread_axis else 1.0
         if c == 0:
             t, out = self._decode(self._line(d), kv, spread, jitter_z)
             return (t if t > 1e-9 else 1e-9), bool(out or self._line(d).out)
@@ -342,6 +355,10 @@ class ComponentModel(StepCosts):
             att, satt, o = line.plane.at(kv, spread)
             satt *= att
             out = out or o or line.out
+            if self.joint is not None:
+                cross, o = self._cross(chunks, c, d, kv)
+                pre = max(pre + cross, -att)  # the step's attention never drops below 0
+                out = out or o
         ar = sar = 0.0
         if self.allreduce is not None:
             ar, sar, o = self.allreduce.at(tokens)
@@ -364,6 +381,17 @@ class ComponentModel(StepCosts):
             t *= math.exp((ws / raw if raw > 0 else 0.0) * jitter_z)
         return (t if t > 1e-9 else 1e-9), bool(out or o1 or o2)
 
+    def _cross(self, chunks, c: int, d: int, kv: float) -> tuple[float, bool]:
+        """The joint table's cross term of a mixed step (chunksim.latency.joint): at the
+        step's chunk tokens and their token-weighted prior context, held at the table's
+        edge (all three terms read at the clamped point)."""
+        prior = sum(length * p for length, p in chunks) / c
+        (cc, pc, dc, kc), out = self.joint.clamp((float(c), prior, float(d), kv))
+        joint = self.joint.at(cc, pc, dc, kc)
+        alone, _, _ = self.prefill.at(cc, pc)
+        dec, _, _ = self._line(int(dc)).plane.at(kc, 1.0)
+        return joint - alone - dec, out
+
     def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
                        jitter_z: np.ndarray | None = None,
                        kv_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -373,7 +401,7 @@ class ComponentModel(StepCosts):
         line = self._line(decode_count)
         kv = np.asarray(kv_tokens, dtype=np.float64)
         spread = np.ones(len(kv))
-        if kv_max is not None:
+        if kv_max is not None and self.spread_axis:
             kv_max = np.asarray(kv_max, dtype=np.float64)
             wide = kv_max > kv
             spread[wide] = kv_max[wide] / kv[wide]

@@ -134,7 +134,9 @@ def _load(path: Path) -> Profile:
     except Exception as exc:  # pandas raises several types for malformed CSV
         raise InputError(f"profile {path} is not a readable CSV: {exc}") from None
     if kind_of(table, provenance) == "components":
-        _refuse_duplicates(path, table, ("component", *COMPONENT_KEYS))
+        missing = [c for c in ("component", *COMPONENT_KEYS) if c not in table.columns]
+        if not missing:  # (a missing column is parse's to name)
+            _refuse_duplicates(path, table, ("component", *COMPONENT_KEYS))
         parse(table, str(path))  # every fault named by file, line and column
         return Profile(table=table, provenance=provenance, path=str(path), sha256=sha,
                        kind="components")

@@ -11,11 +11,7 @@ only: where it does not fit the device, both are skipped and the JSON says so.
 
 from __future__ import annotations
 
-import csv
 import gc
-import hashlib
-import io
-import json
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -25,7 +21,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from chunksim.atomic import write_bytes
 from chunksim.decoder.config import DTYPE_BYTES, ModelConfig, shard_moe
 from chunksim.decoder.device import (
     device_memory_bytes,
@@ -35,7 +30,7 @@ from chunksim.decoder.device import (
     synchronizer,
 )
 from chunksim.decoder.model import build_model
-from chunksim.latency.component_table import COLUMNS, FORMAT, KEYS
+from chunksim.latency.component_table import COLUMNS, FORMAT
 from chunksim.latency.composed import ComponentModel
 from chunksim.latency.profile import Profile
 from chunksim.profiler.allreduce_bench import BACKENDS, measure_allreduce_s, measured_tokens
@@ -58,10 +53,17 @@ from chunksim.profiler.collective import (
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
 from chunksim.profiler.component_points import checkpoint as component_checkpoint
 from chunksim.profiler.component_points import measure_points, row
+from chunksim.profiler.component_write import _model_entry, csv_bytes, write_components  # noqa: F401
 from chunksim.profiler.components import LayerBench, evict_bytes
 from chunksim.profiler.timing import Timing
 from chunksim.progress import ProgressBar
 
+OWN_TERMS = {
+    "mixed_attention": "sum-of-parts (the model attends each sequence in its own call)",
+    "decode_spread": "mean and longest context (kv_max / kv_len axis)",
+    "terms": {"rotary": "in dense", "final_norm": "in head", "sampler": "in head (greedy)"},
+}
+"""How chunksim's own profiler prices the step terms (docs/profile-format.md)."""
 CLOCKS = {"wall": time.perf_counter, "thread-cpu": time.thread_time}
 
 
@@ -303,7 +305,7 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
                        "relook_below_s": g.relook_below_s, "relooked_points": relooked,
                        "shard": {k: getattr(shard, k) for k in (
                            "n_heads", "n_kv_heads", "intermediate_size", "vocab_size")},
-                       "grid": g.as_dict(),
+                       "grid": g.as_dict(), **OWN_TERMS,
                        **({"moe": moe_entry(s)} if s.model.moe is not None else {})},
         "calibration": calibration,
         "seed": s.seed,
@@ -313,13 +315,6 @@ def _run(s: ComponentSettings, show_progress: bool) -> ComponentResult:
     meta = write_components(s.out_csv, rows, meta)
     ckpt.remove()
     return ComponentResult(s.out_csv, s.out_csv.with_suffix(".json"), meta)
-
-
-def _model_entry(cfg: ModelConfig) -> dict:
-    d = cfg.as_dict()
-    head = {k: d.pop(k) for k in ("name", "n_layers", "hidden_size", "n_heads", "n_kv_heads",
-                                  "head_dim", "intermediate_size", "vocab_size", "max_position")}
-    return {**head, **d}
 
 
 def composed_model(rows: list[dict], layers: int, fixed_s: float = 0.0,
@@ -471,28 +466,3 @@ def _live_costs(s: ComponentSettings, shard: ModelConfig) -> tuple[dict, dict | 
     overhead = _measure_overhead(ps)
     wake_up, _ = _measure_cold_costs(ps)
     return overhead, wake_up
-
-
-def csv_bytes(rows: list[dict]) -> bytes:
-    """The table: header, rows by component (docs order), then by their keys."""
-    order = {k: i for i, k in enumerate(KEYS)}
-    rows = sorted(rows, key=lambda r: (order[r["component"]],
-                                       *(r[c] for c in COLUMNS[1:8])))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for r in rows:
-        w.writerow([r["component"], *(int(r[c]) if float(r[c]).is_integer() else r[c]
-                                      for c in COLUMNS[1:8]),
-                    *(repr(float(r[c])) for c in COLUMNS[8:12]), int(r["repeats"])])
-    return buf.getvalue().encode()
-
-
-def write_components(out_csv: Path, rows: list[dict], meta: dict) -> dict:
-    """Write NAME.csv and NAME.json atomically (CSV first); returns the JSON written."""
-    data = csv_bytes(rows)
-    meta = {"format": FORMAT, "content_sha256": hashlib.sha256(data).hexdigest(), **meta,
-            "points": len(rows)}
-    write_bytes(out_csv, data)
-    write_bytes(out_csv.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
-    return meta

@@ -14,9 +14,8 @@ from chunksim.reports import style
 from chunksim.reports.capacity_plot import metric_name
 from chunksim.reports.document import Document
 from chunksim.reports.provenance import (
-    DEMO_BANNER,
     closing_sections,
-    is_demo_profile,
+    profile_banner,
     run_facts,
 )
 from chunksim.reports.tables import fmt
@@ -131,8 +130,9 @@ def write_capacity_report(out_dir: str | Path, entries: list[CapacityEntry],
     paths = write_capacity_plots(out, entries, best, verdict.slos, profile, formats, left_out)
     doc = Document(f"chunksim capacity — {style.title(workload_name, profile.label)}",
                    left_out=left_out)
-    if is_demo_profile(profile.path, profile.provenance):
-        doc.banner(DEMO_BANNER)
+    banner = profile_banner(profile.path, profile.provenance)
+    if banner:
+        doc.banner(banner)
     doc.verdict("Verdict: which configuration to run",
                 verdict_lines(verdict, capacity_searched=True, trace=trace))
     doc.meta(run_facts())

@@ -19,9 +19,8 @@ from chunksim.latency.profile import Profile
 from chunksim.reports import style
 from chunksim.reports.document import Document
 from chunksim.reports.provenance import (
-    DEMO_BANNER,
     closing_sections,
-    is_demo_profile,
+    profile_banner,
     run_facts,
 )
 from chunksim.reports.tables import SEED_COLUMNS, class_rows, seed_rows
@@ -166,8 +165,9 @@ def _document(comp: Comparison, verdict: Verdict, capacity, profile: Profile, ti
     n = len(comp.seeds)
     s0 = summaries[0]
     doc = Document(f"chunksim comparison — {title}")
-    if is_demo_profile(profile.path, profile.provenance):
-        doc.banner(DEMO_BANNER)
+    banner = profile_banner(profile.path, profile.provenance)
+    if banner:
+        doc.banner(banner)
     doc.verdict("Verdict: which configuration to run",
                 verdict_lines(verdict, capacity_searched=bool(capacity), trace=trace))
     doc.meta(run_facts())

@@ -69,6 +69,44 @@ DEMO_BANNER = (
     "`--profile profiles/my-gpu.csv`.")
 
 
+def database_banner(provenance: dict) -> str:
+    """The banner of a profile imported from a kernel database (not measured here)."""
+    src = provenance.get("source") or {}
+    fw = provenance.get("framework") or {}
+    what = (f"{src.get('package', 'a kernel database')} {src.get('package_version', '')} "
+            f"({src.get('backend', '?')} {src.get('data_version', '?')} data on "
+            f"{src.get('system', '?')})").replace("  ", " ")
+    framework = (f" plus a per-step framework time of {fw['step_s'] * 1e3:g} ms "
+                 f"({fw.get('source', 'source not recorded')})"
+                 if isinstance(fw.get("step_s"), (int, float)) else "")
+    return (f"**Imported costs, not measured on this device.** This page's step costs come "
+            f"from {what}: kernel times the database measured or modelled{framework}, "
+            f"composed by chunksim. They were not timed by chunksim on the GPU the profile "
+            f"names; check them against your engine's own step times (`sim validate`) before "
+            f"sizing a deployment on them.")
+
+
+EAGER_BANNER = (
+    "**Eager-mode costs.** This profile was timed by chunksim's own PyTorch model in eager "
+    "mode (no CUDA graphs, one attention call per sequence): a serving engine with CUDA "
+    "graphs and varlen attention runs small decode steps several times faster, so latency "
+    "and capacity figures here are pessimistic. For engine-grade costs use an imported "
+    "profile, e.g. `--profile llama-3.1-8b-h200-vllm`.")
+
+
+def profile_banner(path: str, provenance: dict) -> str | None:
+    """The warning every report page of this profile carries, None for a profile measured
+    by chunksim on the device it names, as a serving engine runs it: the CPU demo
+    profile's, an imported profile's (not measured on its device), or an eager one's."""
+    if is_demo_profile(path, provenance):
+        return DEMO_BANNER
+    if provenance.get("device") in ("imported", "modelled"):  # from a kernel database
+        return database_banner(provenance)
+    if provenance.get("device") == "cuda" and not provenance.get("cuda_graphs"):
+        return EAGER_BANNER
+    return None
+
+
 def closing_sections(doc, profile, command: str | None) -> None:
     """The sections every report ends with: the profile's provenance, the metric
     definitions, and the command that reproduces the page."""
