@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from chunksim.sim.metric_registry import FAMILIES, shown
 from chunksim.sim.rejections import reject_pct
 
 UNBOUNDED_WIDTH = 10_000
@@ -22,8 +23,6 @@ def make_console() -> Console:
     return Console(width=UNBOUNDED_WIDTH, soft_wrap=True)
 
 
-_METRICS = (("TTFT", "ttft"), ("ITL", "itl"), ("TPOT", "tpot"), ("E2EL", "e2el"),
-            ("sched delay", "sched_delay"))
 
 
 def summary_table(summary: dict, title: str | None = None) -> Table:
@@ -32,9 +31,9 @@ def summary_table(summary: dict, title: str | None = None) -> Table:
     t.add_column("metric (ms)")
     for col in ("mean", "median", "p90", "p99"):
         t.add_column(col, justify="right")
-    for label, key in _METRICS:
-        t.add_row(label, *(f"{summary[f'{c}_{key}_ms']:.2f}"
-                           for c in ("mean", "median", "p90", "p99")))
+    for family in FAMILIES:
+        t.add_row(family.label, *(f"{summary[family.key(c)]:.2f}"
+                                  for c in ("mean", "median", "p90", "p99")))
     return t
 
 
@@ -99,12 +98,6 @@ def class_table(by_class: dict) -> Table:
     return t
 
 
-_COMPACT = (("median_ttft_ms", "TTFT p50", "{:.0f}"), ("p99_ttft_ms", "TTFT p99", "{:.0f}"),
-            ("median_itl_ms", "ITL p50", "{:.1f}"), ("p99_itl_ms", "ITL p99", "{:.1f}"),
-            ("max_decode_stall_ms", "stall", "{:.0f}"), ("request_throughput", "req/s", "{:.2f}"),
-            ("output_throughput", "tok/s", "{:.0f}"), ("request_goodput", "good/s", "{:.2f}"))
-
-
 def comparison_table(labels: list[str], summaries: list[dict], title: str | None = None,
                      stats: list | None = None) -> Table:
     """One row per configuration: headline latencies (ms) and throughput, 80 columns wide
@@ -113,15 +106,17 @@ def comparison_table(labels: list[str], summaries: list[dict], title: str | None
 
     multi = stats is not None and stats[0].n > 1
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False,
-              caption="latencies in ms; stall = longest ITL gap; good/s needs --goodput"
+              caption="latencies in ms; worst stall = longest ITL gap; goodput needs "
+              "--goodput"
               + (f"; medians over {stats[0].n} seeds (ranges: report, comparison.json)"
                  if multi else ""),
               caption_justify="left")
     t.add_column("configuration", no_wrap=True)
-    for _, header, _ in _COMPACT:
-        t.add_column(header, justify="right")
+    columns = shown("console")  # `sim.metric_registry`
+    for m in columns:
+        t.add_column(m.label, justify="right")
     for label, s in zip(labels, summaries, strict=True):
-        t.add_row(label, *(fmt(s.get(k), f) for k, _, f in _COMPACT))
+        t.add_row(label, *(fmt(s.get(m.key), m.fmt) for m in columns))
     return t
 
 

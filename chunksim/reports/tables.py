@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
+from chunksim.sim.metric_registry import shown
+
 
 def fmt(value: object, spec: str = "{}") -> str:
     if value is None:
@@ -25,24 +27,12 @@ def ranged_cell(med: object, lo: object, hi: object, spec: str) -> str:
     return m if a == b or lo is None else f"{m} [{a}–{b}]"
 
 
-SEED_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("median_ttft_ms", "P50 TTFT ms", "{:.1f}"),
-    ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"),
-    ("p99_itl_ms", "P99 ITL ms", "{:.1f}"),
-    ("max_decode_stall_ms", "worst stall ms", "{:.0f}"),
-    ("p99_tpot_ms", "P99 TPOT ms", "{:.1f}"),
-    ("request_throughput", "req/s", "{:.2f}"),
-    ("request_goodput", "goodput req/s", "{:.2f}"),
-    ("preemptions", "preempt", "{:.0f}"),
-    ("rejected", "rejected", "{:.0f}"),
-)
-CLASS_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("completed", "done", "{:.0f}"),
-    ("median_ttft_ms", "P50 TTFT ms", "{:.1f}"),
-    ("p99_ttft_ms", "P99 TTFT ms", "{:.0f}"),
-    ("p99_itl_ms", "P99 ITL ms", "{:.1f}"),
-    ("max_decode_stall_ms", "worst stall ms", "{:.0f}"),
-)
+SEED_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
+    (m.key, m.header, m.fmt) for m in shown("seeds"))
+"""(summary key, header, format) of the table over seeds (`sim.metric_registry`)."""
+CLASS_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
+    (m.key, m.header, m.fmt) for m in shown("classes"))
+"""The same, of its per-class rows."""
 
 
 def seed_rows(labels: Sequence[str], stats: Sequence, columns=SEED_COLUMNS,

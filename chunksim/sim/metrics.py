@@ -18,7 +18,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-PERCENTILES = (50, 90, 95, 99)
+from chunksim.sim.metric_registry import FAMILIES, PERCENTILES
+
 SLO_METRICS = ("ttft", "tpot", "e2el", "itl")
 """Goodput SLOs are per request: ttft, tpot, e2el, and itl (the request's worst gap)."""
 
@@ -196,11 +197,10 @@ def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | No
         "request_goodput": float(good.sum()) / duration if slos else None,
         "goodput_slos_ms": {k: v * 1000.0 for k, v in slos.items()},
     }
-    summary.update(_stats("ttft", m["ttft"], none))
-    summary.update(_stats("tpot", m["tpot"], none))
-    summary.update(_stats("itl", itl_s, none))
-    summary.update(_stats("e2el", m["e2el"], none))
-    summary.update(_stats("sched_delay", m["sched"], none))
+    values = {"ttft": m["ttft"], "tpot": m["tpot"], "itl": itl_s, "e2el": m["e2el"],
+              "sched_delay": m["sched"]}
+    for family in FAMILIES:  # `sim.metric_registry`
+        summary.update(_stats(family.name, values[family.name], none))
     summary.update({
         "max_decode_stall_ms": None if none else _max_s(itl_s) * 1000.0,
         "preemptions": int(requests["preemptions"].sum()),
