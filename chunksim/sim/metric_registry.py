@@ -77,6 +77,7 @@ METRICS: tuple[Metric, ...] = (
            shown=_shown("console", "seeds", "classes")),
     Metric("p99_ttft_ms", "P99 TTFT", fmt="{:.0f}", shown=_shown("console", "seeds", "classes")),
     Metric("median_itl_ms", "P50 ITL", shown=_shown("console")),
+    Metric("p90_itl_ms", "P90 ITL", shown=_shown("console", "seeds")),
     Metric("p99_itl_ms", "P99 ITL", shown=_shown("console", "seeds", "classes")),
     Metric("max_decode_stall_ms", "worst stall", fmt="{:.0f}",
            shown=_shown("console", "seeds", "classes"),
