@@ -115,13 +115,16 @@ def test_extrapolation_warning_counts_each_axis():
     import pandas as pd
 
     from chunksim.sim.coverage import extrapolation_warnings
+    from chunksim.sim.records import StepTotals
 
-    steps = pd.DataFrame({
-        "prefill_tokens": [0, 0, 0, 2048, 0], "prior_tokens": [0, 0, 0, 0, 0],
-        "decodes": [1, 1, 1, 0, 1], "decode_kv_tokens": [10.0, 5000.0, 6000.0, 0.0, 20.0],
-        "extrapolated": [False, True, True, True, False]})
     ranges = {"chunk_len": (0, 1024), "prior_len": (0, 1024), "decode_count": (0, 16),
               "kv_len": (1, 1024)}
+    steps = StepTotals.of(pd.DataFrame({
+        "start_s": [0.0, 1.0, 2.0, 3.0, 4.0], "duration_s": [0.5] * 5,
+        "kv_blocks_used": [1] * 5,
+        "prefill_tokens": [0, 0, 0, 2048, 0], "prior_tokens": [0, 0, 0, 0, 0],
+        "decodes": [1, 1, 1, 0, 1], "decode_kv_tokens": [10.0, 5000.0, 6000.0, 0.0, 20.0],
+        "extrapolated": [False, True, True, True, False]}), ranges)
     (msg,) = extrapolation_warnings(steps, ranges, threshold=0.05)
     assert "60% of steps (3 of 5)" in msg
     assert "kv_len up to 6,000 in 2 steps" in msg and "chunk_len up to 2,048 in 1 step" in msg

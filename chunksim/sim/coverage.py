@@ -73,21 +73,16 @@ def extrapolation_warnings(steps, ranges: dict[str, tuple[float, float]],
                            threshold: float = EXTRAPOLATION_WARN_SHARE) -> list[str]:
     """One warning when more than `threshold` of the steps were priced outside the grid
     (the records' `extrapolated` flag), naming each axis the steps left, how far and in
-    how many steps, and the ranges the profile covers; else none. `steps` is the steps
-    frame or a `records.StepTotals` folded with these `ranges`."""
+    how many steps, and the ranges the profile covers; else none. `steps` is the run's
+    `records.StepTotals`, folded with these `ranges`."""
     n = len(steps)
     if n == 0:
         return []
-    totals = getattr(steps, "beyond", None)
-    if totals is not None:
-        ext = steps.extrapolated
-    else:
-        ext = int(np.asarray(steps["extrapolated"], dtype=bool).sum())
+    ext = steps.extrapolated
     share = ext / n
     if share <= threshold:
         return []
-    beyond = ({a: tuple(totals.get(a, (0, -np.inf, 0, np.inf))) for a in AXES}
-              if totals is not None else beyond_grid(steps, ranges))
+    beyond = {a: tuple(steps.beyond.get(a, (0, -np.inf, 0, np.inf))) for a in AXES}
     parts = []
     for axis in AXES:
         above, hi, below, lo = beyond[axis]

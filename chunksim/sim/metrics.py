@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from chunksim.sim.metric_registry import FAMILIES, PERCENTILES
+from chunksim.sim.records import StepTotals
 
 SLO_METRICS = ("ttft", "tpot", "e2el", "itl")
 """Goodput SLOs are per request: ttft, tpot, e2el, and itl (the request's worst gap)."""
@@ -125,16 +126,9 @@ def percentile_s(values_s, p: float) -> float:
     return float(np.percentile(values_s, p))
 
 
-def step_facts(steps) -> tuple[int, float, int, int]:
-    """(steps, busy seconds, extrapolated steps, peak KV blocks) of a steps frame, or of
-    a `records.StepTotals` (every step folded while the rows were thinned or streamed)."""
-    if hasattr(steps, "busy_s"):
-        return steps.n, steps.busy_s, steps.extrapolated, steps.peak_kv_blocks
-    n = len(steps)
-    if not n:
-        return 0, 0.0, 0, 0
-    return (n, float(steps["duration_s"].sum()), int(steps["extrapolated"].sum()),
-            int(steps["kv_blocks_used"].max()))
+def step_facts(steps: StepTotals) -> tuple[int, float, int, int]:
+    """(steps, busy seconds, extrapolated steps, peak KV blocks) of every step of a run."""
+    return steps.n, steps.busy_s, steps.extrapolated, steps.peak_kv_blocks
 
 
 def _completed(requests):
@@ -160,8 +154,9 @@ def per_request(requests) -> dict[str, np.ndarray]:
     }
 
 
-def summarize(requests, steps, itl_s: np.ndarray, slos: Mapping[str, float] | None = None,
-              meta: Mapping | None = None, duration_s: float | None = None) -> dict:
+def summarize(requests, steps: StepTotals, itl_s: np.ndarray,
+              slos: Mapping[str, float] | None = None, meta: Mapping | None = None,
+              duration_s: float | None = None) -> dict:
     """The run's summary, keys named like `vllm bench serve --save-result`. Throughputs
     divide by `duration_s` (default: first arrival to last finish of these requests).
     When no request completed, latencies, duration and busy fraction are None (there is
@@ -247,16 +242,5 @@ _RUN_WIDE = {"steps", "extrapolated_steps", "busy_fraction", "mean_step_ms",
              "peak_kv_blocks_used"}
 
 
-class _NoSteps:
-    """Stands in for the steps frame in per-class summaries (steps are run-wide)."""
-
-    def __len__(self) -> int:
-        return 0
-
-    def __getitem__(self, key):
-        return np.zeros(0)
-
-    n, busy_s, extrapolated, peak_kv_blocks = 0, 0.0, 0, 0
-
-
-_EMPTY_STEPS = _NoSteps()
+_EMPTY_STEPS = StepTotals()
+"""Per-class summaries have no steps of their own (steps are run-wide)."""

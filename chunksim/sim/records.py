@@ -126,6 +126,16 @@ class StepTotals:
     def __len__(self) -> int:
         return self.n
 
+    @classmethod
+    def of(cls, steps, ranges: dict[str, tuple[float, float]] | None = None) -> StepTotals:
+        """The totals of a steps frame (a fleet's merged steps, a live run's), folded as
+        the engine folds its own."""
+        totals = cls(ranges)
+        if len(steps):
+            totals.add({k: steps[k].to_numpy() for k in steps.columns})
+        totals._close_block()
+        return totals
+
 
 class StepLog:
     """Column store for step records, in fixed-size buffers. Every full buffer (and the

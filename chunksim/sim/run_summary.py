@@ -9,6 +9,7 @@ from chunksim.sim.build import EngineParts, RunConfig
 from chunksim.sim.coverage import extrapolation_warnings, grid_ranges
 from chunksim.sim.engine import SimResult
 from chunksim.sim.metrics import summarize, summarize_classes
+from chunksim.sim.records import StepTotals
 
 
 def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
@@ -21,13 +22,15 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
                 profile_kind=profile.kind,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
-    steps = result.steps if result.step_totals is None else result.step_totals
+    ranges = grid_ranges(profile.table)
+    steps = (StepTotals.of(result.steps, ranges) if result.step_totals is None
+             else result.step_totals)  # a fleet's merged steps, or the engine's own totals
     summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
     by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class
-    summary["warnings"] = extrapolation_warnings(steps, grid_ranges(profile.table))
+    summary["warnings"] = extrapolation_warnings(steps, ranges)
     warning = getattr(latency.drafter, "warning", None)
     if warning:
         summary["warnings"].append(warning)

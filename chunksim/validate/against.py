@@ -20,6 +20,7 @@ import pandas as pd
 from chunksim.core.spec import SpecTable, Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.metrics import summarize
+from chunksim.sim.records import StepTotals
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.validate.compare import rel_error_pct
 from chunksim.validate.results import MeasuredRun
@@ -42,10 +43,6 @@ def workload_of(run: MeasuredRun, name: str | None = None) -> Workload:
                     notes=(f"arrivals {run.arrivals}",))
 
 
-class _NoSteps:
-    n, busy_s, extrapolated, peak_kv_blocks = 0, 0.0, 0, 0
-
-
 def measured_frame(run: MeasuredRun) -> pd.DataFrame:
     """The measured requests as a simulator-style requests frame (for `summarize`)."""
     n = len(run)
@@ -66,7 +63,7 @@ def measured_summary(run: MeasuredRun) -> dict:
     """The measured figures, by the simulator's own definitions (ITL None: no gaps)."""
     itl = (np.concatenate(run.itl_s) if run.itl_s is not None and len(run.itl_s)
            else np.zeros(0))
-    s = summarize(measured_frame(run), _NoSteps(), itl)
+    s = summarize(measured_frame(run), StepTotals(), itl)  # no steps were measured
     if run.itl_s is None or not len(itl):
         for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99"):
             s[f"{stat}_itl_ms"] = None

@@ -111,11 +111,13 @@ def _serve_live(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
     `runtime` where there is one): the LiveResult and its summary."""
     from chunksim.live.loop import LiveEngine
     from chunksim.sim.metrics import summarize
+    from chunksim.sim.records import StepTotals
 
     policy = cfg.make_policy(device_name)
     live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
                       runtime=runtime).run()
-    return live, summarize(live.requests, live.steps, live.itl_s, cfg.slos_s, live.meta)
+    return live, summarize(live.requests, StepTotals.of(live.steps), live.itl_s, cfg.slos_s,
+                           live.meta)
 
 
 def validate(workload: Workload, profile: Profile, cfg: RunConfig,
