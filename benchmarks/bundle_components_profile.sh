@@ -6,7 +6,7 @@
 #
 #     benchmarks/bundle_components_profile.sh            # default grid, ~6 min on one core
 #
-# It is the default profile, so afterwards: `python tests/fixtures/record_default_runs.py`
+# It is the default profile, so afterwards: `python tests/fixtures/record_readme_runs.py --default-remeasured`
 # (the README runs on the default profile are pinned to its bytes), `python -m pytest -q
 # -p no:cacheprovider tests/test_bundled_profiles.py tests/test_composed.py
 # tests/test_readme_runs.py`, and the README's paragraph on the default profile (points,
