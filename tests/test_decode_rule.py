@@ -1,6 +1,6 @@
 """The decode rule has one definition, `core.request.is_decode`; the simulator's hot loops
-inline it (`EngineCore.begin_step` prices entries by it, `Engine._steady` decides bulk
-stretches by it, the budget policy splits its running requests by it). Every step of
+inline it (`EngineCore.begin_step` prices entries by it, `fast_forward.steady` decides
+bulk stretches by it, the budget policy splits its running requests by it). Every step of
 random runs over every policy, with speculative decoding, prefix caching, fleets and P/D,
 checks that each copy says what the definition says."""
 
@@ -13,15 +13,16 @@ from test_properties import POLICIES, build, config
 
 from chunksim.core.request import is_decode
 from chunksim.core.speculative import SpecConfig
+from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore
-from chunksim.sim.engine import Engine, EngineConfig
+from chunksim.sim.engine import EngineConfig
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import simulate
 
 
 def _watch(mp: pytest.MonkeyPatch) -> dict:
     seen = {"steps": 0, "decode_rows": 0, "steady": 0}
-    begin, steady = EngineCore.begin_step, Engine._steady
+    begin, steady = EngineCore.begin_step, fast_forward.steady
 
     def begin_step(self, plan, start_s):
         admitted = set(map(id, plan.admitted))
@@ -33,20 +34,19 @@ def _watch(mp: pytest.MonkeyPatch) -> dict:
         seen["decode_rows"] += shape.decodes
         return shape
 
-    def _steady(self, plan):
-        c = self.core
+    def _steady(c, plan):
         want = (not plan.admitted and not plan.preempted and not c.waiting
                 and not (c.offload is not None and c.offload.loads)
                 and len(plan.scheduled) == len(c.running) > 0
                 and all(r is run and n == 1 and is_decode(r)
                         for (r, n), run in zip(plan.scheduled, c.running, strict=True)))
-        got = steady(self, plan)
+        got = steady(c, plan)
         assert got == want
         seen["steady"] += got
         return got
 
     mp.setattr(EngineCore, "begin_step", begin_step)
-    mp.setattr(Engine, "_steady", _steady)
+    mp.setattr(fast_forward, "steady", _steady)
     return seen
 
 

@@ -158,22 +158,22 @@ def test_fleet_fast_forward_changes_nothing(linear_profile, reqs, router, n, kv_
 def test_fleet_bulk_decode_is_exercised(linear_profile, monkeypatch):
     """The fast-forward property above is not vacuous: replicas run most decode steps in
     bulk, and stop their stretches at the router's reads."""
-    from chunksim.sim.core import EngineCore
+    from chunksim.sim import fast_forward
 
     bulk_steps = []
-    orig = EngineCore.end_decode_run
+    orig = fast_forward.apply_run
 
-    def counting(self, k, *args, **kw):
+    def counting(core, k, *args, **kw):
         bulk_steps.append(k)
-        return orig(self, k, *args, **kw)
+        return orig(core, k, *args, **kw)
 
-    monkeypatch.setattr(EngineCore, "end_decode_run", counting)
+    monkeypatch.setattr(fast_forward, "apply_run", counting)
     w = build([(0.0, 100, 400)] * 6 + [(0.5, 100, 50)])
     cfg = config("budget", None, 512, 8, 400)
     res, _ = simulate(w, linear_profile, fleet(cfg, 2, "least-requests"))
     assert sum(bulk_steps) > 0.9 * len(res.steps)
     fast = len(bulk_steps)
-    monkeypatch.setattr(EngineCore, "end_decode_run", orig)
+    monkeypatch.setattr(fast_forward, "apply_run", orig)
     slow, _ = simulate(w, linear_profile, fleet(replace(cfg, engine=replace(
         cfg.engine, fast_forward=False)), 2, "least-requests"))
     pd.testing.assert_frame_equal(res.requests, slow.requests, rtol=1e-12)

@@ -87,7 +87,7 @@ def is_decode(req: Request, admitted_now: bool = False) -> bool:
     prefill-only steps of `whole prefill-first` and `chunk alternate` take it as one), unless
     it arrived with KV carried from a P/D prefill instance and was never preempted.
 
-    The simulator's hot loops inline it (`EngineCore.begin_step`, `Engine._steady`, the
+    The simulator's hot loops inline it (`EngineCore.begin_step`, `fast_forward.steady`, the
     budget policy); tests/test_decode_rule.py checks that those copies agree with it."""
     return req.num_output_tokens > 0 and (
         (req.kv_carried and not req.num_preemptions) if admitted_now

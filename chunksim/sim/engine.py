@@ -23,12 +23,12 @@ from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.core.speculative import SpecConfig
 from chunksim.latency.base import StepCosts
-from chunksim.sim.core import DecodeStretch, EngineCore, Inbox, _steps
+from chunksim.sim import fast_forward
+from chunksim.sim.core import EngineCore, Inbox
 from chunksim.sim.records import StepLog
 from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
-_MAX_BULK_STEPS = 65536
 PROGRESS_EVERY_STEPS = 4096
 """How often (in engine iterations) a run reports its progress, when asked to."""
 _SPEC_STREAM = 0x5EC
@@ -292,8 +292,9 @@ class Engine:
                     offload.stalled, stalled = False, True
                 continue
             # the wake-up steps run one by one (the bulk path prices steps warm)
-            if not (self.bulk and self.since_wake >= self.wake_steps and self._steady(plan)
-                    and (yield from self._bulk_decode(env, now))):
+            if not (self.bulk and self.since_wake >= self.wake_steps
+                    and fast_forward.steady(c, plan)
+                    and (yield from fast_forward.stretch(self, env, now))):
                 yield from self._step(env, plan, now)
             now = self.busy_until if ahead else env.now
 
@@ -338,134 +339,4 @@ class Engine:
         if not self.ahead:
             yield env.timeout(dur)
         c.end_step(plan, shape, start, end, out, dur, defer_free=self.async_)
-
-    # ------------------------------------------------------------------ fast-forward
-    def _steady(self, plan: Plan) -> bool:
-        """True if this plan decodes every running request and nothing else can change the
-        next plans but a finish, an arrival or KV growth."""
-        c = self.core
-        if plan.admitted or plan.preempted or c.waiting or (
-                c.offload is not None and c.offload.loads):  # a load lands mid-stretch
-            return False
-        running = c.running
-        if len(plan.scheduled) != len(running) or len(running) == 0:
-            return False
-        for (req, n), r in zip(plan.scheduled, running, strict=True):
-            # a one-token decode of a running request: request.is_decode(req), inlined
-            # (tests/test_decode_rule.py); no output yet is a prompt's 1-token tail
-            out_tokens = req.num_output_tokens
-            if n != 1 or req is not r or out_tokens == 0 or (
-                    req.spec.prompt_tokens + out_tokens - req.num_computed_tokens != 1):
-                return False
-        return True
-
-    def _bulk_decode(self, env: simpy.Environment, now: float):
-        """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
-        hit; requests finishing on the way leave and the rest decode on (each such segment
-        is what stepping one by one would plan, since nothing waits). Prices and times the
-        steps here; `EngineCore.end_decode_run` applies them. A fleet replica whose router
-        reads its state ends the stretch before the step that would end at or after the
-        next read; False if that left nothing to run in bulk (the caller steps instead)."""
-        c = self.core
-        t = now
-        arrival = c.next_arrival_s
-        read = c.inbox.next_read_s()
-        if read is not None and read - now < self.step_s:
-            return False  # the first step would likely cross the read: just step
-        first_segment = True
-        budget = _MAX_BULK_STEPS
-        st = DecodeStretch(c.running, c.kv.block_size)
-        latency = self.latency
-        live = self.live
-        spread = latency.prices_spread
-        overhead = latency.overhead(len(st.reqs))
-        while True:
-            if live and not first_segment:
-                # as a step boundary: take what the router sent by now, stop if anything
-                # waits, else bound the segment by what it has sent for later
-                c.pull_arrivals(t)
-                if c.waiting:
-                    break
-                arrival = c.next_arrival_s
-            n = len(st.reqs)
-            k_left = int(st.left.min())
-            k = min(k_left, budget)
-            grown = st.growth(k)  # grown[j-1]: extra blocks in step j
-            free = c.kv.free_blocks
-            if int(grown[k - 1]) > free:
-                k_kv = int(np.searchsorted(grown, free, side="right"))
-                if k_kv == 0:
-                    if not first_segment:
-                        # after a finish the next step does not fit: the policy must plan
-                        # it (preempt); the first segment's first step the policy has vetted
-                        break
-                    k_kv = 1
-                k = k_kv
-            steps = _steps(k)
-            kv_mean = (st.ctx_sum + steps * n) / n
-            z = self.noise.range(c.steps.n, k) if self.noise is not None else None
-            if spread:
-                # every context grows by one a step: the longest stays the longest
-                kv_max = (int(st.ctx.max()) + steps).astype(np.float64)
-                dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max)
-            else:
-                dur, out = latency.decode_steps_s(n, kv_mean, z)
-            fwd = dur
-            if not first_segment:
-                overhead = latency.overhead(n)
-            if overhead:
-                dur = dur + overhead  # the same float op as the step-by-step path
-            times = np.empty(k + 1)
-            times[0] = t
-            times[1:] = dur
-            np.add.accumulate(times, out=times)  # a cumsum: sequential, as step-by-step
-            if arrival is not None and arrival <= times[k - 1]:
-                # a step sees arrivals up to its start time
-                k = max(1, int(times[:k].searchsorted(arrival)))
-            if read is not None:  # the steps that end before the read
-                k_read = int(np.searchsorted(times[1 : k + 1], read, side="left"))
-                if k_read == 0:
-                    if first_segment:
-                        return False
-                    break
-                k = min(k, k_read)
-            elif live:  # the steps before one that ends exactly at a read
-                k_tie = c.inbox.read_tie(t, times[1 : k + 1])
-                if k_tie == 0:
-                    if first_segment:
-                        return False
-                    break
-                k = min(k, k_tie)
-            if z is not None and self.guard is not None:  # the k steps that run
-                sp = (kv_max[:k],) if spread else ()
-                median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp)
-                self.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
-            if live:
-                # applied at its end; until then readers subtract the steps done, and a
-                # delivery may cut it short (`wake_up`)
-                self.segment = seg = [times, k, n]
-                self.busy_until = float(times[k])
-                while True:
-                    try:
-                        yield env.timeout(float(times[seg[1]]) - env.now)
-                        break
-                    except simpy.Interrupt:
-                        continue  # cut: wait for the end of the step in flight
-                self.segment = None
-                k = seg[1]
-            t = c.end_decode_run(k, times, dur, kv_mean, grown, out, first_segment,
-                                 retire=k == k_left, stretch=st)
-            if live:
-                c.close_stretch(st)
-            budget -= k
-            if (k < k_left or budget <= 0 or not st.reqs
-                    or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
-                break
-            first_segment = False
-        if not live:
-            c.close_stretch(st)
-            self.busy_until = t
-            if not self.ahead:
-                yield env.timeout(t - now)
-        return True
 

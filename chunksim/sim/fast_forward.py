@@ -1,0 +1,351 @@
+"""The simulator's fast path: a stretch of decode-all steps priced and applied in bulk,
+bit-identical to stepping them one by one (tests/test_composed.py,
+test_bulk_decode_is_bit_identical_to_stepping, compares with atol=0).
+
+When a plan decodes every running request, nothing waits and nothing is mid-prefill
+(`steady`), every policy's next plans are the same decode-all steps until a request
+finishes, a request arrives or KV runs short. The engine then calls `stretch`, which prices
+those steps with the latency model's vector path and applies them with `apply_run`; the
+requests' own counters are written back in one place, `DecodeStretch.settle`. Nothing
+else in the simulator knows the fast path exists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from chunksim.core.plan import Plan
+from chunksim.core.request import Request
+
+if TYPE_CHECKING:
+    from chunksim.sim.core import EngineCore
+    from chunksim.sim.engine import Engine
+
+MAX_BULK_STEPS = 65536
+"""The longest stretch priced at once (a longer one continues in the next)."""
+_STEPS = np.arange(65536, dtype=np.int64)
+
+
+class DecodeStretch:
+    """The running requests of a bulk decode stretch (every one decodes each step) as
+    arrays: `stretch` prices segments from them and `apply_run` advances them; each
+    request's own counters catch up in `settle` (when it finishes or the stretch ends), so a
+    segment costs a few array operations, not a pass over the requests.
+
+    `phase[q]` counts the requests whose next new KV block comes with the segment's step q
+    (every `block_size` steps after): a decoding request holds exactly the blocks its
+    context fills, so the growth of the whole batch is periodic (`growth`)."""
+
+    __slots__ = ("reqs", "ctx", "left", "ids", "bs", "run_max", "end", "ctx_sum", "phase",
+                 "periodic")
+
+    def __init__(self, running: list[Request], block_size: int) -> None:
+        bs = self.bs = block_size
+        self.reqs = running
+        ctx, left, ids = [], [], []
+        phase = [0] * bs
+        periodic = True
+        for r in running:  # one pass: this runs once per stretch
+            c = r.num_computed_tokens
+            spec = r.spec
+            ctx.append(c)
+            left.append(spec.output_tokens - r.num_output_tokens)
+            ids.append(spec.request_id)
+            phase[(-c) % bs] += 1
+            if r.num_blocks != -(-c // bs):
+                periodic = False
+        self.ctx = np.array(ctx, dtype=np.int64)
+        self.left = np.array(left, dtype=np.int64)
+        self.ids = np.array(ids, dtype=np.int64)
+        self.ctx_sum = sum(ctx)
+        self.run_max = 0.0  # largest gap so far, after each request's first
+        self.end = -1.0  # end of the last step applied
+        self.phase = phase
+        self.periodic = periodic
+        """Every request holds exactly the blocks its context fills (else `growth` takes
+        the general path)."""
+
+    def held(self) -> np.ndarray:
+        return np.array([r.num_blocks for r in self.reqs], dtype=np.int64)
+
+    def growth(self, k: int) -> np.ndarray:
+        """Extra blocks the batch holds during each of its next k steps (cumulative)."""
+        if not self.periodic:
+            return _block_growth(self.ctx, self.held(), self.bs, k)
+        bs, n = self.bs, len(self.reqs)
+        acc, prefix = 0, []
+        for c in self.phase:
+            acc += c
+            prefix.append(acc)
+        if k <= bs:
+            return np.array(prefix[:k], dtype=np.int64)
+        j = _steps(k)
+        return (j // bs) * n + np.array(prefix, dtype=np.int64)[j % bs]
+
+    def advance(self, k: int, end: float) -> None:
+        """k decode steps ran, the last ending at `end`."""
+        self.ctx += k
+        self.left -= k
+        self.ctx_sum += k * len(self.reqs)
+        self.end = end
+        bs = self.bs
+        if self.periodic:
+            r = k % bs
+            if r:
+                self.phase = self.phase[r:] + self.phase[:r]
+        else:  # after a step every request holds exactly what its context fills
+            self.periodic = True
+            phase = [0] * bs
+            for c in self.ctx.tolist():
+                phase[(-c) % bs] += 1
+            self.phase = phase
+
+    def finishing(self) -> list[int]:
+        """Positions of the requests with all their tokens."""
+        return (self.left <= 0).nonzero()[0].tolist()
+
+    def settle(self, positions: list[int] | None = None) -> None:
+        """Bring the own counters of the requests at `positions` (default: all, the
+        stretch's end) up to date: the one place a stretch writes back to requests."""
+        reqs, ctx = self.reqs, self.ctx.tolist()
+        end, run_max, bs = self.end, self.run_max, self.bs
+        for i in range(len(reqs)) if positions is None else positions:
+            req = reqs[i]
+            c = ctx[i]
+            d = c - req.num_computed_tokens
+            if not d:
+                continue
+            req.num_computed_tokens = c
+            req.num_output_tokens += d
+            req.num_blocks = -(-c // bs)
+            req.last_token_s = end
+            if run_max > req.max_itl_s:
+                req.max_itl_s = run_max
+
+    def drop(self, done: list[int], running: list[Request]) -> None:
+        """Forget the finished requests at positions `done`; `running` is what is left."""
+        if not done:
+            return
+        keep = np.ones(len(self.reqs), dtype=bool)
+        keep[done] = False
+        bs = self.bs
+        for i in done:
+            c = int(self.ctx[i])
+            self.ctx_sum -= c
+            self.phase[(-c) % bs] -= 1
+        self.ctx = self.ctx[keep]
+        self.left = self.left[keep]
+        self.ids = self.ids[keep]
+        self.reqs = running
+        if len(running) != len(self.ctx):
+            raise RuntimeError("bulk decode: the finished requests are not those retired "
+                               "(a bug)")
+
+
+def _steps(k: int) -> np.ndarray:
+    """0, 1, ..., k-1 (a view when it can be)."""
+    return _STEPS[:k] if k <= len(_STEPS) else np.arange(k, dtype=np.int64)
+
+
+def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
+    """Extra KV blocks the running set holds during decode step j = 1..k (slots for step
+    j's token are allocated before it): sum_i max(ceil((ctx_i + j) / bs) - held_i, 0)."""
+    j = np.arange(1, k + 1, dtype=np.int64)
+    if len(ctx) * k <= 65536:  # small: one broadcast is cheapest
+        need = -(-(ctx[:, None] + j) // block_size) - held[:, None]
+        return np.maximum(need, 0).sum(axis=0)
+    out = np.zeros(k, dtype=np.int64)
+    for c, h in zip(ctx.tolist(), held.tolist(), strict=True):
+        out += np.maximum(-(-(c + j) // block_size) - h, 0)
+    return out
+
+
+def steady(core: EngineCore, plan: Plan) -> bool:
+    """True if this plan decodes every running request and nothing else can change the
+    next plans but a finish, an arrival or KV growth: a stretch may start. (A cheap check
+    the engine makes before every step, apart from `stretch` so that a step that is not
+    steady pays no generator.)"""
+    c = core
+    if plan.admitted or plan.preempted or c.waiting or (
+            c.offload is not None and c.offload.loads):  # a load lands mid-stretch
+        return False
+    running = c.running
+    if len(plan.scheduled) != len(running) or len(running) == 0:
+        return False
+    for (req, n), r in zip(plan.scheduled, running, strict=True):
+        # a one-token decode of a running request: request.is_decode(req), inlined
+        # (tests/test_decode_rule.py); no output yet is a prompt's 1-token tail
+        out_tokens = req.num_output_tokens
+        if n != 1 or req is not r or out_tokens == 0 or (
+                req.spec.prompt_tokens + out_tokens - req.num_computed_tokens != 1):
+            return False
+    return True
+
+
+def stretch(engine: Engine, env: simpy.Environment, now: float):
+    """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
+    hit; requests finishing on the way leave and the rest decode on (each such segment
+    is what stepping one by one would plan, since nothing waits). Prices and times the
+    steps here; `apply_run` applies them. A fleet replica whose router
+    reads its state ends the stretch before the step that would end at or after the
+    next read; False if that left nothing to run in bulk (the caller steps instead)."""
+    c = engine.core
+    t = now
+    arrival = c.next_arrival_s
+    read = c.inbox.next_read_s()
+    if read is not None and read - now < engine.step_s:
+        return False  # the first step would likely cross the read: just step
+    first_segment = True
+    budget = MAX_BULK_STEPS
+    st = DecodeStretch(c.running, c.kv.block_size)
+    latency = engine.latency
+    live = engine.live
+    spread = latency.prices_spread
+    overhead = latency.overhead(len(st.reqs))
+    while True:
+        if live and not first_segment:
+            # as a step boundary: take what the router sent by now, stop if anything
+            # waits, else bound the segment by what it has sent for later
+            c.pull_arrivals(t)
+            if c.waiting:
+                break
+            arrival = c.next_arrival_s
+        n = len(st.reqs)
+        k_left = int(st.left.min())
+        k = min(k_left, budget)
+        grown = st.growth(k)  # grown[j-1]: extra blocks in step j
+        free = c.kv.free_blocks
+        if int(grown[k - 1]) > free:
+            k_kv = int(np.searchsorted(grown, free, side="right"))
+            if k_kv == 0:
+                if not first_segment:
+                    # after a finish the next step does not fit: the policy must plan
+                    # it (preempt); the first segment's first step the policy has vetted
+                    break
+                k_kv = 1
+            k = k_kv
+        steps = _steps(k)
+        kv_mean = (st.ctx_sum + steps * n) / n
+        z = engine.noise.range(c.steps.n, k) if engine.noise is not None else None
+        if spread:
+            # every context grows by one a step: the longest stays the longest
+            kv_max = (int(st.ctx.max()) + steps).astype(np.float64)
+            dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max)
+        else:
+            dur, out = latency.decode_steps_s(n, kv_mean, z)
+        fwd = dur
+        if not first_segment:
+            overhead = latency.overhead(n)
+        if overhead:
+            dur = dur + overhead  # the same float op as the step-by-step path
+        times = np.empty(k + 1)
+        times[0] = t
+        times[1:] = dur
+        np.add.accumulate(times, out=times)  # a cumsum: sequential, as step-by-step
+        if arrival is not None and arrival <= times[k - 1]:
+            # a step sees arrivals up to its start time
+            k = max(1, int(times[:k].searchsorted(arrival)))
+        if read is not None:  # the steps that end before the read
+            k_read = int(np.searchsorted(times[1 : k + 1], read, side="left"))
+            if k_read == 0:
+                if first_segment:
+                    return False
+                break
+            k = min(k, k_read)
+        elif live:  # the steps before one that ends exactly at a read
+            k_tie = c.inbox.read_tie(t, times[1 : k + 1])
+            if k_tie == 0:
+                if first_segment:
+                    return False
+                break
+            k = min(k, k_tie)
+        if z is not None and engine.guard is not None:  # the k steps that run
+            sp = (kv_max[:k],) if spread else ()
+            median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp)
+            engine.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
+        if live:
+            # applied at its end; until then readers subtract the steps done, and a
+            # delivery may cut it short (`wake_up`)
+            engine.segment = seg = [times, k, n]
+            engine.busy_until = float(times[k])
+            while True:
+                try:
+                    yield env.timeout(float(times[seg[1]]) - env.now)
+                    break
+                except simpy.Interrupt:
+                    continue  # cut: wait for the end of the step in flight
+            engine.segment = None
+            k = seg[1]
+        t = apply_run(c, k, times, dur, kv_mean, grown, out, first_segment,
+                      retire=k == k_left, st=st)
+        if live:
+            st.settle()
+        budget -= k
+        if (k < k_left or budget <= 0 or not st.reqs
+                or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
+            break
+        first_segment = False
+    if not live:
+        st.settle()
+        engine.busy_until = t
+        if not engine.ahead:
+            yield env.timeout(t - now)
+    return True
+
+
+def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
+              first_segment: bool, retire: bool, st: DecodeStretch) -> float:
+    """Apply k decode-all plans at once (the simulator's bulk path): every running
+    request computes and samples k tokens. Step j starts at `times[j]` and ends at
+    `times[j + 1]`, lasting `dur[j]`, with mean context `kv_mean[j]`; `grown[j]` extra
+    blocks are held by then and `out[j]` says it was priced outside the table. On the
+    first segment of a stretch each request's first gap runs from its own last token.
+    Retires finished requests when `retire`. Returns the end time.
+
+    Within the stretch `st` (the engine's segments between finishes) the counters
+    advance in its arrays; a request's own fields are brought up to date when it
+    finishes or the stretch ends (`DecodeStretch.settle`)."""
+    reqs = st.reqs
+    n = len(reqs)
+    end = float(times[k])
+    # gaps between consecutive ends (the first segment's first gap is per request)
+    gaps = times[2 : k + 1] - times[1:k] if first_segment else times[1 : k + 1] - times[:k]
+    if k > 1 or not first_segment:
+        m = float(gaps.max())
+        if m > st.run_max:
+            st.run_max = m
+    if core.schedule_log is not None:
+        bs = core.kv.block_size
+        computed = st.ctx[:, None] + np.arange(k, dtype=np.int64)
+        held = np.array([r.num_blocks for r in reqs], dtype=np.int64) if first_segment \
+            else -(-st.ctx // bs)
+        blocks = np.maximum(held[:, None], -(-(computed + 1) // bs))
+        core.schedule_log.add_decodes(core.steps.n, st.ids, computed, blocks)
+    if first_segment:  # the first step's gap depends on each one's last token
+        e0 = float(times[1])
+        add = core.gaps.add
+        for req in reqs:
+            g0 = e0 - req.last_token_s
+            add(g0, req.class_idx)
+            if g0 > req.max_itl_s:
+                req.max_itl_s = g0
+    core.computed[st.ids] += k
+    # (no kv.commit: blocks filled by decodes are never shareable, see PrefixKVCache)
+    if len(gaps):
+        core.gaps.add_run(gaps, reqs)
+    kv = core.kv
+    used_before = kv.num_blocks - kv.free_blocks
+    kv.take(int(grown[k - 1]))
+    core.steps.extend_decodes(times[:k], dur[:k], n, kv_mean[:k], used_before + grown[:k],
+                              out[:k])
+    core.last_prefill = False
+    st.advance(k, end)
+    if retire:
+        done = st.finishing()
+        st.settle(done)
+        core.retire(end)
+        st.drop(done, core.running)
+    return end
