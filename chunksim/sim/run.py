@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos, summarize, summarize_classes
 from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records import StepLog
+from chunksim.sim.settle import SloWatch
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
 _E = "Engine and KV cache"
@@ -164,7 +165,8 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
              schedule_log: bool = False,
              progress: Callable[..., None] | None = None,
-             steps_keep: int = 1, steps_sink=None) -> tuple[SimResult, dict]:
+             steps_keep: int = 1, steps_sink=None,
+             settle_slos_ms: Mapping[str, float] | None = None) -> tuple[SimResult, dict]:
     """Run one configuration (one engine, or a fleet: `cfg.fleet`); returns the records and
     the summary dict. With `schedule_log`, the records include every scheduling decision
     (`SimResult.schedule`; one engine only).
@@ -177,14 +179,17 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
 
     `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when
     `steps_sink(columns)` takes them as they are recorded (a streaming writer); the
-    summary counts every step either way. A fleet keeps every step."""
+    summary counts every step either way. A fleet keeps every step.
+
+    With `settle_slos_ms` ({summary key: bound, ms}), the run stops as soon as one of
+    those bounds has certainly failed, raising `settle.Settled` (`settle.SloWatch`)."""
     if cfg.fleet.active:
         if schedule_log:
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "
                              "--replicas / --pd")
         from chunksim.sim.fleet_run import simulate_fleet
 
-        result, summary = simulate_fleet(workload, profile, cfg)
+        result, summary = simulate_fleet(workload, profile, cfg, settle_slos_ms)
         steps = result.steps
         if steps_keep != 1:
             steps = steps.iloc[::steps_keep] if steps_keep else steps.iloc[:0]
@@ -210,6 +215,8 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     engine = Engine(workload, policy, latency, kv, engine_cfg, schedule_log,
                     spread_guard=guard, progress=progress,
                     step_log=lambda: StepLog(keep=steps_keep, sink=steps_sink, ranges=ranges))
+    if settle_slos_ms:
+        SloWatch(settle_slos_ms, workload).attach([engine], lone=True)
     result = engine.run()
     return result, summarize_run(result, profile, cfg, latency, device)
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from chunksim.progress import ProgressBar
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
+from chunksim.sweep.early import decide, settle_bounds, stopped
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
-from chunksim.sweep.seeds import fold, median_value
+from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import meets
 from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
@@ -109,8 +110,32 @@ class Probe:
 
 def judge(runs: Sequence[Mapping], slos: Mapping[str, float]) -> bool:
     """The median-seed rule: every bound holds for the median over seeds of its metric
-    (a seed that completed nothing counts as missing every bound)."""
-    return all(median_value(runs, k) <= bound for k, bound in slos.items())
+    (a seed that completed nothing counts as missing every bound). Seeds that stopped
+    early (`early.decide`) must leave it decided."""
+    verdict = decide(runs, slos)
+    if verdict is None:
+        raise ValueError("judge: stopped seeds leave the verdict open (run them in full)")
+    return verdict
+
+
+def probe_summary(runs: Sequence[Mapping]) -> dict:
+    """The per-seed summaries folded to their medians; a probe with a seed that stopped
+    early reports its decision only (`stopped`, which seeds), never partial figures."""
+    if not any(stopped(s) for s in runs):
+        return fold(runs).median
+    return {"stopped": True, "completed": None, "workload": runs[0].get("workload"),
+            "stopped_seeds": [k for k, s in enumerate(runs) if stopped(s)],
+            "stopped_keys": sorted({s["stopped_key"] for s in runs if stopped(s)})}
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    return [items[j:j + n] for j in range(0, len(items), n)]
+
+
+def _run(runner: Runner, jobs: list[SimJob], progress: ProgressBar | None) -> list:
+    if progress is not None:
+        progress.add(len(jobs))
+    return runner.map(jobs, progress=progress)
 
 
 @dataclass
@@ -156,12 +181,16 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                     slos: dict[str, float], runner: Runner,
                     params: SearchParams | None = None,
                     progress: ProgressBar | None = None,
-                    seeds: Sequence[int] | None = None) -> list[CapacityEntry]:
+                    seeds: Sequence[int] | None = None,
+                    settle: bool = True) -> list[CapacityEntry]:
     """Search every configuration's capacity over `seeds` (default: the workload's seed);
-    entries in `configs` order."""
+    entries in `configs` order. With `settle`, a probe run stops once one of its bounds
+    has certainly failed (`sim.settle`): the verdict is the full run's, and a probe that
+    passes, or whose stopped seeds leave the median open, runs them in full."""
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
     n = len(seeds)
+    bounds = settle_bounds(slos) if settle else ()
     searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate,
                            params.verify) for _ in configs]
     probes: list[list[Probe]] = [[] for _ in configs]
@@ -169,17 +198,25 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
         if not batch:
             break
-        jobs = [SimJob(probe_workload(workload, r, k, params), run, configs[i])
+        jobs = [SimJob(probe_workload(workload, r, k, params), run, configs[i],
+                       settle_slos_ms=bounds)
                 for i, r in batch for k in seeds]
-        if progress is not None:
-            progress.add(len(jobs))
-        results = runner.map(jobs, progress=progress)
-        for j, (i, r) in enumerate(batch):
-            runs = [res.summary for res in results[j * n:(j + 1) * n]]
-            ok = judge(runs, slos)
+        runs = [[res.summary for res in chunk]
+                for chunk in _chunks(_run(runner, jobs, progress), n)]
+        # a probe whose stopped seeds leave the verdict open, or that passes (its figures
+        # are reported), runs those seeds in full
+        redo = [(j, k) for j, rs in enumerate(runs) if decide(rs, slos) is not False
+                for k, sm in enumerate(rs) if stopped(sm)]
+        if redo:
+            full = _run(runner, [dataclasses.replace(jobs[j * n + k], settle_slos_ms=())
+                                 for j, k in redo], progress)
+            for (j, k), res in zip(redo, full, strict=True):
+                runs[j][k] = res.summary
+        for (i, r), rs in zip(batch, runs, strict=True):
+            ok = judge(rs, slos)
             searches[i].report(r, ok)
-            probes[i].append(Probe(r, ok, fold(runs).median, runs,
-                                   [meets(s, slos) for s in runs]))
+            probes[i].append(Probe(r, ok, probe_summary(rs), rs,
+                                   [meets(s, slos) for s in rs]))
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone)
             for c, s, p in zip(configs, searches, probes, strict=True)]
