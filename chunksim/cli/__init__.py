@@ -23,7 +23,6 @@ app = typer.Typer(
 )
 workload_app = typer.Typer(help="Inspect workloads and traces.", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
-help_format.fold_option_names()
 
 
 def _version(value: bool) -> None:
@@ -77,6 +76,9 @@ _command(app, "validate", _validate)
 
 def main() -> None:
     """Console-script entry point: run the app, turning ValueError into a clean message."""
+    args = sys.argv[1:]
+    if "--help" in args or not args or args == ["workload"]:
+        help_format.fold_option_names()  # rich's help code, imported only to show help
     try:
         app()
     except ValueError as exc:  # bad input from a file or flag: say what and how to fix
