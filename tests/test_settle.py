@@ -177,3 +177,35 @@ def test_capacity_search_answers_the_same_with_and_without_settling(profile):
 def test_probe_workload_is_unchanged_by_settling():
     w = WorkloadOptions()
     assert probe_workload(w, 3.0, 1, search_params(w)).rate == 3.0
+
+
+def test_a_stopped_probe_reports_its_decision_only():
+    from chunksim.reports.capacity_report import probe_rows
+    from chunksim.sweep.capacity import CapacityEntry, Probe, probe_summary
+    from chunksim.sweep.capacity_io import entry_document
+
+    slos = {"p99_ttft_ms": 100.0}
+    full = {"completed": 10, "p99_ttft_ms": 50.0, "workload": "w"}
+    stop = {**_stopped("p99_ttft_ms", 100.0), "stopped_at_s": 3.0, "workload": "w"}
+    runs = [stop, stop, full]
+    summary = probe_summary(runs)
+    assert summary["stopped"] and summary["stopped_seeds"] == [0, 1]
+    assert "p99_ttft_ms" not in summary and summary["workload"] == "w"
+    cfg = make_configs(parse_policies("budget"), [2048])[0]
+    probe = Probe(8.0, judge(runs, slos), summary, runs, [meets(s, slos) for s in runs])
+    assert not probe.met and probe.seeds_met == [False, False, True]
+    e = CapacityEntry(cfg, 0.0, False, [probe])
+    doc = entry_document(e, slos, [0, 1, 2])
+    p = doc["probes"][0]
+    assert p["stopped"] and p["median"] == {"completed": None}
+    assert p["by_seed"][0]["violations"] == ["p99_ttft_ms > 100 (settled early)"]
+    assert p["by_seed"][0]["stopped_at_s"] == 3.0 and "stopped_at_s" not in p["by_seed"][2]
+    assert doc["first_miss_violations"] == ["p99_ttft_ms > 100 (settled early)"]
+    row = probe_rows([e], slos)[1]
+    assert row[1] == "missed (stopped early)" and row[3] == fmt_none()
+
+
+def fmt_none() -> str:
+    from chunksim.reports.tables import fmt
+
+    return fmt(None, "{:.1f}")
