@@ -209,3 +209,23 @@ def fmt_none() -> str:
     from chunksim.reports.tables import fmt
 
     return fmt(None, "{:.1f}")
+
+
+@pytest.mark.slow
+def test_pipelined_search_on_a_pool_answers_as_the_lock_step_one(profile):
+    """Searches that move on as their own probes finish (a process pool) end where the
+    lock-step rounds (inline) end, probe for probe."""
+    configs = make_configs(parse_policies("whole,budget"), [2048])
+    w = WorkloadOptions(num_requests=60)
+    params = search_params(w, tol=0.2)
+    slos = {"p99_itl_ms": 100.0, "p99_ttft_ms": 2000.0, "median_sched_delay_ms": 2000.0}
+    out = []
+    for workers in (1, 2):
+        with Runner(profile, workers) as r:
+            assert r.pooled == (workers > 1)
+            out.append(capacity_search(configs, w, RunConfig(), slos, r, params,
+                                       seeds=[0, 1, 2]))
+    for a, b in zip(*out, strict=True):
+        assert (a.max_rate, a.capped, a.non_monotone) == (b.max_rate, b.capped, b.non_monotone)
+        assert [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in a.probes] == \
+            [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in b.probes]

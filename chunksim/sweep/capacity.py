@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 from chunksim.progress import ProgressBar
@@ -189,37 +190,108 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
     passes, or whose stopped seeds leave the median open, runs them in full."""
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
-    n = len(seeds)
     bounds = settle_bounds(slos) if settle else ()
     searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate,
                            params.verify) for _ in configs]
     probes: list[list[Probe]] = [[] for _ in configs]
-    while True:
-        batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
-        if not batch:
-            break
-        jobs = [SimJob(probe_workload(workload, r, k, params), run, configs[i],
-                       settle_slos_ms=bounds)
-                for i, r in batch for k in seeds]
-        runs = [[res.summary for res in chunk]
-                for chunk in _chunks(_run(runner, jobs, progress), n)]
-        # a probe whose stopped seeds leave the verdict open, or that passes (its figures
-        # are reported), runs those seeds in full
-        redo = [(j, k) for j, rs in enumerate(runs) if decide(rs, slos) is not False
-                for k, sm in enumerate(rs) if stopped(sm)]
-        if redo:
-            full = _run(runner, [dataclasses.replace(jobs[j * n + k], settle_slos_ms=())
-                                 for j, k in redo], progress)
-            for (j, k), res in zip(redo, full, strict=True):
-                runs[j][k] = res.summary
-        for (i, r), rs in zip(batch, runs, strict=True):
-            ok = judge(rs, slos)
-            searches[i].report(r, ok)
-            probes[i].append(Probe(r, ok, probe_summary(rs), rs,
-                                   [meets(s, slos) for s in rs]))
+
+    def jobs_at(i: int, r: float) -> list[SimJob]:
+        return [SimJob(probe_workload(workload, r, k, params), run, configs[i],
+                       settle_slos_ms=bounds) for k in seeds]
+
+    def done(i: int, r: float, rs: list[dict]) -> None:
+        ok = judge(rs, slos)
+        searches[i].report(r, ok)
+        probes[i].append(Probe(r, ok, probe_summary(rs), rs, [meets(s, slos) for s in rs]))
+
+    if runner.pooled:
+        _pipelined(searches, jobs_at, done, slos, runner, progress)
+    else:
+        _lock_step(searches, jobs_at, done, slos, runner, progress)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone)
             for c, s, p in zip(configs, searches, probes, strict=True)]
+
+
+def _redo(runs: Sequence[Mapping], slos: Mapping[str, float]) -> list[int]:
+    """The stopped seeds of a probe to run in full: all of them when the probe passes (its
+    figures are reported) or when they leave the median-seed verdict open."""
+    if decide(runs, slos) is False:
+        return []
+    return [k for k, s in enumerate(runs) if stopped(s)]
+
+
+def _full(job: SimJob) -> SimJob:
+    return dataclasses.replace(job, settle_slos_ms=())
+
+
+def _lock_step(searches, jobs_at, done, slos, runner: Runner,
+               progress: ProgressBar | None) -> None:
+    """All searches advance together: one batch of every search's next probe a round."""
+    while True:
+        batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
+        if not batch:
+            return
+        groups = [jobs_at(i, r) for i, r in batch]
+        n = len(groups[0])
+        flat = [j for g in groups for j in g]
+        runs = [[res.summary for res in chunk]
+                for chunk in _chunks(_run(runner, flat, progress), n)]
+        redo = [(j, k) for j, rs in enumerate(runs) for k in _redo(rs, slos)]
+        if redo:
+            full = _run(runner, [_full(groups[j][k]) for j, k in redo], progress)
+            for (j, k), res in zip(redo, full, strict=True):
+                runs[j][k] = res.summary
+        for (i, r), rs in zip(batch, runs, strict=True):
+            done(i, r, rs)
+
+
+def _pipelined(searches, jobs_at, done, slos, runner: Runner,
+               progress: ProgressBar | None) -> None:
+    """Each search submits its next probe as soon as its last one is judged, so a short
+    (stopped) probe never leaves a worker idle while a long one runs. Each search's
+    probes depend on its own results only: the outcome is the lock-step one."""
+    pending: dict[Future, tuple[int, int]] = {}
+    state: dict[int, tuple[float, list, list[SimJob]]] = {}  # search -> rate, runs, jobs
+
+    def submit(i: int, k: int, job: SimJob) -> None:
+        if progress is not None:
+            progress.add(1)
+        pending[runner.submit(job)] = (i, k)
+
+    def advance(i: int) -> None:
+        r = searches[i].next_rate()
+        if r is None:
+            return
+        jobs = jobs_at(i, r)
+        state[i] = (r, [None] * len(jobs), jobs)
+        for k, job in enumerate(jobs):
+            submit(i, k, job)
+
+    for i in range(len(searches)):
+        advance(i)
+    try:
+        while pending:
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=pending.__getitem__):
+                i, k = pending.pop(fut)
+                r, runs, jobs = state[i]
+                runs[k] = fut.result().summary
+                if progress is not None:
+                    progress.advance()
+                if any(x is None for x in runs):
+                    continue
+                redo = _redo(runs, slos)
+                if redo:
+                    for k2 in redo:
+                        runs[k2] = None
+                        submit(i, k2, _full(jobs[k2]))
+                    continue
+                done(i, r, runs)
+                advance(i)
+    finally:
+        for fut in pending:
+            fut.cancel()
 
 
 def recommend(entries: list[CapacityEntry]) -> CapacityEntry | None:
