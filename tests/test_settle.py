@@ -229,3 +229,33 @@ def test_pipelined_search_on_a_pool_answers_as_the_lock_step_one(profile):
         assert (a.max_rate, a.capped, a.non_monotone) == (b.max_rate, b.capped, b.non_monotone)
         assert [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in a.probes] == \
             [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in b.probes]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["one", "run", "pack"]),
+                          st.lists(st.floats(0.0, 0.2), min_size=1, max_size=5),
+                          st.integers(1, 4), st.booleans()), max_size=40))
+def test_gap_counter_counts_as_a_recount_would(ops):
+    """The incremental count of logged gaps above a bound equals counting them all
+    afresh, through single gaps, runs and packing, checked at random moments."""
+    import chunksim.sim.records as records
+    from chunksim.sim.settle import _GapCounter
+
+    old = records._SINGLE_FOLD
+    records._SINGLE_FOLD = 3
+    try:
+        g = records.GapLog()
+        counter = _GapCounter(100.0)
+        for kind, vals, reps, check in ops:
+            if kind == "one":
+                for v in vals:
+                    g.add(v, 0)
+            elif kind == "run":
+                g.add_run(np.asarray(vals), [None] * reps)
+            else:
+                g.maybe_pack()
+            if check:
+                assert counter.count(g) == int(np.count_nonzero(g.values() * 1000.0 > 100.0))
+        assert counter.count(g) == int(np.count_nonzero(g.values() * 1000.0 > 100.0))
+    finally:
+        records._SINGLE_FOLD = old

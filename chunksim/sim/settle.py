@@ -102,6 +102,7 @@ class SloWatch:
         self.first_engines: list = []
         self.whole = True
         self.lone = True
+        self._gap_counters: dict[tuple[int, float], _GapCounter] = {}
 
     @property
     def active(self) -> bool:
@@ -174,11 +175,10 @@ class SloWatch:
             g = e.core.gaps
             if g.streaming:
                 return None
-            missed += sum(int(np.count_nonzero(v * 1000.0 > limit_s)) for v, _ in g.packed)
-            if g.single:
-                missed += int(np.count_nonzero(np.asarray(g.single) * 1000.0 > limit_s))
-            missed += sum(int(np.count_nonzero(v * 1000.0 > limit_s)) * int(cnt.sum())
-                          for v, cnt in g.runs)
+            counter = self._gap_counters.get((id(g), bound_ms))
+            if counter is None:
+                counter = self._gap_counters[id(g), bound_ms] = _GapCounter(limit_s)
+            missed += counter.count(g)
             if self.lone:
                 for req in _in_flight(e.core):
                     last = req.last_token_s
@@ -186,6 +186,39 @@ class SloWatch:
                             now - last) * 1000.0 > limit_s:
                         missed += 1
         return missed
+
+
+class _GapCounter:
+    """Gaps of a `records.GapLog` above a limit (ms), counted as they are logged: each
+    packed array and each run once, the loose gaps from where the last count stopped
+    (packing moves them, counted, into the next packed array)."""
+
+    __slots__ = ("limit_ms", "packed", "runs", "single", "fixed", "loose")
+
+    def __init__(self, limit_ms: float) -> None:
+        self.limit_ms = limit_ms
+        self.packed = self.runs = self.single = 0  # entries counted so far
+        self.fixed = 0  # above the limit among the packed arrays and runs counted
+        self.loose = 0  # above the limit among g.single[:self.single]
+
+    def count(self, g) -> int:
+        lim = self.limit_ms
+        if len(g.packed) > self.packed:
+            for v, _ in g.packed[self.packed:]:
+                self.fixed += int(np.count_nonzero(v * 1000.0 > lim))
+            self.packed = len(g.packed)
+            self.single = self.loose = 0  # the loose gaps now sit in a packed array
+        if len(g.runs) > self.runs:
+            for v, cnt in g.runs[self.runs:]:
+                k = int(np.count_nonzero(v * 1000.0 > lim))
+                if k:
+                    self.fixed += k * int(cnt.sum())
+            self.runs = len(g.runs)
+        if len(g.single) > self.single:
+            new = np.asarray(g.single[self.single:], dtype=float)
+            self.loose += int(np.count_nonzero(new * 1000.0 > lim))
+            self.single = len(g.single)
+        return self.fixed + self.loose
 
 
 def _in_flight(core):
