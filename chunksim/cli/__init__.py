@@ -22,7 +22,6 @@ app = typer.Typer(
 )
 workload_app = typer.Typer(help="Inspect workloads and traces.", no_args_is_help=True)
 app.add_typer(workload_app, name="workload")
-help_format.fold_option_names()
 
 
 def _version(value: bool) -> None:
@@ -82,6 +81,9 @@ def main() -> None:
     from chunksim.cli import errors
 
     errors.install_signal_handlers()
+    args = sys.argv[1:]
+    if "--help" in args or not args or args == ["workload"]:
+        help_format.fold_option_names()  # rich's help code, imported only to show help
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C outside a command's own handler

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 FORMAT = "chunksim-components/1"
 """The `format` of a component profile's JSON."""
@@ -51,6 +51,9 @@ MINIMUM = {"tokens": 1, "chunk_len": 1, "prior_len": 0, "decode_count": 1, "kv_l
 """Smallest value of each key column where it is a key."""
 RATIO_DIGITS = 6
 """kv_max / kv_len is rounded to this many digits to form the spread axis."""
+
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+    import pandas as pd
 
 
 @dataclass(frozen=True)

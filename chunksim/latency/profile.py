@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from chunksim.core.errors import InputError, reading
 from chunksim.latency.component_table import FORMAT as COMPONENT_FORMAT
@@ -28,6 +28,9 @@ MAX_KEY = 10_000_000
 """Largest token count or decode count a profile row may hold (a data error beyond)."""
 MAX_STEP_S = 1e6
 """Longest step time a profile row may hold, seconds (a data error beyond)."""
+
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ def _load(path: Path) -> Profile:
                 f"{meta_path.name}; the table was edited after profiling — re-run sim profile"
             )
     try:
+        import pandas as pd  # only where a table is read: the CLI starts without it
+
         table = pd.read_csv(path)
     except UnicodeDecodeError:
         raise
@@ -187,6 +192,8 @@ def _refuse_duplicates(path: Path, table: pd.DataFrame, keys) -> None:
 def _column(path: Path, table: pd.DataFrame, col: str, integer: bool, low: float,
             high: float) -> pd.Series:
     """`col` as numbers (int64 for keys), or InputError naming the first bad row."""
+    import pandas as pd
+
     x = pd.to_numeric(table[col], errors="coerce").to_numpy(dtype=np.float64)
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(x) | (x > high)

@@ -86,7 +86,9 @@ def probe_rows(entries: Sequence[CapacityEntry], slos: dict[str, float]) -> list
         rows.append(f"{e.config.label}")
         for p in e.probes:
             seeds = f"{sum(p.seeds_met)}/{len(p.seeds_met)}" if p.seeds_met else "–"
-            rows.append([num(p.rate), "met" if p.met else "missed", seeds]
+            verdict = "met" if p.met else (
+                "missed (stopped early)" if p.summary.get("stopped") else "missed")
+            rows.append([num(p.rate), verdict, seeds]
                         + [fmt(p.summary.get(k), "{:.1f}") for k in slos]
                         + [num(max((reject_pct(s) for s in p.runs), default=0.0))])
     return rows

@@ -26,6 +26,7 @@ from chunksim.latency.base import StepCosts
 from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore, Inbox
 from chunksim.sim.records import StepLog
+from chunksim.sim.settle import SETTLE_EVERY_STEPS
 from chunksim.sim.spread_guard import SpreadGuard
 
 _NOISE_BLOCK = 4096
@@ -141,6 +142,9 @@ class Engine:
         and at the end."""
         self.step_log = step_log
         """Makes the run's StepLog (default: keep every step in memory)."""
+        self.watch = None
+        """A `settle.SloWatch` checked every SETTLE_EVERY_STEPS steps (None: the run goes
+        to its end); it raises `settle.Settled` out of the run once a bound has failed."""
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
@@ -255,6 +259,7 @@ class Engine:
         c = self.core
         progress, total, report_at = self.progress, len(self.workload.requests), 0
         ahead = self.ahead
+        watch, check_at = self.watch, SETTLE_EVERY_STEPS
         now = env.now  # the engine's clock: ahead of env.now while it runs ahead
         offload = c.offload
         stalled = False  # waiting requests need blocks that KV loads hold
@@ -262,6 +267,9 @@ class Engine:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
                 progress(c.finished + len(c.rejected), total, sim_s=now)
+            if watch is not None and c.steps.n >= check_at:
+                check_at = c.steps.n + SETTLE_EVERY_STEPS
+                watch.check(now)
             c.pull_arrivals(now)
             if offload is not None and offload.loads:
                 offload.finish(c, now)

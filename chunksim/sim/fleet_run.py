@@ -14,6 +14,7 @@ profiles. Routers weigh work by each replica's time per token (`_token_times`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from chunksim.sim.offload import offload_meta
 from chunksim.sim.pd import Disaggregated, first_tokens
 from chunksim.sim.routers import make_router
 from chunksim.sim.run_summary import summarize_run
+from chunksim.sim.settle import SloWatch
 
 TOKEN_TIME_SHAPE = BatchShape(prefill_tokens=1024)
 """The step that measures a profile's time per token for routing: one 1024-token prefill
@@ -49,12 +51,13 @@ def _token_times(latencies: list) -> list[float] | None:
     return None if all(r == 1.0 for r in rel) else rel
 
 
-def simulate_fleet(workload: Workload, profile: Profile,
-                   cfg: RunConfig) -> tuple[SimResult, dict]:
+def simulate_fleet(workload: Workload, profile: Profile, cfg: RunConfig,
+                   settle_slos_ms: Mapping[str, float] | None = None) -> tuple[SimResult, dict]:
+    """`settle_slos_ms`: stop once one of these bounds has certainly failed (`settle`)."""
     f = cfg.fleet
     parts = engine_parts(workload, profile, cfg)
     if f.pd is not None:
-        return _simulate_pd(workload, profile, cfg, parts)
+        return _simulate_pd(workload, profile, cfg, parts, settle_slos_ms)
     n = f.replica_count
     token_times = None
     if f.groups is None:
@@ -71,6 +74,8 @@ def simulate_fleet(workload: Workload, profile: Profile,
         token_times = _token_times(latencies)
     router = make_router(f.router or "round-robin", n, cfg.engine.seed, f.prefix_load_cap)
     fleet = Fleet(workload, engines, router, f.router_staleness_s, token_times)
+    if settle_slos_ms:
+        SloWatch(settle_slos_ms, workload).attach(engines)
     results = fleet.run()
     if n == 1:
         return results[0], summarize_run(results[0], profile, cfg, parts)
@@ -115,8 +120,9 @@ def _model_name(profile: Profile) -> str:
     return str(model.get("name") if isinstance(model, dict) else model)
 
 
-def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig,
-                 parts: EngineParts) -> tuple[SimResult, dict]:
+def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, parts: EngineParts,
+                 settle_slos_ms: Mapping[str, float] | None = None
+                 ) -> tuple[SimResult, dict]:
     f = cfg.fleet
     p, d = f.pd_counts
     try:
@@ -136,6 +142,8 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig,
     bw, lat = f.link
     pd = Disaggregated(workload, prefill, decode, prouter, drouter, f.router_staleness_s,
                        per_token, bw, lat)
+    if settle_slos_ms:
+        SloWatch(settle_slos_ms, workload).attach(decode, first_engines=prefill)
     pres, dres = pd.run()
     outputs = np.array([s.output_tokens for s in workload.requests])
     result = merge_pd(pres, pd.prefill.dest, dres, pd.ddest, pd.transfer_s, pd.kv_bytes,

@@ -5,7 +5,7 @@ and re-exported here for callers of `simulate`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from chunksim import atomic
@@ -19,6 +19,7 @@ from chunksim.sim.fleet_run import simulate_fleet
 from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records import StepLog
 from chunksim.sim.run_summary import summarize_run
+from chunksim.sim.settle import SloWatch
 from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
 
 __all__ = ["RunConfig", "simulate", "nothing_completed", "write_outputs", "OUTPUT_FILES",
@@ -43,7 +44,8 @@ def refuse_unknown_classes(workload: Workload, cfg: RunConfig) -> None:
 def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
              schedule_log: bool = False,
              progress: Callable[..., None] | None = None,
-             steps_keep: int = 1, steps_sink=None) -> tuple[SimResult, dict]:
+             steps_keep: int = 1, steps_sink=None,
+             settle_slos_ms: Mapping[str, float] | None = None) -> tuple[SimResult, dict]:
     """Run one configuration (one engine, or a fleet: `cfg.fleet`); returns the records and
     the summary dict. With `schedule_log`, the records include every scheduling decision
     (`SimResult.schedule`; one engine only).
@@ -56,13 +58,16 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
 
     `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when
     `steps_sink(columns)` takes them as they are recorded (a streaming writer); the
-    summary counts every step either way. A fleet keeps every step."""
+    summary counts every step either way. A fleet keeps every step.
+
+    With `settle_slos_ms` ({summary key: bound, ms}), the run stops as soon as one of
+    those bounds has certainly failed, raising `settle.Settled` (`settle.SloWatch`)."""
     refuse_unknown_classes(workload, cfg)
     if cfg.fleet.active:
         if schedule_log:
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "
                              "--replicas / --pd")
-        result, summary = simulate_fleet(workload, profile, cfg)
+        result, summary = simulate_fleet(workload, profile, cfg, settle_slos_ms)
         steps = result.steps
         if steps_keep != 1:
             steps = steps.iloc[::steps_keep] if steps_keep else steps.iloc[:0]
@@ -80,6 +85,8 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
                           spread_guard=guard, progress=progress,
                           step_log=lambda: StepLog(keep=steps_keep, sink=steps_sink,
                                                    ranges=ranges))
+    if settle_slos_ms:
+        SloWatch(settle_slos_ms, workload).attach([engine], lone=True)
     result = engine.run()
     return result, summarize_run(result, profile, cfg, parts)
 

@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 from chunksim.progress import ProgressBar
 from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
+from chunksim.sweep.early import decide, settle_bounds, stopped
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
-from chunksim.sweep.seeds import fold, median_value
+from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import meets
 from chunksim.workloads.options import WorkloadKind, WorkloadOptions
 
@@ -112,9 +114,42 @@ def judge(runs: Sequence[Mapping], slos: Mapping[str, float],
           max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> bool:
     """The median-seed rule: every bound holds for the median over seeds of its metric
     (a seed that completed nothing counts as missing every bound); and no seed rejected
-    more than `max_reject_pct` % of its requests (`sim.rejections`)."""
-    return (all(median_value(runs, k) <= bound for k, bound in slos.items())
-            and all_within(runs, max_reject_pct))
+    more than `max_reject_pct` % of its requests (`sim.rejections`). Seeds that stopped
+    early (`early.decide`) must leave it decided."""
+    verdict = _decide(runs, slos, max_reject_pct)
+    if verdict is None:
+        raise ValueError("judge: stopped seeds leave the verdict open (run them in full)")
+    return verdict
+
+
+def _decide(runs: Sequence[Mapping], slos: Mapping[str, float],
+            max_reject_pct: float) -> bool | None:
+    """`judge`'s verdict, None while stopped seeds leave it open. A seed that ran in full
+    and rejected too much fails the probe; a stopped seed's rejections are unknown, so it
+    is run in full whenever the verdict is not already a miss (`_redo`)."""
+    if not all_within([s for s in runs if not stopped(s)], max_reject_pct):
+        return False
+    return decide(runs, slos)
+
+
+def probe_summary(runs: Sequence[Mapping]) -> dict:
+    """The per-seed summaries folded to their medians; a probe with a seed that stopped
+    early reports its decision only (`stopped`, which seeds), never partial figures."""
+    if not any(stopped(s) for s in runs):
+        return fold(runs).median
+    return {"stopped": True, "completed": None, "workload": runs[0].get("workload"),
+            "stopped_seeds": [k for k, s in enumerate(runs) if stopped(s)],
+            "stopped_keys": sorted({s["stopped_key"] for s in runs if stopped(s)})}
+
+
+def _chunks(items: list, n: int) -> list[list]:
+    return [items[j:j + n] for j in range(0, len(items), n)]
+
+
+def _run(runner: Runner, jobs: list[SimJob], progress: ProgressBar | None) -> list:
+    if progress is not None:
+        progress.add(len(jobs))
+    return runner.map(jobs, progress=progress)
 
 
 @dataclass
@@ -161,35 +196,120 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                     params: SearchParams | None = None,
                     progress: ProgressBar | None = None,
                     seeds: Sequence[int] | None = None,
-                    max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> list[CapacityEntry]:
+                    max_reject_pct: float = MAX_REJECT_PCT_DEFAULT,
+                    settle: bool = True) -> list[CapacityEntry]:
     """Search every configuration's capacity over `seeds` (default: the workload's seed);
     entries in `configs` order. A probe that rejects more than `max_reject_pct` % of its
-    requests (on any seed) fails."""
+    requests (on any seed) fails. With `settle`, a probe run stops once one of its bounds
+    has certainly failed (`sim.settle`): the verdict is the full run's, and a probe that
+    passes, or whose stopped seeds leave the median open, runs them in full."""
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
-    n = len(seeds)
+    bounds = settle_bounds(slos) if settle else ()
     searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate,
                            params.verify) for _ in configs]
     probes: list[list[Probe]] = [[] for _ in configs]
-    while True:
-        batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
-        if not batch:
-            break
-        jobs = [SimJob(probe_workload(workload, r, k, params), run, configs[i])
-                for i, r in batch for k in seeds]
-        if progress is not None:
-            progress.add(len(jobs))
-        results = runner.map(jobs, progress=progress)
-        for j, (i, r) in enumerate(batch):
-            runs = [res.summary for res in results[j * n:(j + 1) * n]]
-            ok = judge(runs, slos, max_reject_pct)
-            searches[i].report(r, ok)
-            probes[i].append(Probe(r, ok, fold(runs).median, runs,
-                                   [meets(s, slos) and within(s, max_reject_pct)
-                                    for s in runs]))
+
+    def jobs_at(i: int, r: float) -> list[SimJob]:
+        return [SimJob(probe_workload(workload, r, k, params), run, configs[i],
+                       settle_slos_ms=bounds) for k in seeds]
+
+    def done(i: int, r: float, rs: list[dict]) -> None:
+        ok = judge(rs, slos, max_reject_pct)
+        searches[i].report(r, ok)
+        probes[i].append(Probe(r, ok, probe_summary(rs), rs,
+                               [meets(s, slos) and within(s, max_reject_pct) for s in rs]))
+
+    if runner.pooled:
+        _pipelined(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
+    else:
+        _lock_step(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone)
             for c, s, p in zip(configs, searches, probes, strict=True)]
+
+
+def _redo(runs: Sequence[Mapping], slos: Mapping[str, float],
+          max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> list[int]:
+    """The stopped seeds of a probe to run in full: all of them when the probe passes (its
+    figures are reported) or when they leave the median-seed verdict open."""
+    if _decide(runs, slos, max_reject_pct) is False:
+        return []
+    return [k for k, s in enumerate(runs) if stopped(s)]
+
+
+def _full(job: SimJob) -> SimJob:
+    return dataclasses.replace(job, settle_slos_ms=())
+
+
+def _lock_step(searches, jobs_at, done, slos, runner: Runner,
+               progress: ProgressBar | None, max_reject_pct: float) -> None:
+    """All searches advance together: one batch of every search's next probe a round."""
+    while True:
+        batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
+        if not batch:
+            return
+        groups = [jobs_at(i, r) for i, r in batch]
+        n = len(groups[0])
+        flat = [j for g in groups for j in g]
+        runs = [[res.summary for res in chunk]
+                for chunk in _chunks(_run(runner, flat, progress), n)]
+        redo = [(j, k) for j, rs in enumerate(runs)
+                for k in _redo(rs, slos, max_reject_pct)]
+        if redo:
+            full = _run(runner, [_full(groups[j][k]) for j, k in redo], progress)
+            for (j, k), res in zip(redo, full, strict=True):
+                runs[j][k] = res.summary
+        for (i, r), rs in zip(batch, runs, strict=True):
+            done(i, r, rs)
+
+
+def _pipelined(searches, jobs_at, done, slos, runner: Runner,
+               progress: ProgressBar | None, max_reject_pct: float) -> None:
+    """Each search submits its next probe as soon as its last one is judged, so a short
+    (stopped) probe never leaves a worker idle while a long one runs. Each search's
+    probes depend on its own results only: the outcome is the lock-step one."""
+    pending: dict[Future, tuple[int, int]] = {}
+    state: dict[int, tuple[float, list, list[SimJob]]] = {}  # search -> rate, runs, jobs
+
+    def submit(i: int, k: int, job: SimJob) -> None:
+        if progress is not None:
+            progress.add(1)
+        pending[runner.submit(job)] = (i, k)
+
+    def advance(i: int) -> None:
+        r = searches[i].next_rate()
+        if r is None:
+            return
+        jobs = jobs_at(i, r)
+        state[i] = (r, [None] * len(jobs), jobs)
+        for k, job in enumerate(jobs):
+            submit(i, k, job)
+
+    for i in range(len(searches)):
+        advance(i)
+    try:
+        while pending:
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=pending.__getitem__):
+                i, k = pending.pop(fut)
+                r, runs, jobs = state[i]
+                runs[k] = fut.result().summary
+                if progress is not None:
+                    progress.advance()
+                if any(x is None for x in runs):
+                    continue
+                redo = _redo(runs, slos, max_reject_pct)
+                if redo:
+                    for k2 in redo:
+                        runs[k2] = None
+                        submit(i, k2, _full(jobs[k2]))
+                    continue
+                done(i, r, runs)
+                advance(i)
+    finally:
+        for fut in pending:
+            fut.cancel()
 
 
 def recommend(entries: list[CapacityEntry]) -> CapacityEntry | None:

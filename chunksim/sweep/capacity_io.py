@@ -22,8 +22,10 @@ def _probe(p, slos: dict[str, float], seeds: list[int],
         "rate": p.rate, "met": p.met, "seeds_met": p.seeds_met,
         "median": {k: p.summary.get(k) for k in (*_PROBE_KEYS, *slos) if k in p.summary},
         "by_seed": [{"seed": k, "met": ok, **{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
-                     "violations": violations(s, slos, max_reject_pct)}
+                     "violations": violations(s, slos, max_reject_pct),
+                     **({"stopped_at_s": s["stopped_at_s"]} if s.get("stopped") else {})}
                     for k, ok, s in zip(seeds, p.seeds_met, p.runs, strict=True)],
+        **({"stopped": True} if p.summary.get("stopped") else {}),
     }
 
 

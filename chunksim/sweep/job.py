@@ -21,6 +21,7 @@ from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.engine import SimResult
 from chunksim.sim.run import RunConfig, simulate
+from chunksim.sim.settle import Settled
 from chunksim.sweep.configs import Config, with_spec_tokens
 from chunksim.workloads.options import WorkloadOptions, build_workload
 
@@ -37,6 +38,9 @@ class SimJob:
     """The policy and chunk size this job simulates."""
     keep_records: bool = False
     """Return the request/step records too (compare's plots need them; sweeps do not)."""
+    settle_slos_ms: tuple[tuple[str, float], ...] = ()
+    """(summary key, bound ms) pairs: stop the run once one has certainly failed
+    (`sim.settle`); its summary then holds that decision only (`stopped`: True)."""
 
 
 @dataclass
@@ -115,5 +119,10 @@ def run_job(job: SimJob, profile: Profile | None = None) -> JobResult:
     prof = profile if profile is not None else _worker_profile
     if prof is None:
         raise RuntimeError("run_job needs a profile: pass one or call init_worker first")
-    result, summary = simulate(_workload(job.workload), prof, run_config(job))
+    workload = _workload(job.workload)
+    try:
+        result, summary = simulate(workload, prof, run_config(job),
+                                   settle_slos_ms=dict(job.settle_slos_ms) or None)
+    except Settled as s:
+        return JobResult(s.summary(workload))
     return JobResult(summary, result if job.keep_records else None)

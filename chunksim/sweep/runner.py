@@ -96,7 +96,17 @@ class Runner:
             return ((i, run_job(job, self.profile)) for i, job in enumerate(jobs))
         return self._pool_completed(jobs)
 
-    def _pool_completed(self, jobs: Sequence[SimJob]) -> Iterator[tuple[int, JobResult]]:
+    @property
+    def pooled(self) -> bool:
+        """Jobs run on local worker processes (`submit` may be used)."""
+        return self.ray_address is None and self.workers > 1
+
+    def submit(self, job: SimJob) -> Future:
+        """Start one job on the local pool (`pooled` runners only): for callers that pick
+        the next jobs from the results so far, as each comes in (a capacity search)."""
+        return self._local_pool().submit(run_job, job)
+
+    def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # forkserver, not fork: the parent runs a progress-bar thread, and forking a
             # threaded process can deadlock; the preload makes each worker start cheap.
@@ -105,7 +115,11 @@ class Runner:
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx,
                                              initializer=init_worker,
                                              initargs=(self.profile, os.getpid()))
-        futures: dict[Future, int] = {self._pool.submit(run_job, job): i
+        return self._pool
+
+    def _pool_completed(self, jobs: Sequence[SimJob]) -> Iterator[tuple[int, JobResult]]:
+        pool = self._local_pool()
+        futures: dict[Future, int] = {pool.submit(run_job, job): i
                                       for i, job in enumerate(jobs)}
         pending = set(futures)
         try:

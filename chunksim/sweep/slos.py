@@ -79,8 +79,13 @@ def meets(summary: Mapping[str, object], slos: Mapping[str, float]) -> bool:
 def violations(summary: Mapping[str, object], slos: Mapping[str, float],
                max_reject_pct: float | None = None) -> list[str]:
     """The bounds that fail, as 'key value > bound' strings (a run that completed
-    nothing has no latency to bound: it fails every bound); with `max_reject_pct`, also
-    a share of rejected requests above it."""
+    nothing has no latency to bound: it fails every bound; a run stopped early, `stopped`,
+    names the bound that settled it, with no value); with `max_reject_pct`, also a share
+    of rejected requests above it."""
+    if summary.get("stopped"):
+        keys = summary.get("stopped_keys") or [summary.get("stopped_key")]
+        return [f"{k} > {slos[k]:g} (settled early)" if k in slos else f"{k} (settled early)"
+                for k in keys]
     if not summary.get("completed"):
         return [f"completed nothing ({summary.get('rejected', 0)} rejected)"]
     out = [f"{k} {float(summary[k]):.1f} > {b:g}" for k, b in slos.items()

@@ -12,9 +12,12 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+    import pandas as pd
 
 MAX_TOKENS = 10_000_000
 """Lengths above this are data errors, not long prompts (the longest public trace
@@ -41,6 +44,8 @@ def require_columns(path: Path, present: Sequence[str], needed: dict[str, str]) 
 
 def read_csv(path: Path, usecols: Sequence[str] | None = None) -> pd.DataFrame:
     """Read a CSV keeping blank lines as rows so `index + 2` is the file line."""
+    import pandas as pd
+
     try:
         return pd.read_csv(
             path,
@@ -61,6 +66,8 @@ def read_csv(path: Path, usecols: Sequence[str] | None = None) -> pd.DataFrame:
 
 def csv_header(path: Path) -> list[str]:
     """The CSV's column names."""
+    import pandas as pd
+
     try:
         return list(pd.read_csv(path, nrows=0).columns)
     except pd.errors.EmptyDataError as exc:
@@ -118,6 +125,8 @@ def token_column(
 
     Zeros pass through (readers drop them and count the drop in notes).
     """
+    import pandas as pd
+
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
     refuse_booleans(path, s, lines, col, "a token count")
     x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
@@ -149,6 +158,8 @@ def time_column_s(
     Datetimes: ISO 8601 with any fractional precision (Azure 2023's 7 digits, Azure 2024's
     mixed precision with `+00:00`); a mix of zone-aware and naive values is read as UTC.
     """
+    import pandas as pd
+
     s = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
     if len(s) == 0:  # a header and no rows: nothing to time (the caller says so)
         return np.zeros(0)

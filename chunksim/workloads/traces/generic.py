@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from chunksim.workloads.traces.columns import (
     csv_header,
@@ -117,6 +116,8 @@ def read_generic(path: Path, opts: TraceOptions) -> RawTrace:
 
 
 def _int_column(path: Path, values, lines: np.ndarray, col: str) -> np.ndarray:
+    import pandas as pd
+
     s = pd.Series(list(values), dtype=object)
     refuse_booleans(path, s, lines, col, "an integer")
     x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64)
