@@ -5,6 +5,7 @@ import sys
 try:
     from chunksim.cli import main
 except KeyboardInterrupt:  # Ctrl-C while the command is still loading: nothing written
+    sys.stderr.write("interrupted: the command was still loading; nothing was written\n")
     sys.exit(130)
 
 main()

@@ -86,9 +86,7 @@ def compare(
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_comparison, print_verdict
     from chunksim.sim.rejections import rejection_text
-    from chunksim.sweep.capacity import capacity_search, search_params, window_note
-    from chunksim.sweep.capacity_io import verdict_document
-    from chunksim.sweep.compare import run_comparison
+    from chunksim.sweep.compare_answer import compare_answer
     from chunksim.sweep.configs import (
         make_configs,
         parse_ints,
@@ -100,7 +98,6 @@ def compare(
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
     from chunksim.sweep.slos import parse_capacity_slos
-    from chunksim.sweep.verdict import decide
     from chunksim.workloads.options import WorkloadKind
 
     seed_values = seed_list(seeds, workload_opts.seed)
@@ -126,83 +123,41 @@ def compare(
 
         timeline_configs(configs, timeline_chunk)
     profile = load_run_profile(profile, run_cfg)
-    entries, window = None, None
     with Runner(profile, workers, ray) as runner, \
             ProgressBar("compare", total=len(configs) * len(seed_values)) as bar:
-        comp = run_comparison(configs, workload_opts, run_cfg, runner, keep_records=report,
-                              progress=bar, seeds=seed_values)
-        # the configurations that completed nothing are named, kept in the tables and left
-        # out of the verdict, capacity search and figures (no latency to rank or plot)
-        full, comp = comp, comp.subset(_completing(comp))
-        if search:
-            params = search_params(workload_opts, max_rate)
-            entries = capacity_search(comp.configs, workload_opts, run_cfg, slos, runner,
-                                      params, bar, seeds=seed_values,
-                                      max_reject_pct=max_reject_pct)
-            best = max(entries, key=lambda e: e.max_rate)
-            window = window_note(params, workload_opts,
-                                 best.at_max["completed"] if best.at_max else None)
-    caps = ([(e.max_rate, e.capacity_range) for e in entries] if entries is not None
-            else None)
-    verdict = decide(comp.configs, comp.runs, slos, bool(slo), comp.seeds, caps,
-                     max_reject_pct)
-    doc = {
-        "workload": comp.summaries[0].get("workload"),
-        "seeds": comp.seeds,
-        "profile": {"label": profile.label, "sha256": profile.sha256,
-                    "provenance": profile.provenance},
-        "verdict": verdict_document(verdict),
-        "rows": full.json_rows(),
-    }
-    if entries is not None:
-        from chunksim.sweep.capacity_io import entry_document
-
-        doc["capacity"] = {"window": window,
-                           "configurations": [entry_document(e, slos, comp.seeds, max_reject_pct)
-                                              for e in entries]}
-    tail = _tail(verdict, comp, entries, run_cfg, workload_opts, profile, cost_cfg)
+        ans = compare_answer(configs, workload_opts, run_cfg, slos, bool(slo), search,
+                             max_rate, max_reject_pct, seed_values, runner,
+                             keep_records=report, progress=bar)
+    for msg in ans.failed:
+        typer.secho(f"warning: {msg}", err=True, fg=typer.colors.YELLOW)
+    tail = _tail(ans.verdict, ans.comp, ans.entries, run_cfg, workload_opts, profile, cost_cfg)
+    doc = ans.document(profile, slos, max_reject_pct)
     doc.update(tail.document())
     # the whole set goes into a staging directory, swapped in at the end (as sim run)
     final, out = out, atomic.staging_dir(out)
-    atomic.write_text(out / "comparison.csv", full.csv())
+    atomic.write_text(out / "comparison.csv", ans.full.csv())
     atomic.write_json(out / "comparison.json", doc)
-    print_comparison(full.configs, full.summaries, stats=full.stats)
-    print_verdict(verdict, capacity_searched=entries is not None, trace=trace)
+    print_comparison(ans.full.configs, ans.full.summaries, stats=ans.full.stats)
+    print_verdict(ans.verdict, capacity_searched=ans.entries is not None, trace=trace)
     tail.print()
     written = ["comparison.csv", "comparison.json"]
-    for warning in dict.fromkeys(w for s in full.summaries for w in s.get("warnings", [])):
+    summaries = ans.full.summaries
+    for warning in dict.fromkeys(w for s in summaries for w in s.get("warnings", [])):
         typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
-    for cfg, s in zip(full.configs, full.summaries, strict=True):
+    for cfg, s in zip(ans.full.configs, summaries, strict=True):
         rejected = rejection_text(s)  # the median seed's: the latencies cover the rest
         if rejected and s.get("completed"):
             typer.secho(f"warning: {cfg.label}: {rejected}", err=True, fg=typer.colors.YELLOW)
     if report:
         from chunksim.reports.compare_report import write_compare_report
 
-        paths = write_compare_report(out, comp, profile, verdict, entries,
+        paths = write_compare_report(out, ans.comp, profile, ans.verdict, ans.entries,
                                      command=resolved_command(ctx), timeline_chunk=timeline_chunk,
                                      formats=("png", "svg") if svg else ("png",),
-                                     window=window, trace=trace, tail=tail.section)
+                                     window=ans.window, trace=trace, tail=tail.section)
         written += [p.name for p in paths]
     atomic.swap_in(out, final, answer_files())
     typer.echo(f"wrote {final}/: {', '.join(written)}")
-
-
-def _completing(comp) -> list[int]:
-    """Indices of the configurations that completed a request; each other one is named
-    on stderr with why (it is in the tables, with no latency). ValueError when none
-    completed."""
-    done = [i for i, s in enumerate(comp.summaries) if s["completed"]]
-    for i, s in enumerate(comp.summaries):
-        if not s["completed"]:
-            why = ", ".join(f"{n} by {k}" for k, n in s.get("rejected_reasons", {}).items())
-            msg = (f"{comp.configs[i].label} completed no request (all {s['rejected']} "
-                   f"rejected: {why})")
-            if not done:
-                raise ValueError(f"{msg}, and no configuration did; see "
-                                 "requests' reject_reason in `sim run --out`")
-            typer.secho(f"warning: {msg}", err=True, fg=typer.colors.YELLOW)
-    return done
 
 
 def _tail(verdict, comp, entries, run_cfg, workload_opts, profile, cost_cfg):
