@@ -199,13 +199,8 @@ def make_drafter(spec, profile: Profile, latency):
 def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
     """`kv` with the CPU tier of `off`: its capacity in blocks of the profile model's
     KV size, and its link."""
-    try:
-        per_tok = int(profile.provenance["kv_bytes_per_token"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(
-            f"--kv-offload-gib: profile {profile.path} has no kv_bytes_per_token in its "
-            "provenance, needed to size host blocks and time their loads; use a profile "
-            "written by `sim profile`") from None
+    per_tok = int(kv_bytes_per_token(profile, "--kv-offload-gib",
+                                     "to size host blocks and time their loads"))
     block_bytes = per_tok * kv.block_size
     if off.host_blocks(block_bytes) < 1:
         raise ValueError(
@@ -215,3 +210,14 @@ def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
     bw, lat = off.link
     return replace(kv, host_blocks=off.host_blocks(block_bytes), block_bytes=block_bytes,
                    host_bytes_per_s=bw, host_latency_s=lat)
+
+
+def kv_bytes_per_token(profile: Profile, flag: str, why: str) -> float:
+    """The profile model's KV bytes per token, which `flag` needs `why`; an error naming
+    both when the profile does not record it."""
+    try:
+        return float(profile.provenance["kv_bytes_per_token"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            f"{flag}: profile {profile.path} has no kv_bytes_per_token in its provenance, "
+            f"needed {why}; use a profile written by `sim profile`") from None

@@ -22,7 +22,13 @@ from chunksim.core.kv_cache import prefix_hit_rate
 from chunksim.core.shape import BatchShape
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile, load_profile
-from chunksim.sim.build import EngineParts, RunConfig, build_engine, engine_parts
+from chunksim.sim.build import (
+    EngineParts,
+    RunConfig,
+    build_engine,
+    engine_parts,
+    kv_bytes_per_token,
+)
 from chunksim.sim.engine import Engine, SimResult
 from chunksim.sim.fleet import Fleet
 from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
@@ -125,13 +131,7 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, parts: En
                  ) -> tuple[SimResult, dict]:
     f = cfg.fleet
     p, d = f.pd_counts
-    try:
-        per_token = float(profile.provenance["kv_bytes_per_token"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(
-            f"--pd {f.pd}: profile {profile.path} has no kv_bytes_per_token in its "
-            "provenance, needed to time KV transfers; use a profile written by `sim "
-            "profile`") from None
+    per_token = kv_bytes_per_token(profile, f"--pd {f.pd}", "to time KV transfers")
     prompts = first_tokens(workload)
     prefill = [build_engine(prompts, cfg, parts) for _ in range(p)]
     decode = [build_engine(workload, cfg, parts) for _ in range(d)]
