@@ -96,13 +96,8 @@ def capacity(
     from chunksim.cli.paths import check_out_dir
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_capacity, print_verdict
-    from chunksim.sweep.capacity import (
-        capacity_search,
-        probe_workload,
-        recommend,
-        search_params,
-        window_note,
-    )
+    from chunksim.sweep.capacity import probe_workload, search_params
+    from chunksim.sweep.capacity_answer import capacity_answer
     from chunksim.sweep.capacity_io import capacity_document, probes_csv
     from chunksim.sweep.configs import (
         make_configs,
@@ -116,7 +111,6 @@ def capacity(
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
     from chunksim.sweep.slos import parse_capacity_slos
-    from chunksim.sweep.verdict import decide
 
     seed_values = seed_list(seeds, workload_opts.seed)
     check_out_dir(out, replace=True)
@@ -160,17 +154,9 @@ def capacity(
                      cost_cfg, max_reject_pct)
         return
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
-        entries = capacity_search(configs, workload_opts, run_cfg, slos, runner, params, bar,
-                                  seeds=seed_values, max_reject_pct=max_reject_pct)
-    best_cap = recommend(entries)
-    window = window_note(params, workload_opts,
-                         best_cap.at_max["completed"] if best_cap and best_cap.at_max else None)
-    # trade-offs are read at each configuration's capacity (its lowest probe if none)
-    runs = [(e.probe_at_max or e.probes[0]).runs for e in entries]
-    verdict = decide(configs, runs, slos, bool(slo), seed_values,
-                     [(e.max_rate, e.capacity_range) for e in entries], max_reject_pct)
-    by_label = {e.config.label: e for e in entries}
-    best = by_label.get(verdict.recommended.label) if verdict.recommended else None
+        ans = capacity_answer(configs, workload_opts, run_cfg, slos, bool(slo), params,
+                              seed_values, runner, max_reject_pct, progress=bar)
+    entries, verdict, best, window = ans.entries, ans.verdict, ans.best, ans.window
     print_capacity(entries, best, slos)
     print_verdict(verdict, capacity_searched=True, trace=trace)
     split_table = split_list = None
