@@ -178,7 +178,7 @@ class Engine:
         self.drafter = self.latency.drafter if spec.enabled else None
         if spec.enabled and self.drafter is None and spec.speculative_method != "ngram":
             raise RuntimeError(f"--speculative-method {spec.speculative_method} without its "
-                               "drafter cost on the latency model (sim.run.engine_parts "
+                               "drafter cost on the latency model (sim.build.engine_parts "
                                "attaches it): a bug")
         self.noise = _Noise(seed) if self.config.jitter else None
         # only a policy that declares decode-all a fixed point is run in bulk (async
