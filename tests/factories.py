@@ -293,3 +293,12 @@ def make_component_profile(tmp: Path, name: str = "comp", layers: int = 4,
         meta[k] = {**meta[k], **v} if isinstance(v, dict) and k in meta else v
     (tmp / f"{name}.json").write_text(json.dumps(meta))
     return load_profile(str(csv))
+
+
+def default_sigint() -> None:
+    """A `subprocess.Popen` preexec_fn: SIGINT as a terminal session delivers it. A suite
+    started in the background by a non-interactive shell runs with SIGINT ignored, which
+    a child inherits (and then never sees Ctrl-C); the Ctrl-C tests restore the default."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import default_sigint
 from typer.testing import CliRunner
 
 from chunksim import atomic
@@ -71,7 +72,8 @@ def test_an_os_error_under_out_names_the_flag(monkeypatch, tmp_path):
 def test_ctrl_c_in_compare_exits_130_with_what_holds(tmp_path):
     proc = subprocess.Popen([*SIM, "compare", "-n", "400", "--seeds", "0,1", "--workers", "1",
                              "--out", str(tmp_path / "c")], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_sigint)
     time.sleep(6)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

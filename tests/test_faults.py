@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import default_sigint
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = sys.platform.startswith("linux")
@@ -84,7 +85,7 @@ def test_ctrl_c_of_a_sweep_says_what_was_saved_and_how_to_resume(tmp_path):
     out = tmp_path / "s.csv"
     proc = subprocess.Popen([*SIM, *SWEEP, "--out", str(out)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_sigint)
     _wait_for(lambda: _rows(out) >= 1 or proc.poll() is not None, 120, "a first saved row")
     os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole group
     _, err = proc.communicate(timeout=60)
@@ -110,7 +111,8 @@ def test_ctrl_c_of_a_profile_says_what_was_saved_and_how_to_resume(tmp_path):
            "--kv-lens", "1,32,64", "--prior-lens", "", "--warmup", "1", "--repeats", "300",
            "--quiet", "--out", str(out)]
     proc = subprocess.Popen([*SIM, *cmd], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=default_sigint)
     partial = out.with_name("p.partial.csv")
     _wait_for(lambda: _rows(partial) >= 2 or proc.poll() is not None, 180, "saved points")
     os.killpg(proc.pid, signal.SIGINT)
