@@ -317,14 +317,20 @@ class PrefixKVCache(KVCache):
             return
         if tokens is None:
             tokens = req.num_computed_tokens
+        claim = self._claim
         for j in range(len(keys), min(len(share), tokens // self.block_size)):
             k = share[j]
-            if k in self.refs or k in self.lru:
+            if not claim(k):
                 # the same content is already cached (computed twice concurrently): this
                 # copy stays private; vLLM also keeps the duplicate until it is freed
                 k = ("dup", req.request_id, j)
             self.refs[k] = 1
             keys.append(k)
+
+    def _claim(self, k) -> bool:
+        """Whether a newly filled block may hold content `k` as its cached copy (False:
+        that content is cached already, so this copy stays private)."""
+        return k not in self.refs and k not in self.lru
 
     def free(self, req: Request, reusable: bool = False) -> None:
         keys = self.keys.pop(req.request_id, [])

@@ -152,22 +152,11 @@ class OffloadKVCache(PrefixKVCache):
                 host.store(k)
             evict -= n
 
-    def commit(self, req: Request, tokens: int | None = None) -> None:
-        keys = self.keys.setdefault(req.request_id, [])
-        share = self.shareable_keys(req)
-        if len(keys) >= len(share):
-            return
-        if tokens is None:
-            tokens = req.num_computed_tokens
-        host, flying = self.host, self.in_flight
-        for j in range(len(keys), min(len(share), tokens // self.block_size)):
-            k = share[j]
-            if k in self.refs or k in self.lru or k in flying:
-                k = ("dup", req.request_id, j)  # as PrefixKVCache.commit
-            else:
-                host.take(k)  # computed again: the GPU copy supersedes a host one
-            self.refs[k] = 1
-            keys.append(k)
+    def _claim(self, k) -> bool:
+        if k in self.refs or k in self.lru or k in self.in_flight:
+            return False
+        self.host.take(k)  # computed again: the GPU copy supersedes a host one
+        return True
 
     def free(self, req: Request, reusable: bool = False) -> None:
         if reusable and self.host.lru:
