@@ -9,10 +9,11 @@ from factories import workload
 from chunksim.core.speculative import SpecConfig
 from chunksim.reports.console import comparison_table, summary_table
 from chunksim.reports.definitions import DEFINITIONS
-from chunksim.reports.tables import CLASS_COLUMNS, SEED_COLUMNS
+from chunksim.reports.tables import seed_rows
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.metric_registry import FAMILIES, METRICS, PERCENTILES, shown
 from chunksim.sim.run import RunConfig, simulate
+from chunksim.sweep.seeds import fold
 
 
 def _summary(linear_profile) -> dict:
@@ -35,8 +36,10 @@ def test_every_declared_metric_is_in_a_runs_summary(linear_profile):
 
 def test_tables_take_their_columns_from_the_declarations(linear_profile):
     s = _summary(linear_profile)
-    assert [k for k, _, _ in SEED_COLUMNS] == [m.key for m in shown("seeds")]
-    assert [k for k, _, _ in CLASS_COLUMNS] == [m.key for m in shown("classes")]
+    # the report's table over seeds: a column per declaration, each cell in its format
+    headers, (row,) = seed_rows(["a"], [fold([s, s])])
+    assert headers[1:] == [m.header for m in shown("seeds")]
+    assert row[1:] == [m.fmt.format(s[m.key]) for m in shown("seeds")]
     table = comparison_table(["a"], [s])
     assert [c.header for c in table.columns][1:] == [m.label for m in shown("console")]
     cells = [next(iter(c.cells)) for c in table.columns][1:]
