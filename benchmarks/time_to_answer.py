@@ -10,7 +10,7 @@ configuration's row of comparison.csv; for capacity, each configuration's max ra
 the search's tolerance, --tol, as the bracket may start elsewhere) and the
 recommendation. Prints the machine, a table, then one JSON line.
 
-    python benchmarks/time_to_answer.py [--base 1cf556a] [--only compare,capacity,...]
+    python benchmarks/time_to_answer.py --base REV [--only compare,capacity,...]
 """
 
 from __future__ import annotations
@@ -29,13 +29,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = "1cf556a"
 COMMANDS = {  # the README's examples, verbatim but for --out
     "compare": ["compare", "-w", "long-prompt", "--policies", "whole,chunk,budget",
                 "--chunks", "256,512,1024,2048"],
     "capacity": ["capacity", "--slo", "p99_itl_ms=100", "--slo", "p99_ttft_ms=2000"],
     "capacity_gpus4": ["capacity", "-w", "long-prompt", "--rate", "32", "--profile",
-                       "llama-3.1-8b-h200", "--policies", "budget", "--chunks", "8192",
+                       "llama-3.1-8b-h200-vllm", "--policies", "budget", "--chunks", "8192",
                        "--gpus", "4", "--fleet", "router=least-tokens", "--seeds", "0",
                        "--slo", "p99_ttft_ms=200", "--slo", "p99_itl_ms=50"],
 }
@@ -78,7 +77,7 @@ def same(kind: str, a: dict, b: dict) -> bool:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--base", default=BASE, help=f"the commit to time against [{BASE}]")
+    ap.add_argument("--base", required=True, help="the commit to time against")
     ap.add_argument("--only", default="compare,capacity,capacity_gpus4",
                     help="which examples, comma-separated")
     ap.add_argument("--startup-repeats", type=int, default=5)

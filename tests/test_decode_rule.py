@@ -1,8 +1,9 @@
 """The decode rule has one definition, `core.request.is_decode`; the simulator's hot loops
 inline it (`EngineCore.begin_step` prices entries by it, `fast_forward.steady` decides
-bulk stretches by it, the budget policy splits its running requests by it). Every step of
-random runs over every policy, with speculative decoding, prefix caching, fleets and P/D,
-checks that each copy says what the definition says."""
+bulk stretches by it). Every step of random runs over every policy, with speculative
+decoding, prefix caching, fleets and P/D, checks that each of these copies says what the
+definition says. (The budget policy's split of its running requests is a third copy;
+its plans are checked by the policy tests, not here.)"""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def gpu_of(prof) -> tuple[float, float]:
     return SPECS[hits[0]]
 
 
-def test_every_gpu_profile_the_issue_names_is_bundled():
+def test_the_imported_llama_gpu_profiles_are_bundled():
     assert {"llama-3.1-8b-h100-vllm", "llama-3.1-8b-h200-vllm", "llama-3.1-8b-b200-vllm",
             "llama-3.1-70b-h200-tp4-vllm"} <= set(GPU_PROFILES)
 

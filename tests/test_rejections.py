@@ -20,7 +20,7 @@ cli = CliRunner()
 SLOS = {"p99_itl_ms": 100.0}
 REJECTING = ["--policies", "budget", "--chunks", "512", "-n", "200", "--max-model-len", "700",
              "--seeds", "0"]
-"""The issue's case: 148 of the 200 requests are longer than --max-model-len."""
+"""148 of the 200 requests are longer than --max-model-len."""
 
 
 def _summary(completed: int, rejected: int, itl_ms: float = 10.0) -> dict:

@@ -57,14 +57,12 @@ class AnswerTail:
 
 
 def answer_tail(recommended, points: list[tuple[Any, dict | None, float]], run_cfg,
-                workload_opts, profile, cost_cfg: CostConfig, at: str,
-                profile_name: str | None = None) -> AnswerTail:
+                workload_opts, profile, cost_cfg: CostConfig, at: str) -> AnswerTail:
     """`recommended`: (config, rate) or None; `points`: (config, summary, rate) of every
     configuration whose cost is read (a None summary is skipped)."""
     path = str(profile.path)
     bundled = "/chunksim/data/profiles/" in path.replace("\\", "/")
-    name = profile_name or (path.rsplit("/", 1)[-1].removesuffix(".csv") if bundled
-                            else path)
+    name = path.rsplit("/", 1)[-1].removesuffix(".csv") if bundled else path
     dep = None
     if recommended is not None:
         config, rate = recommended

@@ -65,10 +65,9 @@ def interrupted_exit() -> None:
 
     from chunksim.cli.interrupts import REPORTED
 
-    if REPORTED["done"]:
-        sys.exit(INTERRUPTED_EXIT)
-    typer.secho("interrupted: the files already written are complete (each is written "
-                "atomically); the rest were not written", err=True, fg=typer.colors.YELLOW)
+    if not REPORTED["done"]:
+        typer.secho("interrupted: the files already written are complete (each is written "
+                    "atomically); the rest were not written", err=True, fg=typer.colors.YELLOW)
     sys.exit(INTERRUPTED_EXIT)
 
 

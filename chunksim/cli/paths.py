@@ -17,7 +17,7 @@ def os_error_text(flag: str, target: Path | str, exc: OSError) -> str:
             + "; give a path in a directory you can write to")
 
 
-def _probe(path: Path, target: Path, flag: str, make_dir: bool) -> None:
+def _probe(path: Path, flag: str, make_dir: bool) -> None:
     """Make and remove what the command will make: the directory `path` (`make_dir`) and
     a staged file named as the longest one it stages beside `path`. Whatever the file
     system answers (ENOENT under /proc, EPERM under /sys, ENAMETOOLONG, EROFS, ...)
@@ -37,7 +37,7 @@ def _probe(path: Path, target: Path, flag: str, make_dir: bool) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise ValueError(os_error_text(flag, target, exc)) from None
+        raise ValueError(os_error_text(flag, path, exc)) from None
     finally:
         for d in reversed(made):
             try:
@@ -101,7 +101,7 @@ def _check_out_dir(path: Path | None, flag: str, replace: bool) -> None:
         _check_writable_dir(path, path, flag)
     if replace or not path.exists():
         _check_writable_dir(_nearest_existing(path.parent), path, flag)
-    _probe(path, path, flag, make_dir=True)
+    _probe(path, flag, make_dir=True)
 
 
 def check_out_file(path: Path | None, flag: str = "--out") -> None:
@@ -121,4 +121,4 @@ def _check_out_file(path: Path | None, flag: str) -> None:
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a directory; give a file path")
     _check_writable_dir(_nearest_existing(path.parent), path, flag)
-    _probe(path, path, flag, make_dir=False)
+    _probe(path, flag, make_dir=False)

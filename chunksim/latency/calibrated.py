@@ -77,9 +77,9 @@ class Calibration:
 
 def _prefill_part(shape: BatchShape) -> BatchShape:
     """The step with its decodes removed (their logits rows too)."""
-    logits = shape.logits - shape.decode_count if shape.logits >= 0 else -1
+    logits = max(shape.logits - shape.decode_count, 0) if shape.logits >= 0 else -1
     return BatchShape(shape.prefill_tokens, shape.prior_tokens, 0, 0.0, shape.chunks, 0.0,
-                      max(logits, 0) if logits >= 0 else -1)
+                      logits)
 
 
 class CalibratedModel:

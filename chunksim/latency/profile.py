@@ -33,6 +33,13 @@ if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
     import pandas as pd
 
 
+def engine_devices(provenance: dict) -> int:
+    """GPUs one engine of a profile occupies: its tensor- (and expert-) parallel degree,
+    `components.tp` (1 when unrecorded)."""
+    tp = (provenance.get("components") or {}).get("tp")
+    return tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
+
+
 @dataclass(frozen=True)
 class Profile:
     """A measured latency table and where it came from."""
@@ -58,10 +65,8 @@ class Profile:
 
     @property
     def devices(self) -> int:
-        """GPUs one engine of this profile occupies: its tensor- (and expert-) parallel
-        degree, `components.tp` (1 when unrecorded)."""
-        tp = (self.provenance.get("components") or {}).get("tp")
-        return tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
+        """GPUs one engine of this profile occupies (`engine_devices`)."""
+        return engine_devices(self.provenance)
 
     @property
     def label(self) -> str:
@@ -175,7 +180,6 @@ def _load(path: Path) -> Profile:
 def _refuse_duplicates(path: Path, table: pd.DataFrame, keys) -> None:
     """Two rows for one grid point: which one prices the step would depend on the row
     order, so neither is taken; name both lines."""
-    keys = [k for k in keys if k in table.columns]
     dup = table.duplicated(keys, keep=False).to_numpy()
     if not dup.any():
         return

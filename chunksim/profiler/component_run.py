@@ -53,7 +53,7 @@ from chunksim.profiler.collective import (
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths
 from chunksim.profiler.component_points import checkpoint as component_checkpoint
 from chunksim.profiler.component_points import measure_points, row
-from chunksim.profiler.component_write import _model_entry, csv_bytes, write_components  # noqa: F401
+from chunksim.profiler.component_write import _model_entry, write_components
 from chunksim.profiler.components import LayerBench, evict_bytes
 from chunksim.profiler.timing import Timing
 from chunksim.progress import ProgressBar

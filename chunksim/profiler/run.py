@@ -28,6 +28,7 @@ from chunksim.decoder.device import (
 from chunksim.decoder.gpu_clock import ClockSampler, clock_summary, nvml_reader
 from chunksim.decoder.model import build_model
 from chunksim.decoder.step import ATTENTION_BACKEND
+from chunksim.profiler.component_write import _model_entry
 from chunksim.profiler.grid import GridPoint, GridSpec, prune
 from chunksim.profiler.passes import cold_look, combine, fast_points, pass_order
 from chunksim.profiler.store import Checkpoint, row_of, write_profile
@@ -336,10 +337,4 @@ def _measure_cold_costs(s: ProfileSettings) -> tuple[dict, dict | None]:
     return wake, first
 
 
-def _model_entry(cfg: ModelConfig) -> dict:
-    """The format's `model` keys first, then the remaining shape facts."""
-    d = cfg.as_dict()
-    head = {k: d.pop(k) for k in ("name", "n_layers", "hidden_size", "n_heads", "n_kv_heads",
-                                  "head_dim", "intermediate_size", "vocab_size", "max_position")}
-    return {**head, **d}
 

@@ -10,16 +10,13 @@ from pathlib import Path
 import numpy as np
 
 from chunksim import atomic
+from chunksim.reports.validation_table import _fmt
 
 SHOWN = ("mean", "median", "p99")
 """The statistics the table shows (validation.json also has P90)."""
 METRICS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2el", "E2E"))
 THROUGHPUT = (("request_throughput", "requests/s"), ("output_throughput", "output tok/s"),
               ("total_token_throughput", "total tok/s"))
-
-
-def _fmt(x) -> str:
-    return "—" if x is None else f"{x:,.3f}" if abs(x) < 100 else f"{x:,.1f}"
 
 
 def rows(report: dict) -> list[tuple[str, str, str, str]]:

@@ -20,7 +20,7 @@ from chunksim.reports.provenance import (
 )
 from chunksim.reports.tables import fmt
 from chunksim.reports.verdict_text import num, ranged, verdict_lines
-from chunksim.sim.rejections import reject_pct
+from chunksim.sim.rejections import reject_pct, worst
 from chunksim.sweep.capacity import CapacityEntry
 from chunksim.sweep.verdict import Verdict
 
@@ -73,7 +73,7 @@ def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
         per_seed = ", ".join(num(c) for c in e.seed_capacities())
         # the worst seed at the capacity, or (none met) at the lowest rate probed
         shown = p or (e.probes[0] if e.probes else None)
-        rej = num(max(reject_pct(s) for s in shown.runs)) if shown and shown.runs else "–"
+        rej = num(reject_pct(worst(shown.runs))) if shown and shown.runs else "–"
         rows.append([e.config.label, cap, per_seed if n_seeds > 1 else num(lo if lo else hi)]
                     + cells + [rej, str(len(e.probes)), note])
     return headers, rows

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chunksim.sim.metric_registry import FAMILIES, shown
-from chunksim.sim.rejections import reject_pct
+from chunksim.sim.rejections import reject_pct, worst
 
 UNBOUNDED_WIDTH = 10_000
 """Console width off a terminal: wide enough that no table cell is cut to `…`."""
@@ -157,7 +157,7 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
                   f"{s['median_sched_delay_ms']:.1f}"] if s else ["–", "–", "–"])
         # at the capacity, or (none met) the lowest probe: why it failed there
         shown = e.probe_at_max or (e.probes[0] if e.probes else None)
-        rej = (f"{max(reject_pct(r) for r in shown.runs):.3g}" if shown and shown.runs
+        rej = (f"{reject_pct(worst(shown.runs)):.3g}" if shown and shown.runs
                else "–")
         t.add_row(e.config.label + star, rate, *cells, rej, str(len(e.probes)))
     con.print(t)

@@ -100,12 +100,13 @@ def verdict_lines(v: Verdict, capacity_searched: bool, trace: bool = False) -> l
     lines: list[str] = []
     if rec is None:
         closest = min(v.candidates, key=lambda c: (c.headroom, c.config.sort_key))
+        rejects = _rejects(closest, v)
         lines.append(
             "**No configuration meets the SLOs** on the median seed"
             + (" at any probed rate." if capacity_searched else " at this load.")
             + f" Closest: **{closest.label}**, at {closest.headroom:.2f}× its tightest bound"
-            + f"{_rejects(closest, v)}.")
-        if _rejects(closest, v):
+            + f"{rejects}.")
+        if rejects:
             lines.append("What to do: serve those requests (raise --max-model-len or the "
                          "token budget, --chunks), or accept them as errors with "
                          "--max-reject-pct.")

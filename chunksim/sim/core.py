@@ -233,9 +233,7 @@ class EngineCore:
         waiting = self.waiting
         if visible_s is not None:
             waiting = [r for r in waiting if r.spec.arrival_s <= visible_s]
-        plan = self.policy.plan(SchedulerState(self.running, waiting, self.kv,
-                                               self.last_prefill, len(self.finishing),
-                                               self.lookahead))
+        plan = self.policy.plan(self.scheduler_state(waiting))
         if self.offload is not None and plan.admitted:
             plan = self.offload.plan_loads(self, plan, waiting, now)
         if plan.scheduled:
@@ -253,6 +251,12 @@ class EngineCore:
         self.preempt(plan)
         self.empty_preempt_steps += 1
         return None
+
+    def scheduler_state(self, waiting) -> SchedulerState:
+        """What the policy sees when it plans: running, `waiting` (those it may see), the
+        KV cache, and the step's context."""
+        return SchedulerState(self.running, waiting, self.kv, self.last_prefill,
+                              len(self.finishing), self.lookahead)
 
     def release_finishing(self) -> None:
         """Free the blocks of requests that finished in the step in flight (async)."""
@@ -327,17 +331,16 @@ class EngineCore:
                         f"{req.request_id}, {req.num_remaining} are left after its prefix "
                         "hit: the plan saw another cache than the engine (a bug)")
             c = req.num_computed_tokens
-            g = n
-            if lookahead and not is_new and req.num_output_tokens and c + 1 == req.num_tokens:
-                g = n + lookahead  # a running decode's lookahead slots (vLLM allocate_slots)
-            if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
-                kv.grow(req, g)
-            if caching and req.block_keys != ():  # () : nothing it holds is shareable
-                kv.commit(req, c + n)
             # request.is_decode(req, is_new), inlined (tests/test_decode_rule.py)
             decode = req.num_output_tokens > 0 and (
                 (req.kv_carried and not req.num_preemptions) if is_new
                 else c + 1 == req.num_tokens)
+            # a running decode also takes its lookahead slots (vLLM allocate_slots)
+            g = n + lookahead if lookahead and decode and not is_new else n
+            if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
+                kv.grow(req, g)
+            if caching and req.block_keys != ():  # () : nothing it holds is shareable
+                kv.commit(req, c + n)
             if decode and n == 1:
                 decodes += 1
                 kv_sum += c

@@ -76,6 +76,14 @@ class EngineConfig:
                              "(drafts would be planned before their verification); drop one")
 
 
+
+def _until(env: simpy.Environment, t: float):
+    """Advance `env` to exactly `t`: env.now + (t - env.now) may round, so double the
+    clock (exact) while it is below t / 2, then step the rest (exact from there)."""
+    while 0.0 < env.now < t / 2:
+        yield env.timeout(env.now)
+    yield env.timeout(t - env.now)
+
 @dataclass
 class SimResult:
     """Everything a run produced: flat records plus what is needed to summarize them."""
@@ -274,10 +282,8 @@ class Engine:
             if offload is not None and offload.loads:
                 offload.finish(c, now)
             if c.idle or stalled:
-                if now > env.now:  # catch up with the clock before sleeping, exactly:
-                    while 0.0 < env.now < now / 2:  # env.now + (now - env.now) may round
-                        yield env.timeout(env.now)  # doubling is exact
-                    yield env.timeout(now - env.now)  # exact from at least now / 2
+                if now > env.now:  # catch up with the clock before sleeping, exactly
+                    yield from _until(env, now)
                 c.release_finishing()
                 self.plan_at = None
                 if c.done:
@@ -309,9 +315,7 @@ class Engine:
     def _alarm(self, env: simpy.Environment, t: float, wake: simpy.Event):
         """Wake the engine sleeping on `wake` at exactly `t` (a KV load's end), unless
         something woke it before."""
-        while 0.0 < env.now < t / 2:  # as the engine's catch-up: exact arithmetic
-            yield env.timeout(env.now)
-        yield env.timeout(t - env.now)
+        yield from _until(env, t)
         if self.wake is wake:
             wake.succeed()
             self.wake = None

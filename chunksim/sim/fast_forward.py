@@ -110,11 +110,12 @@ class DecodeStretch:
     def settle(self, positions: list[int] | None = None) -> None:
         """Bring the own counters of the requests at `positions` (default: all, the
         stretch's end) up to date: the one place a stretch writes back to requests."""
-        reqs, ctx = self.reqs, self.ctx.tolist()
+        reqs = self.reqs
+        ctx = self.ctx.tolist() if positions is None else self.ctx  # all, or a few
         end, run_max, bs = self.end, self.run_max, self.bs
         for i in range(len(reqs)) if positions is None else positions:
             req = reqs[i]
-            c = ctx[i]
+            c = int(ctx[i])
             d = c - req.num_computed_tokens
             if not d:
                 continue

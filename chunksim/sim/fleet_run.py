@@ -86,9 +86,7 @@ def simulate_fleet(workload: Workload, profile: Profile, cfg: RunConfig,
     if n == 1:
         return results[0], summarize_run(results[0], profile, cfg, parts)
     result = merge_results(results, fleet.dest)
-    if result.meta.get("prefix_caching"):
-        result.meta["prefix_cache_hit_rate"] = prefix_hit_rate(e.core.kv for e in engines)
-    _offload_meta(result, engines)
+    _pool_kv_meta(result, engines)
     result.meta.update(fleet={"replicas": n, "router": router.name,
                               "router_staleness_ms": f.router_staleness_s * 1000.0})
     if f.groups is not None:
@@ -112,6 +110,13 @@ def simulate_fleet(workload: Workload, profile: Profile, cfg: RunConfig,
                 "a router sends any request to any replica, so the fleet serves one model; "
                 "give profiles of the same model on each GPU")
     return result, summary
+
+
+def _pool_kv_meta(result: SimResult, engines: list[Engine]) -> None:
+    """The fleet's prefix-cache hit rate and CPU-tier keys, over every engine's cache."""
+    if result.meta.get("prefix_caching"):
+        result.meta["prefix_cache_hit_rate"] = prefix_hit_rate(e.core.kv for e in engines)
+    _offload_meta(result, engines)
 
 
 def _offload_meta(result: SimResult, engines: list[Engine]) -> None:
@@ -149,9 +154,7 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, parts: En
     result = merge_pd(pres, pd.prefill.dest, dres, pd.ddest, pd.transfer_s, pd.kv_bytes,
                       outputs)
     engines = prefill + decode
-    if result.meta.get("prefix_caching"):
-        result.meta["prefix_cache_hit_rate"] = prefix_hit_rate(e.core.kv for e in engines)
-    _offload_meta(result, engines)
+    _pool_kv_meta(result, engines)
     result.meta.update(fleet={
         "prefill_instances": p, "decode_instances": d, "router": prouter.name,
         "decode_router": drouter.name, "router_staleness_ms": f.router_staleness_s * 1000.0,

@@ -21,7 +21,8 @@ at the first plan at or after its end.
 from __future__ import annotations
 
 from chunksim.core.kv_offload import Load, OffloadKVCache
-from chunksim.core.plan import Plan, SchedulerState
+from chunksim.core.plan import Plan
+from chunksim.core.request import is_decode
 from chunksim.sim.records import KIND_LOAD, KIND_LOADED
 
 
@@ -53,8 +54,8 @@ class Offloads:
             used = 0  # free blocks the plan's entries before this admission consume
             admitted = set(plan.admitted)
             for req, n in plan.scheduled:
-                if req not in admitted:
-                    used += kv.extra_blocks(req, n)
+                if req not in admitted:  # a running decode also takes its lookahead slots
+                    used += kv.extra_blocks(req, n + core.lookahead if is_decode(req) else n)
                     continue
                 found = kv.find_load(req)
                 if found is None:
@@ -74,8 +75,7 @@ class Offloads:
                 break
             if not changed:
                 return plan
-            plan = policy.plan(SchedulerState(core.running, waiting, core.kv,
-                                              core.last_prefill, len(core.finishing)))
+            plan = policy.plan(core.scheduler_state(waiting))
             if not plan.admitted:
                 return plan
 

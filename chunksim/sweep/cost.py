@@ -106,13 +106,13 @@ def cost_of(label: str, gpus: int, summary: dict, rate: float, price: GpuPrice) 
     """The cost of `gpus` GPUs producing `summary`'s output throughput at `rate`."""
     tok = float(summary.get("output_throughput") or 0.0)
     return Cost(label, gpus, rate, tok, usd_per_mtok(gpus, price.usd_per_hour, tok),
-                gpu_hours_per_day(gpus), gpus * 24.0 * price.usd_per_hour)
+                gpu_hours_per_day(gpus), gpu_hours_per_day(gpus) * price.usd_per_hour)
 
 
 def config_gpus(config, fleet, provenance: dict) -> int:
     """GPUs one configuration occupies: instances (1, replicas, P + D; its own layout, else
     the run's `fleet` flags) x the profile's tensor-parallel degree."""
-    from chunksim.sweep.deploy import tensor_parallel
+    from chunksim.latency.profile import engine_devices
 
     if config.fleet is not None and config.fleet.has_layout:
         instances = config.fleet.gpus
@@ -120,4 +120,4 @@ def config_gpus(config, fleet, provenance: dict) -> int:
         instances = sum(fleet.pd_counts)
     else:
         instances = fleet.replica_count
-    return instances * tensor_parallel(provenance)
+    return instances * engine_devices(provenance)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from chunksim.latency.profile import engine_devices
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.engine_flags import (
@@ -71,19 +72,13 @@ class Deployment:
         return f"vLLM {ENGINE_VERSIONS['vllm']}, SGLang {ENGINE_VERSIONS['sglang']}"
 
 
-def tensor_parallel(provenance: dict) -> int:
-    """The profile's tensor-parallel degree (1 when it records none)."""
-    tp = (provenance.get("components") or {}).get("tp") or 1
-    return int(tp) if isinstance(tp, int) and tp >= 1 else 1
-
-
 def model_id(provenance: dict) -> str:
     m = provenance.get("model")
     name = m.get("name") if isinstance(m, dict) else None
     return MODEL_IDS.get(name or "", name or "MODEL")
 
 
-def _policy_flags(policy, run: RunConfig) -> tuple[list, list | None, bool, list[str]]:
+def _policy_flags(policy) -> tuple[list, list | None, bool, list[str]]:
     """(vLLM pairs, SGLang pairs or None, exact, notes) of one policy's knobs."""
     fam = policy.name
     notes: list[str] = []
@@ -177,8 +172,8 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
     if config.fleet is not None:
         cfg = replace(cfg, fleet=config.fleet.apply(cfg.fleet))
     policy = cfg.make_policy(provenance.get("device_name"))
-    v, s, exact, notes = _policy_flags(policy, cfg)
-    tp = tensor_parallel(provenance)
+    v, s, exact, notes = _policy_flags(policy)
+    tp = engine_devices(provenance)
     common_v: list = [("--tensor-parallel-size", tp)]
     common_s: list = [("--tp-size", tp)]
     common_v.append(("--enable-prefix-caching" if cfg.prefix_caching

@@ -70,22 +70,13 @@ class MeasuredRun:
     def __len__(self) -> int:
         return len(self.arrival_s)
 
-    def subset(self, keep: np.ndarray) -> MeasuredRun:
-        """The requests where `keep` is True (arrivals kept as they are)."""
-        idx = np.flatnonzero(keep)
-        return MeasuredRun(self.path, self.format, self.arrival_s[idx], self.prompt_tokens[idx],
-                           self.output_tokens[idx], self.ttft_s[idx], self.e2el_s[idx],
-                           None if self.itl_s is None else tuple(self.itl_s[i] for i in idx),
-                           None if self.cached_tokens is None else self.cached_tokens[idx],
-                           self.arrivals, self.failed, self.settings)
-
 
 def _fail(path, field: str, why: str) -> InputError:
     return InputError(f"results file {path}: field {field!r} {why}")
 
 
-def _array(path, doc: dict, field: str, n: int | None, integer: bool = False,
-           low: float = 0.0, required: bool = True) -> np.ndarray | None:
+def _array(path, doc: dict, field: str, n: int | None,
+           required: bool = True) -> np.ndarray | None:
     if field not in doc:
         if not required:
             return None
