@@ -11,17 +11,31 @@ import sys
 import typer
 
 import chunksim
-from chunksim.cli import help_format
+from chunksim.cli import help_format, lazy
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("chunksim.cli.run", "run"),
+    "compare": ("chunksim.cli.compare", "compare"),
+    "capacity": ("chunksim.cli.capacity", "capacity"),
+    "sweep": ("chunksim.cli.sweep", "sweep"),
+    "validate": ("chunksim.cli.validate", "validate"),
+    "calibrate": ("chunksim.cli.calibrate", "calibrate"),
+    "workload": ("chunksim.cli.workload", "workload_app"),
+    "profile": ("chunksim.cli.profile", "profile_app"),
+}
+"""Each command, in the order `sim --help` lists it: (module, attribute), where the
+attribute is a command function or a `typer.Typer` group. A command's module (and what it
+imports: numpy, pandas, the simulator) loads only when that command runs or shows its
+own help; `sim --help` reads each one's summary from its source (`lazy.summary`)."""
 
 app = typer.Typer(
     name="sim",
+    cls=lazy.group_class(COMMANDS),
     help="chunksim: which prefill scheduling policy and chunk size should I run?",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-workload_app = typer.Typer(help="Inspect workloads and traces.", no_args_is_help=True)
-app.add_typer(workload_app, name="workload")
 
 
 def _version(value: bool) -> None:
@@ -35,45 +49,6 @@ def _main(version: bool = typer.Option(
         False, "--version", is_eager=True, callback=_version,
         help="Print the version and exit.")) -> None:
     """chunksim: which prefill scheduling policy and chunk size should I run?"""
-
-
-def _command(target: typer.Typer, name: str, fn) -> None:
-    """Register `fn` as `name`, its docstring reflowed into paragraphs (`help_format`)."""
-    target.command(name, help=help_format.reflow(fn.__doc__))(fn)
-
-# --- command registration (each module keeps heavy imports inside its functions) ---
-# BEGIN REGISTRATIONS
-from chunksim.cli.profile import profile as _profile  # noqa: E402
-from chunksim.cli.profile import profile_import as _profile_import  # noqa: E402
-
-profile_app = typer.Typer(help="Measure a latency profile (or import one).",
-                          add_completion=False, pretty_exceptions_enable=False)
-profile_app.callback(invoke_without_command=True,
-                     help=help_format.reflow(_profile.__doc__))(_profile)
-_command(profile_app, "import", _profile_import)
-app.add_typer(profile_app, name="profile")
-from chunksim.cli.run import run as _run  # noqa: E402
-
-_command(app, "run", _run)
-from chunksim.cli.workload import describe as _workload_describe  # noqa: E402
-
-_command(workload_app, "describe", _workload_describe)
-from chunksim.cli.compare import compare as _compare  # noqa: E402
-
-_command(app, "compare", _compare)
-from chunksim.cli.capacity import capacity as _capacity  # noqa: E402
-
-_command(app, "capacity", _capacity)
-from chunksim.cli.sweep import sweep as _sweep  # noqa: E402
-
-_command(app, "sweep", _sweep)
-from chunksim.cli.validate import validate as _validate  # noqa: E402
-
-_command(app, "validate", _validate)
-from chunksim.cli.calibrate import calibrate as _calibrate  # noqa: E402
-
-_command(app, "calibrate", _calibrate)
-# END REGISTRATIONS
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import typer
 
+from chunksim.cli import help_format, lazy
 from chunksim.profiler.settings import build_settings
 
 
@@ -375,3 +376,10 @@ def profile_import(
     if device_memory_gib is None:
         typer.echo("note: no --device-memory-gib: give sim run --kv-blocks with this profile",
                    err=True)
+
+
+profile_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+"""`sim profile` (measure) with its subcommand `sim profile import`."""
+profile_app.callback(invoke_without_command=True,
+                     help=help_format.reflow(profile.__doc__))(profile)
+lazy.register(profile_app, "import", profile_import)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from chunksim.cli import lazy
 from chunksim.cli.options import with_workload_options
 from chunksim.workloads.options import WorkloadOptions, build_workload
 from chunksim.workloads.stats import describe_workload
@@ -93,3 +94,15 @@ def _print_table(stats: dict) -> None:
         console.print(f"note: {note}")
     if "plot" in stats:
         console.print(f"wrote {stats['plot']}")
+
+
+workload_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                           pretty_exceptions_enable=False)
+
+
+@workload_app.callback()
+def workload() -> None:
+    """Inspect workloads and traces."""
+
+
+lazy.register(workload_app, "describe", describe)

@@ -1,0 +1,42 @@
+"""The lazily loaded `sim` group: `--help` lists every command with its own summary and
+imports no command module; running a command loads it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from chunksim.cli import COMMANDS, app, lazy
+
+
+def test_each_summary_is_the_first_paragraph_of_the_commands_own_help():
+    for name, (module, attr) in COMMANDS.items():
+        cmd = lazy.load(name, module, attr)
+        assert cmd.help, name
+        assert lazy.summary(module, name) == cmd.help.split("\n\n")[0], name
+
+
+def test_top_level_help_lists_every_command_without_importing_them():
+    code = ("import sys\nsys.argv = ['sim', '--help']\nfrom chunksim.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in sys.modules if m in ('numpy', 'pandas', 'simpy') or "
+            "m.startswith(('chunksim.sim', 'chunksim.cli.run', 'chunksim.cli.capacity')))\n"
+            "print('HEAVY', heavy)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"COLUMNS": "200", "TERM": "dumb", "PATH": ""}, check=True)
+    assert "HEAVY []" in res.stdout, res.stdout[-500:]
+    for name in COMMANDS:
+        assert f" {name} " in res.stdout, name
+
+
+def test_a_command_runs_and_an_unknown_one_is_refused():
+    runner = CliRunner()
+    res = runner.invoke(app, ["workload", "describe", "--json", "-n", "20"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["num_requests"] == 20
+    bad = runner.invoke(app, ["rnu"])
+    assert bad.exit_code == 2
+    assert "rnu" in bad.output
