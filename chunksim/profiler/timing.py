@@ -72,9 +72,12 @@ def measure(fn: Callable[[], object], warmup: int, repeats: int,
     floor = min(min_repeats, repeats)
     samples: list[float] = []
     total_s = 0.0
-    # a collector pause inside a 1-ms sample is noise, not step time: collect before, not during
+    # a collector pause inside a 1-ms sample is noise, not step time: none during (disabled),
+    # and the young generations collected before; a full collection scans every object of
+    # torch's heap, which would cost more than the point itself (the collector runs the old
+    # generation on its own between points)
     gc_was_enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(1)
     gc.disable()
     try:
         while len(samples) < cap:
