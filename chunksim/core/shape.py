@@ -47,6 +47,12 @@ class StepShape:
     """Longest decode context, tokens."""
     prefill_logits: int = -1
     """Prefill chunks that finish their prompt (sample a token); -1 = all of them."""
+    running: int = 0
+    """Requests running in the step (after admission and preemption); for the records."""
+    waiting: int = 0
+    """Requests left waiting when the step starts; for the records."""
+    kv_blocks_used: int = 0
+    """KV blocks in use during the step (its slots allocated); for the records."""
 
     def batch_shapes(self) -> tuple[BatchShape, ...]:
         """The forward pass(es) this step runs: two when a two-pass step has both parts."""

@@ -29,6 +29,7 @@ from chunksim.sim.records import (
     GapLog,
     ScheduleLog,
     StepLog,
+    StepRow,
 )
 
 
@@ -372,9 +373,9 @@ class EngineCore:
         if self.spec_k:  # the decoding requests and the prompts that sample will draft
             self.drafting = decodes - extra_rows + prefill_logits
         kv_mean = kv_sum / decodes if decodes else 0.0
-        self._step_counts = (len(self.running), len(self.waiting), self.kv.used_blocks)
         return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass,
-                         tuple(chunks), kv_max, prefill_logits)
+                         tuple(chunks), kv_max, prefill_logits, len(self.running),
+                         len(waiting), kv.used_blocks)
 
     def end_step(self, plan: Plan, shape: StepShape, start_s: float, end_s: float,
                  extrapolated: bool = False, duration_s: float | None = None,
@@ -425,13 +426,13 @@ class EngineCore:
                     cap = self.max_model_len
                     req.num_spec_tokens = k if cap is None else max(
                         0, min(k, cap - 1 - req.num_tokens))
-        n_running, n_waiting, used = self._step_counts
-        dur = end_s - start_s if duration_s is None else duration_s
-        self.steps.append((start_s, dur, shape.prefill_tokens,
-                           shape.prefill_requests, shape.prior_tokens, shape.decodes,
-                           shape.decode_kv_tokens, len(emitted) + accepted, used, n_running,
-                           n_waiting,
-                           len(plan.preempted), extrapolated))
+        self.steps.append(StepRow(
+            start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
+            prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,
+            prior_tokens=shape.prior_tokens, decodes=shape.decodes,
+            decode_kv_tokens=shape.decode_kv_tokens, tokens_emitted=len(emitted) + accepted,
+            kv_blocks_used=shape.kv_blocks_used, running=shape.running,
+            waiting=shape.waiting, preempted=len(plan.preempted), extrapolated=extrapolated))
         self.last_prefill = shape.prefill_tokens > 0
         if finished:
             self.retire(end_s, defer_free)

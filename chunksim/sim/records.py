@@ -6,6 +6,8 @@ Columns grow in numpy arrays (amortized doubling) so the hot path writes scalars
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 STEP_COLUMNS: dict[str, type] = {
@@ -25,6 +27,9 @@ STEP_COLUMNS: dict[str, type] = {
     "extrapolated": bool,      # latency lookup left the measured grid
 }
 
+
+StepRow = NamedTuple("StepRow", list(STEP_COLUMNS.items()))
+"""One step's record, its fields named as STEP_COLUMNS (`StepLog.append`)."""
 
 STEP_CHUNK_ROWS = 1 << 16
 """Rows per step buffer: a full buffer is handed on (kept, sampled, streamed) whole, so
@@ -176,8 +181,8 @@ class StepLog:
         # a fresh zeroed buffer: the bulk path leaves the columns it does not write at 0
         self.cols = {k: np.zeros(self.chunk_rows, dtype=a.dtype) for k, a in self.cols.items()}
 
-    def append(self, row: tuple) -> None:
-        """One step, values in STEP_COLUMNS order."""
+    def append(self, row: StepRow) -> None:
+        """One step's record."""
         i = self.n - self.base
         if i >= self.chunk_rows:
             self._flush()
