@@ -56,11 +56,10 @@ def timeline_figure(configs: Sequence[Config], requests_list: Sequence, steps_li
         top, bot = axes[0, col], axes[1, col]
         c = style.color(cfg)
         base = 0.8  # log axis floor: bars start here so a 1-token part stays visible
-        top.bar(x, np.maximum(dec, base) - base, w, bottom=base, align="edge", color="0.6",
-                linewidth=0, label="decode tokens")
-        top.bar(x, pre, w, bottom=np.maximum(dec, base), align="edge", color=c,
-                linewidth=0, label="prefill tokens")
-        bot.bar(x, w * 1000.0, w, align="edge", color=c, linewidth=0.3, edgecolor="0.2")
+        style.bars(top, x, w, base, np.maximum(dec, base), color="0.6", linewidth=0)
+        style.bars(top, x, w, np.maximum(dec, base), np.maximum(dec, base) + pre, color=c,
+                   linewidth=0)
+        style.bars(bot, x, w, 0.0, w * 1000.0, color=c, linewidth=0.3, edgecolor="0.2")
         first = float(req["first_token_s"].iloc[i_long]) - t0
         for ax in (top, bot):
             ax.axvline(0.0, color="black", ls="--", lw=0.9)
