@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -260,3 +261,58 @@ def test_gap_counter_counts_as_a_recount_would(ops):
         assert counter.count(g) == int(np.count_nonzero(g.values() * 1000.0 > 100.0))
     finally:
         records._SINGLE_FOLD = old
+
+
+def _length_capped() -> RunConfig:
+    """The default engine with --max-model-len 700: the default workload's longer
+    prompts are rejected on arrival."""
+    run = RunConfig()
+    return replace(run, engine=replace(run.engine, max_model_len=700))
+
+
+def test_the_rejection_cap_settles_a_run_exactly(profile):
+    """A run whose share of rejected requests (here: prompts over --max-model-len) is
+    already above --max-reject-pct stops, and its full run rejects more than the cap; a
+    run that went on is the full run, figure for figure."""
+    from chunksim.sim.rejections import reject_pct
+    from chunksim.sim.settle import REJECTED_KEY
+
+    run = _length_capped()
+    stops = 0
+    for seed, rate in itertools.product((0, 1), (2.0, 30.0)):
+        job = SimJob(WorkloadOptions(rate=rate, seed=seed, num_requests=80), run,
+                     make_configs(parse_policies("budget"), [512])[0])
+        full = run_job(job, profile).summary
+        share = reject_pct(full)
+        assert share > 0
+        for cap in (0.0, share / 2, math.nextafter(share, 0.0), share, 100.0):
+            got = run_job(replace(job, settle_slos_ms=((REJECTED_KEY, cap),)),
+                          profile).summary
+            if got.get("stopped"):
+                stops += 1
+                assert got["stopped_key"] == REJECTED_KEY and share > cap
+                assert got["stopped_bound_pct"] == cap
+            else:  # (a run may end before its next check: then it is the full run)
+                assert got == full
+    assert stops >= 8
+
+
+def test_a_probe_over_the_rejection_cap_fails_without_running_in_full(profile):
+    """Every probe rejects too many: each fails on its first check, and the search
+    answers as the unsettled one."""
+    configs = make_configs(parse_policies("budget"), [512])
+    run = _length_capped()
+    w = WorkloadOptions(num_requests=80)
+    params = search_params(w, tol=0.2)
+    slos = {"p99_ttft_ms": 2000.0}
+    with Runner(profile, 1) as r:
+        (a,) = capacity_search(configs, w, run, slos, r, params, seeds=[0, 1, 2])
+        (b,) = capacity_search(configs, w, run, slos, r, params, seeds=[0, 1, 2],
+                               settle=False)
+    assert a.max_rate == b.max_rate == 0.0
+    assert [(p.rate, p.met) for p in a.probes] == [(p.rate, p.met) for p in b.probes]
+    assert all(p.summary.get("stopped") for p in a.probes[1:])
+    # the lowest probe is what a configuration that never passed reports: in full
+    assert a.probes[0].runs == b.probes[0].runs and a.probes[0].summary == b.probes[0].summary
+    assert a.probes[0].seeds_met == b.probes[0].seeds_met
+    assert judge(b.probes[0].runs, slos, 100.0)  # no cap: the latencies alone pass

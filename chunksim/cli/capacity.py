@@ -78,7 +78,9 @@ def capacity(
     when capacities overlap over seeds, the smallest trade-off cost (worst stall, TTFT of
     the longest requests).
 
-    The search starts at --rate (default 1 req/s), doubles/halves to a bracket, bisects,
+    The search starts at --rate, or without it at the service rate the profile implies
+    for the workload's mean request (rounded down to a power of two), doubles/halves to a
+    bracket, bisects,
     then probes above the bracket before accepting it. Each probe replays the workload at
     that rate under every seed (default 3, --seeds); synthetic workloads without --duration
     or --num-requests span max(60 s, 1000 requests / rate). Example: `sim capacity --slo
@@ -132,9 +134,9 @@ def capacity(
         raise ValueError(f"--tol {tol}: must be in (0, 1), e.g. 0.03 for 3 %")
     if target_rate is None:
         check_max_rate(max_rate, workload_opts.rate)
-    params = search_params(workload_opts, max_rate, tol)
     trace = workload_opts.trace is not None or workload_opts.workload is WorkloadKind.TRACE
     profile = load_run_profile(profile, run_cfg)
+    params = search_params(workload_opts, max_rate, tol, profile, run_cfg)
     devices = profile.devices
     configs = make_configs(specs, chunk_list, gpu_splits(_engines(gpus, devices), template)
                            if gpus is not None else layouts or None, ks)

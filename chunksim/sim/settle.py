@@ -18,6 +18,11 @@ their output tokens - 1 each), and n - floor(h) never falls as n grows: counting
 that upper bound is exact, never early. Every latency is compared in ms as the summary
 computes it, with a relative margin of 1e-9 against rounding in the interpolation.
 
+The share of rejected requests settles too (`REJECTED_KEY`, a cap in %): requests are
+rejected on arrival and never un-rejected, and at the end the share is over at most every
+request of the workload, so once `rejected / all requests` is above the cap, so is the
+finished run's share.
+
 Checked for TTFT, scheduling delay, E2EL (finish) and ITL; E2EL and ITL not on P/D
 fleets (a request's later tokens come from another pool), ITL only while the run pools
 its gaps exactly (`records.EXACT_GAP_SAMPLES`), and an open gap only on a lone engine
@@ -34,6 +39,9 @@ import numpy as np
 
 from chunksim.sim.records import EXACT_GAP_SAMPLES
 
+REJECTED_KEY = "rejected_pct"
+"""The bound of a watched run on the share of its requests rejected, in % (the probe's
+--max-reject-pct), beside the latency bounds (`watchable` keys, in ms)."""
 SETTLE_EVERY_STEPS = 128
 """How often (in an engine's steps) a watched run checks its bounds."""
 _MARGIN = 1e-9
@@ -57,9 +65,10 @@ class Settled(Exception):  # noqa: N818 - an outcome, not an error
 
     def summary(self, workload) -> dict:
         """What a settled run reports: its decision, not figures."""
+        unit = "pct" if self.key == REJECTED_KEY else "ms"
         return {"stopped": True, "completed": None, "workload": workload.name,
                 "requests": len(workload.requests),
-                "stopped_key": self.key, "stopped_bound_ms": self.bound_ms,
+                "stopped_key": self.key, f"stopped_bound_{unit}": self.bound_ms,
                 "stopped_missed": self.missed, "stopped_needed": self.needed,
                 "stopped_at_s": self.sim_s}
 
@@ -92,7 +101,11 @@ class SloWatch:
         self.gaps_of = np.maximum(np.asarray(outputs, dtype=np.int64) - 1, 0)
         self.total_gaps = int(self.gaps_of.sum())
         self.bounds: list[tuple[str, str, float, float]] = []  # key, series, pct, bound
+        self.max_reject_pct: float | None = None
         for key, bound in slos_ms.items():
+            if key == REJECTED_KEY:
+                self.max_reject_pct = float(bound)
+                continue
             m = _KEY.match(key)
             if m is None or not watchable(key):
                 continue
@@ -106,7 +119,7 @@ class SloWatch:
 
     @property
     def active(self) -> bool:
-        return bool(self.bounds)
+        return bool(self.bounds) or self.max_reject_pct is not None
 
     def attach(self, engines: Sequence, first_engines: Sequence | None = None,
                lone: bool = False) -> None:
@@ -126,6 +139,10 @@ class SloWatch:
         rejected: set[int] = set()
         for e in self.engines + self.first_engines:
             rejected.update(e.core.rejected)
+        cap = self.max_reject_pct
+        if cap is not None and len(rejected) * 100.0 > cap * len(self.arrival):
+            raise Settled(REJECTED_KEY, cap, len(rejected),
+                          math.floor(cap * len(self.arrival) / 100.0) + 1, now)
         n_req = len(self.arrival) - len(rejected)
         for key, series, pct, bound in self.bounds:
             if series in ("e2el", "itl") and not self.whole:

@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
+from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
 from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
-from chunksim.sweep.early import decide, settle_bounds, stopped
+from chunksim.sweep.early import decide, rejected_too_many, settle_bounds, stopped
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
@@ -56,12 +57,24 @@ class SearchParams:
 
 
 def search_params(workload: WorkloadOptions, max_rate: float = 1024.0,
-                  tol: float = 0.03) -> SearchParams:
-    """`sim capacity`'s search for these workload flags: start at --rate (default 1 req/s);
-    synthetic workloads whose length was not set get the auto window."""
-    start = workload.rate or 1.0
+                  tol: float = 0.03, profile: Profile | None = None,
+                  run: RunConfig | None = None) -> SearchParams:
+    """`sim capacity`'s search for these workload flags: start at --rate, or where not
+    given, at the service rate `profile` implies for the workload under `run`
+    (`bracket.start_rate`; 1 req/s without a profile); synthetic workloads whose length
+    was not set get the auto window."""
     synthetic = workload.trace is None and workload.workload is not WorkloadKind.TRACE
     auto = synthetic and workload.num_requests is None and workload.duration_s is None
+    params = SearchParams(auto_window=auto)
+    start = workload.rate
+    if start is None and profile is not None and run is not None:
+        from chunksim.sweep.bracket import start_rate
+        from chunksim.workloads.options import build_workload
+
+        probe = probe_workload(workload, 1.0, workload.seed, params)
+        start = start_rate(build_workload(probe), profile, run, params.min_rate,
+                           max(max_rate, 1.0))
+    start = start or 1.0
     return SearchParams(start=start, tol=tol, min_rate=min(start, 1e-3),
                         max_rate=max(max_rate, start), auto_window=auto)
 
@@ -127,7 +140,8 @@ def _decide(runs: Sequence[Mapping], slos: Mapping[str, float],
     """`judge`'s verdict, None while stopped seeds leave it open. A seed that ran in full
     and rejected too much fails the probe; a stopped seed's rejections are unknown, so it
     is run in full whenever the verdict is not already a miss (`_redo`)."""
-    if not all_within([s for s in runs if not stopped(s)], max_reject_pct):
+    if rejected_too_many(runs) or not all_within([s for s in runs if not stopped(s)],
+                                                 max_reject_pct):
         return False
     return decide(runs, slos)
 
@@ -205,7 +219,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
     passes, or whose stopped seeds leave the median open, runs them in full."""
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
-    bounds = settle_bounds(slos) if settle else ()
+    bounds = settle_bounds(slos, max_reject_pct) if settle else ()
     searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate,
                            params.verify) for _ in configs]
     probes: list[list[Probe]] = [[] for _ in configs]
@@ -224,6 +238,10 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         _pipelined(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
     else:
         _lock_step(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
+    for i, s in enumerate(searches):  # what a configuration that never passed reports
+        if s.capacity == 0 and probes[i]:
+            low = min(probes[i], key=lambda p: p.rate)
+            _in_full(low, jobs_at(i, low.rate), runner, slos, max_reject_pct, progress)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone)
             for c, s, p in zip(configs, searches, probes, strict=True)]
@@ -240,6 +258,20 @@ def _redo(runs: Sequence[Mapping], slos: Mapping[str, float],
 
 def _full(job: SimJob) -> SimJob:
     return dataclasses.replace(job, settle_slos_ms=())
+
+
+def _in_full(probe: Probe, jobs: list[SimJob], runner: Runner, slos: Mapping[str, float],
+             max_reject_pct: float, progress: ProgressBar | None) -> None:
+    """Run `probe`'s stopped seeds to their end (`jobs`: its seeds' jobs), so the figures
+    and rejections it reports are the full runs' (its verdict stays)."""
+    redo = [k for k, r in enumerate(probe.runs) if stopped(r)]
+    if not redo:
+        return
+    for k, res in zip(redo, _run(runner, [_full(jobs[k]) for k in redo], progress),
+                      strict=True):
+        probe.runs[k] = res.summary
+    probe.summary = probe_summary(probe.runs)
+    probe.seeds_met = [meets(s, slos) and within(s, max_reject_pct) for s in probe.runs]
 
 
 def _lock_step(searches, jobs_at, done, slos, runner: Runner,

@@ -83,7 +83,7 @@ def compare_answer(configs: list[Config], workload: WorkloadOptions, run: RunCon
     comp = full.subset(done)
     entries, window = None, None
     if search:
-        params = search_params(workload, max_rate)
+        params = search_params(workload, max_rate, profile=runner.profile, run=run)
         entries = capacity_search(comp.configs, workload, run, slos, runner, params,
                                   progress, seeds=seeds, max_reject_pct=max_reject_pct)
         best = max(entries, key=lambda e: e.max_rate)

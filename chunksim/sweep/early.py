@@ -17,13 +17,22 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from chunksim.sim.settle import watchable
+from chunksim.sim.settle import REJECTED_KEY, watchable
 from chunksim.sweep.seeds import median_value
 
 
-def settle_bounds(slos: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
-    """The bounds a probe run may stop on (`SimJob.settle_slos_ms`)."""
-    return tuple((k, float(b)) for k, b in slos.items() if watchable(k))
+def settle_bounds(slos: Mapping[str, float], max_reject_pct: float | None = None
+                  ) -> tuple[tuple[str, float], ...]:
+    """The bounds a probe run may stop on (`SimJob.settle_slos_ms`): its watchable SLOs,
+    and the cap on the share of requests it may reject (`settle.REJECTED_KEY`)."""
+    cap = () if max_reject_pct is None else ((REJECTED_KEY, float(max_reject_pct)),)
+    return tuple((k, float(b)) for k, b in slos.items() if watchable(k)) + cap
+
+
+def rejected_too_many(runs: Sequence[Mapping]) -> bool:
+    """Some seed stopped on the rejection cap: the probe fails, whatever the latencies
+    (`capacity.judge`: any seed rejecting beyond the cap fails it)."""
+    return any(stopped(s) and s.get("stopped_key") == REJECTED_KEY for s in runs)
 
 
 def stopped(summary: Mapping) -> bool:

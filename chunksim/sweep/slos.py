@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from chunksim.sim.metrics import PERCENTILES
 from chunksim.sim.rejections import reject_pct
+from chunksim.sim.settle import REJECTED_KEY
 
 SCHED_DELAY_KEY = "median_sched_delay_ms"
 DEFAULT_SCHED_DELAY_MS = 2000.0
@@ -84,8 +85,10 @@ def violations(summary: Mapping[str, object], slos: Mapping[str, float],
     of rejected requests above it."""
     if summary.get("stopped"):
         keys = summary.get("stopped_keys") or [summary.get("stopped_key")]
-        return [f"{k} > {slos[k]:g} (settled early)" if k in slos else f"{k} (settled early)"
-                for k in keys]
+        return [f"{k} > {slos[k]:g} (settled early)" if k in slos else
+                f"rejected > {max_reject_pct:g} % (settled early)"
+                if k == REJECTED_KEY and max_reject_pct is not None else
+                f"{k} (settled early)" for k in keys]
     if not summary.get("completed"):
         return [f"completed nothing ({summary.get('rejected', 0)} rejected)"]
     out = [f"{k} {float(summary[k]):.1f} > {b:g}" for k, b in slos.items()
