@@ -40,11 +40,10 @@ def write_capacity_plots(out_dir: str | Path, entries: list[CapacityEntry],
     name = re.sub(r"-[0-9.e+]+rps", "", str(workload)) + " (rate varied)"
     title = style.title(name, profile.label)
     left_out = {} if left_out is None else left_out
-    paths = style.save_drawn(lambda: knee_figure(entries, slos, title), Path(out_dir),
-                             "capacity_knee", formats, left_out)
-    paths += style.save_drawn(lambda: capacity_bars_figure(entries, best, title),
-                              Path(out_dir), "capacity_bars", formats, left_out)
-    return paths
+    return style.save_all({
+        "capacity_knee": lambda: knee_figure(entries, slos, title),
+        "capacity_bars": lambda: capacity_bars_figure(entries, best, title),
+    }, Path(out_dir), formats, left_out)
 
 
 def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],

@@ -116,9 +116,8 @@ def write_compare_report(out_dir: str | Path, comp: Comparison, profile: Profile
             configs, [replica_load(r) for r in records], title)
     paths: list[Path] = []
     left_out: dict[str, str] = {}
-    for stem in FIGURE_STEMS:
-        if stem in figs:
-            paths += style.save_drawn(figs[stem], out, stem, formats, left_out)
+    paths += style.save_all({stem: figs[stem] for stem in FIGURE_STEMS if stem in figs},
+                            out, formats, left_out)
     if capacity:
         from chunksim.reports.capacity_report import write_capacity_plots
 
