@@ -122,7 +122,6 @@ def capacity(
     specs = parse_policies(policies)
     refuse_unused_knobs(specs, run_cfg.knobs)
     chunk_list = parse_ints(chunks, "--chunks")
-    sized = gpus is not None or target_rate is not None
     layouts, template = _fleets(fleet, gpus, target_rate, max_gpus, workload_opts, run_cfg)
     ks = parse_spec_tokens(spec_tokens, run_cfg)
     if ks is not None and target_rate is not None:  # the GPU search takes one k
@@ -157,22 +156,21 @@ def capacity(
         return
     with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
         ans = capacity_answer(configs, workload_opts, run_cfg, slos, bool(slo), params,
-                              seed_values, runner, max_reject_pct, progress=bar)
+                              seed_values, runner, max_reject_pct, progress=bar,
+                              rank_splits=gpus is not None)
     entries, verdict, best, window = ans.entries, ans.verdict, ans.best, ans.window
     print_capacity(entries, best, slos)
     print_verdict(verdict, capacity_searched=True, trace=trace)
     split_table = split_list = None
     tail = _capacity_tail(verdict, entries, run_cfg, workload_opts, params, profile,
                           cost_cfg)
-    if sized:
+    if ans.splits is not None:
         from chunksim.reports.console import print_splits
-        from chunksim.sweep.gpus import split_ranking
         from chunksim.sweep.gpus_io import split_rows, splits_csv
 
-        ranked = split_ranking(entries)
-        split_list = split_rows(ranked, devices)
+        split_list = split_rows(ans.splits, devices)
         print_splits(split_list, gpus)
-        split_table = splits_csv(ranked, devices)
+        split_table = splits_csv(ans.splits, devices)
     tail.print()
     if out is not None:  # the whole set is staged, then swapped in (as sim run)
         final, out = out, atomic.staging_dir(out)
@@ -253,19 +251,14 @@ def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], templat
     from chunksim import atomic
     from chunksim.progress import ProgressBar
     from chunksim.reports.console import print_gpu_search
-    from chunksim.sweep.capacity import capacity_search
     from chunksim.sweep.capacity_io import probes_csv
-    from chunksim.sweep.configs import make_configs
-    from chunksim.sweep.fleets import gpu_splits
-    from chunksim.sweep.gpus import fewest_gpus, pinned
+    from chunksim.sweep.gpus import gpu_answer
     from chunksim.sweep.gpus_io import gpu_search_document
     from chunksim.sweep.runner import Runner
 
-    at_target = pinned(params, target)
     with Runner(profile, workers, ray) as runner, ProgressBar("GPU search probes") as bar:
-        search = fewest_gpus(target, max_gpus, lambda g: capacity_search(
-            make_configs(specs, chunks, gpu_splits(g, template)), workload, run_cfg, slos,
-            runner, at_target, bar, seeds=seeds, max_reject_pct=max_reject_pct))
+        search = gpu_answer(target, max_gpus, specs, chunks, template, workload, run_cfg,
+                            slos, params, seeds, runner, max_reject_pct, bar)
     print_gpu_search(search, slos)
     tail = _gpu_search_tail(search, run_cfg, workload, profile, cost_cfg or CostConfig())
     tail.print()

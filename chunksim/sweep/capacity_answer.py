@@ -34,14 +34,19 @@ class CapacityAnswer:
     """The verdict's recommendation (None: no configuration met the SLOs)."""
     window: str
     """How long each probe was, and whether that supports a P99."""
+    splits: list[CapacityEntry] | None = None
+    """With `rank_splits` (`--gpus`): the entries as splits of the GPUs, best first
+    (`gpus.split_ranking`)."""
 
 
 def capacity_answer(configs: list[Config], workload: WorkloadOptions, run: RunConfig,
                     slos: Mapping[str, float], slos_given: bool, params: SearchParams,
                     seeds: Sequence[int], runner: Runner, max_reject_pct: float,
-                    progress: ProgressBar | None = None) -> CapacityAnswer:
+                    progress: ProgressBar | None = None,
+                    rank_splits: bool = False) -> CapacityAnswer:
     """Search every configuration's capacity on `runner` and decide the verdict, whose
-    trade-offs are read at each configuration's capacity (its lowest probe if none)."""
+    trade-offs are read at each configuration's capacity (its lowest probe if none);
+    `rank_splits`: the configurations are splits of a GPU count (`--gpus`), ranked."""
     entries = capacity_search(configs, workload, run, slos, runner, params, progress,
                               seeds=seeds, max_reject_pct=max_reject_pct)
     top = recommend(entries)
@@ -52,4 +57,9 @@ def capacity_answer(configs: list[Config], workload: WorkloadOptions, run: RunCo
                      [(e.max_rate, e.capacity_range) for e in entries], max_reject_pct)
     by_label = {e.config.label: e for e in entries}
     best = by_label.get(verdict.recommended.label) if verdict.recommended else None
-    return CapacityAnswer(entries, verdict, best, window)
+    splits = None
+    if rank_splits:
+        from chunksim.sweep.gpus import split_ranking
+
+        splits = split_ranking(entries)
+    return CapacityAnswer(entries, verdict, best, window, splits)

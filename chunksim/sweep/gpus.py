@@ -102,3 +102,20 @@ def fewest_gpus(target: float, max_gpus: int,
             lo = mid
     return out
 
+
+
+def gpu_answer(target: float, max_gpus: int, specs, chunks: list[int], template,
+               workload, run, slos: dict[str, float], params: SearchParams,
+               seeds: list[int], runner, max_reject_pct: float = 0.0,
+               progress=None) -> GpuSearch:
+    """`sim capacity --target-rate` as one library call: the fewest GPUs (up to
+    `max_gpus`) whose best split of `specs` x `chunks` (routers and link from `template`)
+    meets `slos` at `target` req/s, each split probed at the target only."""
+    from chunksim.sweep.capacity import capacity_search
+    from chunksim.sweep.configs import make_configs
+    from chunksim.sweep.fleets import gpu_splits
+
+    at_target = pinned(params, target)
+    return fewest_gpus(target, max_gpus, lambda g: capacity_search(
+        make_configs(specs, chunks, gpu_splits(g, template)), workload, run, slos, runner,
+        at_target, progress, seeds=seeds, max_reject_pct=max_reject_pct))
