@@ -33,7 +33,7 @@ COMMANDS = {  # the README's examples, verbatim but for --out
     "compare": ["compare", "-w", "long-prompt", "--policies", "whole,chunk,budget",
                 "--chunks", "256,512,1024,2048"],
     "capacity": ["capacity", "--slo", "p99_itl_ms=100", "--slo", "p99_ttft_ms=2000"],
-    "capacity_gpus4": ["capacity", "-w", "long-prompt", "--rate", "32", "--profile",
+    "capacity_gpus4": ["capacity", "-w", "long-prompt", "--profile",
                        "llama-3.1-8b-h200-vllm", "--policies", "budget", "--chunks", "8192",
                        "--gpus", "4", "--fleet", "router=least-tokens", "--seeds", "0",
                        "--slo", "p99_ttft_ms=200", "--slo", "p99_itl_ms=50"],

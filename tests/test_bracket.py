@@ -75,3 +75,18 @@ def test_a_search_from_the_service_rate_ends_where_one_from_1_req_s_does(profile
     for x, y in zip(a, b, strict=True):
         assert x.max_rate == y.max_rate > 0
         assert sum(p.met for p in y.probes) < sum(p.met for p in x.probes)
+
+
+def test_a_fleet_of_n_engines_starts_at_n_times_one_engines_rate(profile):
+    from chunksim.sweep.fleets import gpu_splits
+
+    p = search_params(SHORT, profile=profile, run=RunConfig())
+    assert p.service_rate is not None
+    lone, *splits = make_configs(parse_policies("budget"), [512]) + make_configs(
+        parse_policies("budget"), [512], gpu_splits(4))
+    assert p.start_for(lone) == p.start
+    for cfg in splits:
+        s = p.start_for(cfg)
+        assert s <= p.service_rate * 4 < 2 * s and s == 2.0 ** round(math.log2(s))
+    given = search_params(replace(SHORT, rate=3.0), profile=profile, run=RunConfig())
+    assert all(given.start_for(c) == 3.0 for c in splits)  # --rate: every search's start

@@ -11,7 +11,9 @@ cost. In steady state no SLO makes an engine serve more than that, so it bounds 
 capacity from above, up to the batch shape priced (a window too short to build a queue
 can pass a higher rate; the search then doubles up from the start). The start is that
 rate rounded down to a power of two, so every search still walks the lattice
-`2^(k / 2^j)` a start of 1 req/s walks, and ends on the same rates.
+`2^(k / 2^j)` a start of 1 req/s walks, and ends on the same rates. A fleet of N
+engines serves at most N engines' worth: its search starts at N times the rate
+(`SearchParams.service_rate`), on the same lattice.
 """
 
 from __future__ import annotations
@@ -56,7 +58,12 @@ def start_rate(workload: Workload, profile: Profile, run: RunConfig, min_rate: f
                max_rate: float) -> float:
     """The first rate of a search: the service rate rounded down to a power of two,
     within [min_rate, max_rate]."""
-    mu = service_rate(workload, profile, run)
-    if not math.isfinite(mu) or mu <= 0:
+    return on_lattice(service_rate(workload, profile, run), min_rate, max_rate)
+
+
+def on_lattice(rate: float, min_rate: float, max_rate: float) -> float:
+    """`rate` rounded down to a power of two, within [min_rate, max_rate] (1 req/s when
+    it is no rate at all)."""
+    if not math.isfinite(rate) or rate <= 0:
         return min(max(1.0, min_rate), max_rate)
-    return min(max(2.0 ** math.floor(math.log2(mu)), min_rate), max_rate)
+    return min(max(2.0 ** math.floor(math.log2(rate)), min_rate), max_rate)

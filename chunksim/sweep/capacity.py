@@ -54,6 +54,19 @@ class SearchParams:
     min_requests: int = 1000
     """Requests an auto window holds at least: a P99 over 1,000 requests rests on ~10 of
     them, over 200 on 2."""
+    service_rate: float | None = None
+    """One engine's service rate on the workload (`bracket.service_rate`), req/s, when
+    the start came from it: a fleet of N engines then starts at N times it, on the same
+    lattice of rates (`start_for`). None: every search starts at `start`."""
+
+    def start_for(self, config: Config) -> float:
+        """Where the search of `config` starts."""
+        if self.service_rate is None or config.fleet is None or config.fleet.gpus <= 1:
+            return self.start
+        from chunksim.sweep.bracket import on_lattice
+
+        return on_lattice(self.service_rate * config.fleet.gpus, self.min_rate,
+                          self.max_rate)
 
 
 def search_params(workload: WorkloadOptions, max_rate: float = 1024.0,
@@ -66,17 +79,17 @@ def search_params(workload: WorkloadOptions, max_rate: float = 1024.0,
     synthetic = workload.trace is None and workload.workload is not WorkloadKind.TRACE
     auto = synthetic and workload.num_requests is None and workload.duration_s is None
     params = SearchParams(auto_window=auto)
-    start = workload.rate
+    start, mu = workload.rate, None
     if start is None and profile is not None and run is not None:
-        from chunksim.sweep.bracket import start_rate
+        from chunksim.sweep.bracket import on_lattice, service_rate
         from chunksim.workloads.options import build_workload
 
         probe = probe_workload(workload, 1.0, workload.seed, params)
-        start = start_rate(build_workload(probe), profile, run, params.min_rate,
-                           max(max_rate, 1.0))
+        mu = service_rate(build_workload(probe), profile, run)
+        start = on_lattice(mu, params.min_rate, max(max_rate, 1.0))
     start = start or 1.0
     return SearchParams(start=start, tol=tol, min_rate=min(start, 1e-3),
-                        max_rate=max(max_rate, start), auto_window=auto)
+                        max_rate=max(max_rate, start), auto_window=auto, service_rate=mu)
 
 
 def window_note(params: SearchParams, workload: WorkloadOptions,
@@ -220,8 +233,8 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
     bounds = settle_bounds(slos, max_reject_pct) if settle else ()
-    searches = [RateSearch(params.start, params.tol, params.min_rate, params.max_rate,
-                           params.verify) for _ in configs]
+    searches = [RateSearch(params.start_for(c), params.tol, params.min_rate,
+                           params.max_rate, params.verify) for c in configs]
     probes: list[list[Probe]] = [[] for _ in configs]
 
     def jobs_at(i: int, r: float) -> list[SimJob]:

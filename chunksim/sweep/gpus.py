@@ -37,7 +37,8 @@ def pinned(params: SearchParams, rate: float) -> SearchParams:
     """`params` narrowed to one probe at `rate` (met or missed, nothing else)."""
     if not rate > 0 or rate == float("inf"):
         raise ValueError(f"--target-rate {rate}: must be a finite rate > 0, req/s")
-    return dataclasses.replace(params, start=rate, min_rate=rate, max_rate=rate, verify=())
+    return dataclasses.replace(params, start=rate, min_rate=rate, max_rate=rate, verify=(),
+                               service_rate=None)
 
 
 @dataclass
