@@ -52,6 +52,7 @@ def _run_step(model, cuda_kernels: bool, monkeypatch) -> list[dict[str, bool]]:
     return seen
 
 
+@pytest.mark.slow
 def test_cuda_steps_exclude_cudnn_sdpa_and_restore_the_flags(monkeypatch):
     assert "cudnn" not in SDPA_BACKENDS
     model = build_model(SMALL, "cpu", torch.float32)

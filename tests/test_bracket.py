@@ -60,6 +60,7 @@ def test_a_given_rate_is_the_start_and_a_profile_sets_it_otherwise(profile):
     assert p.start == start_rate(wl, profile, run, p.min_rate, 1024.0)
 
 
+@pytest.mark.slow
 def test_a_search_from_the_service_rate_ends_where_one_from_1_req_s_does(profile):
     """The start only moves where the bracket is found: both searches walk one lattice,
     so they end on the same rate, with fewer passing (full-length) probes."""

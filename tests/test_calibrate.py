@@ -185,6 +185,7 @@ def test_calibrate_command_writes_a_profile_that_applies(tmp_path):
         write_calibrated(loaded, None, [], loaded.path)
 
 
+@pytest.mark.slow
 def test_validate_against_its_own_replay_is_exact(tmp_path):
     """A run the simulator made, replayed under the same settings: every TTFT, TPOT and
     E2E figure matches (ITL does not: the file's gaps are each request's TPOT repeated)."""

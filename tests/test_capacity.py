@@ -121,6 +121,7 @@ def test_md1_capacity_matches_pollaczek_khinchine(const_profile):
         assert all(s["completed"] >= 1900 for s in p.runs)
 
 
+@pytest.mark.slow
 def test_budget_sustains_more_than_whole_under_a_strict_itl_slo(linear_profile):
     configs = make_configs(parse_policies("whole,budget"), [256])
     slos = {"p99_itl_ms": 8.0, SCHED_DELAY_KEY: 2000.0}

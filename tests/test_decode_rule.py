@@ -61,6 +61,7 @@ SPEC = SpecConfig(speculative_method="ngram", num_speculative_tokens=2,
        pol=st.sampled_from(POLICIES), kv_blocks=st.integers(30, 300),
        prefixed=st.booleans(), spec=st.booleans(),
        layout=st.sampled_from([None, FleetConfig(replicas=2), FleetConfig(pd="1:1")]))
+@pytest.mark.slow
 def test_every_inlined_copy_of_the_decode_rule_agrees(linear_profile, reqs, pol, kv_blocks,
                                                       prefixed, spec, layout):
     cfg = config(*pol[:2], 256, 4, kv_blocks, priority=pol[2])

@@ -219,6 +219,7 @@ def test_compare_cli_ends_with_the_deployment_and_its_cost(tmp_path):
         assert c["gpu_hours_per_day"] == 24
 
 
+@pytest.mark.slow
 def test_capacity_report_reads_as_a_cost(tmp_path):
     out = tmp_path / "k"
     res = RUNNER.invoke(app, ["capacity", "-n", "40", "--policies", "budget", "--chunks",
@@ -269,6 +270,7 @@ def test_bench_line_follows_the_workload_arrivals():
     assert parse_command(d.bench)[1]["--request-rate"] == "inf"
 
 
+@pytest.mark.slow
 def test_gpus_split_answer_deploys_the_split_and_prices_each(tmp_path):
     out = tmp_path / "s"
     res = RUNNER.invoke(app, ["capacity", "-n", "40", "--gpus", "2", "--policies", "budget",

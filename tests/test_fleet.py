@@ -135,6 +135,7 @@ def test_no_request_is_lost_or_served_twice(linear_profile, reqs, router, n, kv_
        router=ROUTER_ST, n=st.integers(2, 4), kv_blocks=st.integers(40, 400),
        jitter=st.booleans(), caching=st.booleans(), prefixed=st.booleans(),
        stale=st.sampled_from([0.0, 0.02]))
+@pytest.mark.slow
 def test_fleet_fast_forward_changes_nothing(linear_profile, reqs, router, n, kv_blocks, jitter,
                                             caching, prefixed, stale):
     """A replica's bulk decode ends before the next fleet read or arrival: stepping and
@@ -241,6 +242,7 @@ def test_conversation_router_is_sticky(linear_profile):
 
 
 # ------------------------------------------------------------------ random = Poisson split
+@pytest.mark.slow
 def test_random_routing_splits_a_poisson_stream(linear_profile):
     """Random routing of a Poisson(lam) stream over N identical replicas gives each one a
     Poisson(lam/N) stream, so the fleet's mean TTFT matches one replica at lam/N. The
@@ -371,6 +373,7 @@ PD_ST = st.sampled_from(["1:1", "1:2", "2:1", "2:3"])
        pd_=PD_ST, router=ROUTER_ST, drouter=ROUTER_ST, kv_blocks=st.integers(40, 300),
        caching=st.booleans(), prefixed=st.booleans(), link=st.sampled_from(
            ["nvlink", "pcie-gen5"]))
+@pytest.mark.slow
 def test_pd_loses_and_repeats_nothing(linear_profile, reqs, pd_, router, drouter, kv_blocks,
                                       caching, prefixed, link):
     w = conversations(build(reqs, prefixed))
@@ -407,6 +410,7 @@ def test_pd_loses_and_repeats_nothing(linear_profile, reqs, pd_, router, drouter
                      min_size=1, max_size=30),
        pd_=PD_ST, drouter=ROUTER_ST, kv_blocks=st.integers(40, 400), jitter=st.booleans(),
        caching=st.booleans())
+@pytest.mark.slow
 def test_pd_fast_forward_changes_nothing(linear_profile, reqs, pd_, drouter, kv_blocks, jitter,
                                          caching):
     w = conversations(build(reqs))

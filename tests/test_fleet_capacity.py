@@ -50,6 +50,7 @@ def _splits(profile, slos, gpus=2):
                                              SearchParams(start=4.0, tol=0.1, max_rate=512)))
 
 
+@pytest.mark.slow
 def test_pd_wins_when_interference_breaks_the_itl_bound(linear_profile):
     ranked = _splits(linear_profile, ITL_SLO)
     assert [e.config.fleet for e in ranked] == [FleetSpec(pd=(1, 1)), FleetSpec(replicas=2)]
@@ -57,6 +58,7 @@ def test_pd_wins_when_interference_breaks_the_itl_bound(linear_profile):
     assert pd_.max_rate > 10 * col.max_rate > 0  # clearly, not by a whisker
 
 
+@pytest.mark.slow
 def test_pd_loses_when_the_kv_hop_stalls_every_request(heavy_kv_profile):
     ranked = _splits(heavy_kv_profile, STALL_SLO)
     assert [e.config.fleet for e in ranked] == [FleetSpec(replicas=2), FleetSpec(pd=(1, 1))]
@@ -176,6 +178,7 @@ def test_capacity_refuses_bad_fleet_flags(args, message, tmp_path):
     assert message in str(res.exception)
 
 
+@pytest.mark.slow
 def test_capacity_gpus_cli_ranks_and_writes_the_splits(tmp_path):
     out = tmp_path / "c"
     res = RUNNER.invoke(app, ["capacity", "-n", "40", "--gpus", "2", "--policies", "budget",

@@ -312,6 +312,7 @@ def test_sim_run_prices_a_moe_profile_and_takes_expert_skew(tmp_path):
     assert "--expert-skew 1: profile" in str(res.exception)
 
 
+@pytest.mark.slow
 def test_sim_compare_runs_a_moe_profile(tmp_path):
     path = moe_profile(tmp_path, "c", 8, 2, ep=2)
     res = RUNNER.invoke(app, ["compare", "--profile", path, *SMALL_RUN, "--policies",
@@ -321,6 +322,7 @@ def test_sim_compare_runs_a_moe_profile(tmp_path):
     assert (tmp_path / "cmp" / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_sim_capacity_gpus_counts_an_expert_parallel_engines_gpus(tmp_path):
     path = moe_profile(tmp_path, "g", 8, 2, ep=2)  # one engine spans 2 GPUs
     out = tmp_path / "cap"

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 from factories import workload
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -116,6 +117,7 @@ def check_invariants(w, res, s, policy, variant, priority, chunk, seats, kv_bloc
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 256, 1000]),
        seats=st.integers(1, 8), kv_blocks=st.integers(40, 400), jitter=st.booleans(),
        caching=st.booleans(), prefixed=st.booleans())
+@pytest.mark.slow
 def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, caching,
                     prefixed):
     w = build(reqs, prefixed, priorities=pol[2])
@@ -124,6 +126,7 @@ def test_invariants(linear_profile, reqs, pol, chunk, seats, kv_blocks, jitter, 
     check_invariants(w, res, s, *pol, chunk, seats, kv_blocks, caching)
 
 
+@pytest.mark.slow
 def test_invariants_on_a_fixed_random_sweep(linear_profile):
     """Larger workloads than hypothesis tends to draw (it once missed a shared-block
     accounting bug that this sweep found): 120 seeded configurations."""
@@ -145,6 +148,7 @@ def test_invariants_on_a_fixed_random_sweep(linear_profile):
 @given(reqs=requests_st, pol=st.sampled_from(POLICIES), chunk=st.sampled_from([64, 512]),
        kv_blocks=st.integers(40, 400), jitter=st.booleans(), caching=st.booleans(),
        prefixed=st.booleans())
+@pytest.mark.slow
 def test_fast_forward_changes_nothing(linear_profile, reqs, pol, chunk, kv_blocks, jitter,
                                       caching, prefixed):
     w = build(reqs, prefixed, priorities=pol[2])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -59,6 +60,7 @@ def test_compare_verdict_fails_a_configuration_that_rejects():
     assert loose.candidates[0].meets
 
 
+@pytest.mark.slow
 def test_capacity_with_rejections_is_never_reported_as_meeting(tmp_path):
     res = cli.invoke(app, ["capacity", *REJECTING, "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output

@@ -23,6 +23,7 @@ def test_colours_are_fixed_per_configuration_and_distinct_per_family():
     assert style.color(Config(PolicySpec("whole", "mixed"))) != style.color(whole)
 
 
+@pytest.mark.slow
 def test_heatmap_handles_pruned_cells(linear_profile, tmp_path):
     table = linear_profile.table
     pruned = table[~((table["decode_count"] == 256) & (table["kv_len"] == 16384))]

@@ -38,6 +38,7 @@ def quick_profile(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ nothing completes
+@pytest.mark.slow
 def test_a_run_that_rejects_everything_fails_with_its_reasons(tmp_path):
     out = tmp_path / "run"
     proc = _sim("run", "--kv-blocks", "1", "-n", "50", "--out", str(out))
@@ -53,6 +54,7 @@ def test_a_run_that_rejects_everything_fails_with_its_reasons(tmp_path):
     assert summary["duration"] is None
 
 
+@pytest.mark.slow
 def test_huge_prompts_are_rejected_by_the_model_length_not_simulated():
     proc = _sim("run", "--workload", "burst", "-n", "3", "--prompt-dist", "constant",
                 "--prompt-mean", "1e12", "--output-dist", "constant", "--output-mean", "10")
@@ -89,6 +91,7 @@ def test_a_prompt_beyond_the_models_maximum_is_rejected_by_default():
 
 
 # ------------------------------------------------------------------ extrapolation
+@pytest.mark.slow
 def test_heavy_extrapolation_is_warned_naming_the_axis_and_its_range(quick_profile):
     args = ["run", "--profile", quick_profile.path, "--workload", "burst", "-n", "2",
             "--prompt-dist", "constant", "--prompt-mean", "12000", "--output-dist",
@@ -165,6 +168,7 @@ def test_a_sane_jitter_passes_the_guard(linear_profile):
     assert s["completed"] == 2 and s["duration"] != calm["duration"]
 
 
+@pytest.mark.slow
 def test_jitter_outside_the_grid_is_never_confident_nonsense(quick_profile):
     args = ["run", "--profile", quick_profile.path, "--workload", "burst", "-n", "2",
             "--prompt-dist", "constant", "--prompt-mean", "12000", "--output-dist",
@@ -199,6 +203,7 @@ def test_compare_leaves_a_configuration_that_completed_nothing_out_of_the_report
     assert (out / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_compare_where_every_configuration_rejects_everything_fails(tmp_path):
     proc = _sim("compare", "--kv-blocks", "1", "-n", "5", "--policies", "budget,whole",
                 "--chunks", "256", "--no-report", "--workers", "1", "--out",

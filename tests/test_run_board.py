@@ -215,6 +215,7 @@ def test_panels_mark_budget_capacity_slo_and_measured(linear_profile):
     pyplot().close("all")
 
 
+@pytest.mark.slow
 def test_sim_run_report_writes_the_board_with_the_run(tmp_path):
     out, plain = tmp_path / "b", tmp_path / "p"
     args = ["run", "-w", "long-prompt", "--duration", "6", "--long-arrival", "2",
@@ -275,6 +276,7 @@ def test_a_long_run_reads_every_kth_request(linear_profile):
 
 @pytest.mark.parametrize("fleet", [["--replicas", "2", "--router", "least-tokens"],
                                    ["--pd", "1:1"]])
+@pytest.mark.slow
 def test_the_board_reads_a_fleet(fleet, tmp_path):
     res = RUNNER.invoke(app, ["run", "-n", "60", "--rate", "8", *fleet, "--out",
                               str(tmp_path / "f"), "--report"])

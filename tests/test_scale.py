@@ -141,6 +141,7 @@ def _live_requests() -> int:
     return sum(type(o) is Request for o in gc.get_objects())
 
 
+@pytest.mark.slow
 def test_finished_requests_are_released(linear_profile):
     from chunksim.sim.build import engine_parts
     from chunksim.sim.core import EngineCore
@@ -259,6 +260,7 @@ def test_cli_steps_and_format(tmp_path):
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # staging gone
 
 
+@pytest.mark.slow
 def test_cli_refuses_bad_output_flags(tmp_path):
     import subprocess
     import sys

@@ -65,6 +65,7 @@ def test_azure_code_full_is_bursty():
     assert s["interarrival_cv"] == pytest.approx(13.2, abs=0.1)
 
 
+@pytest.mark.slow
 @needs_shared
 def test_mooncake_conversation_full():
     path = SHARED / "mooncake_fast25" / "conversation_trace.jsonl"
