@@ -181,26 +181,10 @@ class LatencyModel(StepCosts):
         """Forward-pass time of one step in seconds (no overhead), and whether the lookup
         left the measured grid. `jitter_z` (a standard normal) applies measured spread."""
         c, d, k = shape.prefill_tokens, shape.decode_count, shape.decode_kv_tokens
-        if c == 0:  # decode-only: the same per-decode-count line as decode_steps_s
-            line = self._line(d)
-            xs = line.xs
-            i = bisect_right(xs, k) - 1
-            i = 0 if i < 0 else (line.last if i > line.last else i)
-            dx = k - xs[i]
-            t = line.base[i] + line.slope[i] * dx
-            if k > xs[-1] and t < line.end:
-                t = line.end  # beyond the far end: never below the edge (see _interp3)
-            if jitter_z is not None:
-                # the spread is held at the edge's value beyond the grid, never extrapolated
-                if k > xs[-1]:
-                    sig = line.send
-                elif k < xs[0]:
-                    sig = line.sbase[0]
-                else:
-                    sig = line.sbase[i] + line.sslope[i] * dx
-                t *= math.exp(sig * jitter_z)
-            out = line.out_d or k < xs[0] or k > xs[-1] or line.filled[i]
-            return (t if t > 1e-9 else 1e-9), out
+        if c == 0:  # decode-only: the one-element case of decode_steps_s (one path)
+            t, out = self.decode_steps_s(
+                d, np.array([float(k)]), None if jitter_z is None else np.array([jitter_z]))
+            return float(t[0]), bool(out[0])
         t, out = self._interp3(self._med_l, c, d, k)
         if shape.prior_tokens > 0:
             dt, out2 = self._delta(c, shape.prior_tokens)
@@ -231,8 +215,8 @@ class LatencyModel(StepCosts):
                        kv_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Times of decode-only steps with `decode_count` decodes at mean contexts
         `kv_tokens` (one entry per step), and their out-of-grid flags (`kv_max`, the longest
-        contexts, is not priced by a whole-step table). The same arithmetic
-        as `step_s` (element-wise IEEE ops), so both paths give bit-identical seconds."""
+        contexts, is not priced by a whole-step table). A decode-only `step_s` is its
+        one-element case."""
         line = self._line(decode_count)
         xs = line.xs
         lo, hi = float(kv_tokens[0]), float(kv_tokens[-1])  # kv_tokens ascend
