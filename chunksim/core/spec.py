@@ -64,13 +64,33 @@ class SpecTable(Sequence):
         self.class_names = tuple(class_names)
         """Every class name a code may point at (sorted, unused ones included)."""
         self.priority = None if priority is None else np.asarray(priority, dtype=np.int64)
-        self.hash_values = None if hash_values is None else np.asarray(hash_values,
-                                                                       dtype=np.int64)
+        self.hash_values = None if hash_values is None else _hash_array(hash_values)
         self.hash_offsets = None if hash_offsets is None else np.asarray(hash_offsets,
                                                                          dtype=np.int64)
         self.conversation_id = conversation_id
         """A list of ids (or None entries), or None when no request has one."""
         self._last: tuple = (None, None)  # (index, spec) last built
+
+    @classmethod
+    def of(cls, specs: Sequence[RequestSpec]) -> SpecTable:
+        """The columns of `specs` (in their order; their ids are their indices)."""
+        import numpy as np
+
+        names = tuple(sorted({r.request_class for r in specs}))
+        code = {c: k for k, c in enumerate(names)}
+        lens = [len(r.prefix_hashes) for r in specs]
+        offsets = values = None
+        if any(lens):
+            offsets = np.zeros(len(specs) + 1, dtype=np.int64)
+            np.cumsum(lens, out=offsets[1:])
+            values = [h for r in specs for h in r.prefix_hashes]
+        prios = [r.priority for r in specs]
+        convs = [r.conversation_id for r in specs]
+        return cls([r.arrival_s for r in specs], [r.prompt_tokens for r in specs],
+                   [r.output_tokens for r in specs],
+                   [code[r.request_class] for r in specs], names or ("default",),
+                   prios if any(prios) else None, values, offsets,
+                   convs if any(c is not None for c in convs) else None)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -127,15 +147,26 @@ class SpecTable(Sequence):
         return sum(c.nbytes for c in cols if c is not None)
 
 
+def _hash_array(values):
+    """Prefix hashes as int64, or as Python ints (an object array) when one does not fit
+    in 64 bits: equal hashes must stay equal, whatever their size."""
+    import numpy as np
+
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return np.asarray(list(values), dtype=object)
+
+
 @dataclass(frozen=True)
 class Workload:
     """A named, ordered set of requests (sorted by arrival, ids 0..n-1)."""
 
     name: str
     """Short label used in summaries and plot titles."""
-    requests: tuple[RequestSpec, ...] | SpecTable
-    """The requests, sorted by `arrival_s`, `request_id == index` (a tuple, or the same
-    as columns: `SpecTable`)."""
+    requests: SpecTable
+    """The requests as columns, sorted by `arrival_s`, `request_id == index`. A sequence
+    of `RequestSpec` given here is checked (ids, order) and stored as its columns."""
     prefix_block_tokens: int = 0
     """Tokens covered by one entry of `RequestSpec.prefix_hashes` (0 = no hashes)."""
     notes: tuple[str, ...] = field(default=())
@@ -158,7 +189,8 @@ class Workload:
                     f"request {i - 1} at {a[i - 1]} s; sort requests by arrival")
             return
         prev = -1.0
-        for i, r in enumerate(self.requests):
+        specs = tuple(self.requests)
+        for i, r in enumerate(specs):
             if r.request_id != i:
                 raise ValueError(
                     f"workload {self.name!r}: request at index {i} has request_id "
@@ -170,6 +202,7 @@ class Workload:
                     f"request {i - 1} at {prev} s; sort requests by arrival"
                 )
             prev = r.arrival_s
+        object.__setattr__(self, "requests", SpecTable.of(specs))
 
     def __len__(self) -> int:
         return len(self.requests)

@@ -33,12 +33,10 @@ from chunksim.sim.records import (
 )
 
 
-def _class_names(specs) -> list[str]:
+def _class_names(specs: SpecTable) -> list[str]:
     """The request classes present, sorted."""
-    if isinstance(specs, SpecTable):
-        used = np.unique(specs.class_codes)
-        return sorted(specs.class_names[c] for c in used.tolist())
-    return sorted({s.request_class for s in specs})
+    used = np.unique(specs.class_codes)
+    return sorted(specs.class_names[c] for c in used.tolist())
 
 
 class Inbox:
@@ -473,14 +471,8 @@ class EngineCore:
 
         specs = self.workload.requests
         ids = np.arange(len(specs))
-        if isinstance(specs, SpecTable):  # the columns as they are
-            classes, arrival = specs.request_classes(), specs.arrival_s
-            prompt, output = specs.prompt_tokens, specs.output_tokens
-        else:
-            classes = [s.request_class for s in specs]
-            arrival = [s.arrival_s for s in specs]
-            prompt = [s.prompt_tokens for s in specs]
-            output = [s.output_tokens for s in specs]
+        classes, arrival = specs.request_classes(), specs.arrival_s
+        prompt, output = specs.prompt_tokens, specs.output_tokens
         rejected = np.zeros(len(specs), dtype=bool)
         rejected[list(self.rejected)] = True
         reason = [""] * len(specs)

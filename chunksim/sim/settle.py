@@ -92,13 +92,8 @@ class SloWatch:
 
     def __init__(self, slos_ms: Mapping[str, float], workload) -> None:
         specs = workload.requests
-        arrival = getattr(specs, "arrival_s", None)
-        outputs = getattr(specs, "output_tokens", None)
-        if arrival is None:
-            arrival = np.array([s.arrival_s for s in specs], dtype=float)
-            outputs = np.array([s.output_tokens for s in specs], dtype=np.int64)
-        self.arrival = np.asarray(arrival, dtype=float)
-        self.gaps_of = np.maximum(np.asarray(outputs, dtype=np.int64) - 1, 0)
+        self.arrival = specs.arrival_s
+        self.gaps_of = np.maximum(specs.output_tokens - 1, 0)
         self.total_gaps = int(self.gaps_of.sum())
         self.bounds: list[tuple[str, str, float, float]] = []  # key, series, pct, bound
         self.max_reject_pct: float | None = None

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from chunksim.core.shape import BatchShape
-from chunksim.core.spec import SpecTable, Workload
+from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.build import RunConfig, engine_parts
 
@@ -31,10 +31,7 @@ from chunksim.sim.build import RunConfig, engine_parts
 def mean_lengths(workload: Workload) -> tuple[float, float]:
     """The workload's mean prompt and output lengths, tokens."""
     reqs = workload.requests
-    if isinstance(reqs, SpecTable):
-        return float(np.mean(reqs.prompt_tokens)), float(np.mean(reqs.output_tokens))
-    return (float(np.mean([r.prompt_tokens for r in reqs])),
-            float(np.mean([r.output_tokens for r in reqs])))
+    return float(np.mean(reqs.prompt_tokens)), float(np.mean(reqs.output_tokens))
 
 
 def service_rate(workload: Workload, profile: Profile, run: RunConfig) -> float:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunksim.core.spec import RequestSpec, SpecTable, Workload
+from chunksim.core.spec import SpecTable, Workload
 
 
 def workload_from_arrays(
@@ -62,9 +62,8 @@ def workload_from_arrays(
 
 
 def _table(arrival, prompt, output, order, prefix_hashes, request_class, priority,
-           conversation_id) -> SpecTable | tuple[RequestSpec, ...]:
-    """The sorted columns as a SpecTable (a tuple of specs when a prefix hash does not fit
-    in 64 bits)."""
+           conversation_id) -> SpecTable:
+    """The sorted columns as a SpecTable."""
     idx = order.tolist()
     hash_values = hash_offsets = None
     if prefix_hashes is not None:
@@ -75,9 +74,8 @@ def _table(arrival, prompt, output, order, prefix_hashes, request_class, priorit
             try:
                 hash_values = np.fromiter((h for i in idx for h in prefix_hashes[i]),
                                           dtype=np.int64, count=int(hash_offsets[-1]))
-            except OverflowError:
-                return _specs(arrival, prompt, output, idx, prefix_hashes, request_class,
-                              priority, conversation_id)
+            except OverflowError:  # a hash past 64 bits: kept as Python ints
+                hash_values = [h for i in idx for h in prefix_hashes[i]]
     codes, names = None, ("default",)
     if request_class is not None:
         codes, names = _class_codes(request_class)
@@ -96,34 +94,6 @@ def _class_codes(request_class) -> tuple[np.ndarray, tuple[str, ...]]:
 
     codes, uniques = pd.factorize(np.asarray(request_class, dtype=object), sort=True)
     return codes.astype(np.int32), tuple(str(x) for x in uniques)
-
-
-def _specs(arrival, prompt, output, idx, prefix_hashes, request_class, priority,
-           conversation_id) -> tuple[RequestSpec, ...]:
-    """The sorted rows as RequestSpec objects."""
-    # tolist() converts to Python scalars in C; per-element numpy scalars are ~10x slower.
-    order = np.asarray(idx, dtype=np.int64)
-    arr_l = arrival[order].tolist()
-    pro_l = prompt[order].tolist()
-    out_l = output[order].tolist()
-    n = len(idx)
-    hashes = [tuple(prefix_hashes[i]) for i in idx] if prefix_hashes is not None else None
-    classes = [request_class[i] for i in idx] if request_class is not None else None
-    prios = np.asarray(priority, dtype=np.int64)[order].tolist() if priority is not None else None
-    convs = [conversation_id[i] for i in idx] if conversation_id is not None else None
-    return tuple(
-        RequestSpec(
-            request_id=k,
-            arrival_s=arr_l[k],
-            prompt_tokens=pro_l[k],
-            output_tokens=out_l[k],
-            prefix_hashes=hashes[k] if hashes is not None else (),
-            request_class=classes[k] if classes is not None else "default",
-            priority=prios[k] if prios is not None else 0,
-            conversation_id=convs[k] if convs is not None else None,
-        )
-        for k in range(n)
-    )
 
 
 def _check_positive(name: str, label: str, col: np.ndarray) -> None:
