@@ -39,6 +39,7 @@ from chunksim.live.settings import LiveSettings
 from chunksim.live.slots import SlotTable
 from chunksim.live.tokens import TokenBook
 from chunksim.sim.core import EngineCore
+from chunksim.sim.quantiles import Samples
 
 _SPIN_S = 0.001
 """Sleep until this close to an arrival, then spin: time.sleep can overshoot by ~0.1 ms."""
@@ -53,7 +54,7 @@ class LiveResult:
     steps: object
     """pandas DataFrame, one row per step: records.STEP_COLUMNS + LIVE_STEP_COLUMNS (+
     `sm_clock_mhz` on CUDA where NVML can be read: live.gpu_clock)."""
-    itl_s: np.ndarray
+    itl_s: Samples
     """Pooled gaps between consecutive output tokens of each request, seconds."""
     tokens: object
     """pandas DataFrame, one row per output token (records.TokenLog)."""

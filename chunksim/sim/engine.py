@@ -25,6 +25,7 @@ from chunksim.core.speculative import SpecConfig
 from chunksim.latency.base import StepCosts
 from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore, Inbox
+from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepLog
 from chunksim.sim.settle import SETTLE_EVERY_STEPS
 from chunksim.sim.spread_guard import SpreadGuard
@@ -92,9 +93,9 @@ class SimResult:
     """pandas DataFrame, one row per request (see `EngineCore.request_frame`)."""
     steps: object
     """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
-    itl_s: np.ndarray
-    """Pooled gaps between consecutive output tokens of each request, seconds: an array,
-    or past records.EXACT_GAP_SAMPLES a `quantiles.LogHistogram` (`metrics` reads both)."""
+    itl_s: Samples
+    """Pooled gaps between consecutive output tokens of each request, seconds: every
+    value, or past records.EXACT_GAP_SAMPLES their histogram (`quantiles.Samples`)."""
     meta: dict = field(default_factory=dict)
     """Run facts: policy, params, profile hash, workload, counters."""
     itl_by_class_s: dict = field(default_factory=dict)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from chunksim.core.speculative import merge_spec
 from chunksim.sim.engine import SimResult
-from chunksim.sim.metrics import percentile_s, pool_gaps
+from chunksim.sim.quantiles import Samples
 
 
 def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
@@ -22,8 +22,8 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
     requests = requests.reset_index(drop=True)
     requests["replica"] = dest
     steps = merge_steps([res.steps for res in results])
-    itl = pool_gaps([res.itl_s for res in results])
-    by_class = {c: pool_gaps([res.itl_by_class_s[c] for res in results])
+    itl = Samples.pool([res.itl_s for res in results])
+    by_class = {c: Samples.pool([res.itl_by_class_s[c] for res in results])
                 for c in results[0].itl_by_class_s}
     return SimResult(requests, steps, itl, merged_meta([res.meta for res in results]),
                      by_class)
@@ -67,7 +67,8 @@ def replica_rows(results: list[SimResult], dest: np.ndarray, duration_s: float,
             "steps": len(res.steps),
             "preemptions": int(req["preemptions"].sum()),
             "p99_ttft_ms": float(np.percentile(ttft, 99)) if len(ttft) else 0.0,
-            "p99_itl_ms": percentile_s(res.itl_s, 99) * 1000.0,
+            "p99_itl_ms": (float(res.itl_s.percentile([99])[0]) if len(res.itl_s)
+                           else 0.0) * 1000.0,
             "peak_kv_blocks_used": (int(res.steps["kv_blocks_used"].max())
                                     if len(res.steps) else 0),
         })
@@ -100,8 +101,8 @@ def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult
     req["kv_transfer_s"] = transfer_s
     req["kv_bytes"] = kv_bytes
     steps = merge_steps([r.steps for r in prefill] + [r.steps for r in decode])
-    itl = pool_gaps([r.itl_s for r in prefill + decode])
-    by_class = {c: pool_gaps([r.itl_by_class_s[c] for r in prefill + decode])
+    itl = Samples.pool([r.itl_s for r in prefill + decode])
+    by_class = {c: Samples.pool([r.itl_by_class_s[c] for r in prefill + decode])
                 for c in prefill[0].itl_by_class_s}
     meta = merged_meta([r.meta for r in prefill + decode])
     return SimResult(req, steps, itl, meta, by_class)

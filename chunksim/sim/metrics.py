@@ -19,6 +19,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from chunksim.sim.metric_registry import FAMILIES, PERCENTILES
+from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepTotals
 
 SLO_METRICS = ("ttft", "tpot", "e2el", "itl")
@@ -61,27 +62,27 @@ def parse_class_slos(items: list[str] | None) -> dict[str, dict[str, float]]:
     return out
 
 
-def _stats(name: str, values_s, none: bool = False) -> dict[str, float | None]:
+def _stats(name: str, samples: Samples, none: bool = False) -> dict[str, float | None]:
     """Mean, median, std and percentiles in ms (all None when `none`: no request
-    completed, so there is no latency to report). `values_s` is an array (exact) or a
-    `quantiles.LogHistogram` (a run too large to pool every sample: percentiles within
-    its REL_ERROR, mean and std from exact moments)."""
+    completed, so there is no latency to report). Exact samples give numpy's figures; a
+    streamed run's histogram gives percentiles within its REL_ERROR and exact moments."""
     if none:
         keys = ["mean", "median", "std", *(f"p{p}" for p in PERCENTILES)]
         return {f"{k}_{name}_ms": None for k in keys}
-    if hasattr(values_s, "percentile"):
-        if not len(values_s):
-            return _stats(name, np.zeros(0))
-        pct = values_s.percentile([50, *PERCENTILES]) * 1000.0
+    if not samples.exact:
+        if not len(samples):
+            return _stats(name, Samples(np.zeros(0)))
+        h = samples.hist
+        pct = h.percentile([50, *PERCENTILES]) * 1000.0
         out = {
-            f"mean_{name}_ms": values_s.mean * 1000.0,
+            f"mean_{name}_ms": h.mean * 1000.0,
             f"median_{name}_ms": float(pct[0]),
-            f"std_{name}_ms": values_s.std * 1000.0,
+            f"std_{name}_ms": h.std * 1000.0,
         }
         for p, v in zip(PERCENTILES, pct[1:], strict=True):
             out[f"p{p}_{name}_ms"] = float(v)
         return out
-    ms = np.asarray(values_s, dtype=float) * 1000.0
+    ms = samples.values * 1000.0
     if len(ms) == 0:
         ms = np.zeros(1)
     out = {
@@ -92,38 +93,6 @@ def _stats(name: str, values_s, none: bool = False) -> dict[str, float | None]:
     for p, v in zip(PERCENTILES, np.percentile(ms, PERCENTILES), strict=True):
         out[f"p{p}_{name}_ms"] = float(v)
     return out
-
-
-def _max_s(values_s) -> float:
-    """Largest sample, seconds (0 when there is none)."""
-    if not len(values_s):
-        return 0.0
-    return float(values_s.max) if hasattr(values_s, "percentile") else float(np.max(values_s))
-
-
-def pool_gaps(parts: list):
-    """Token gaps of several engines pooled: one array while every part is exact, else
-    one `quantiles.LogHistogram` (a part streamed: every part folded in)."""
-    if all(not hasattr(p, "percentile") for p in parts):
-        return np.concatenate(parts)
-    from chunksim.sim.quantiles import LogHistogram
-
-    pooled = LogHistogram()
-    for p in parts:
-        if hasattr(p, "percentile"):
-            pooled.merge(p)
-        else:
-            pooled.add(p)
-    return pooled
-
-
-def percentile_s(values_s, p: float) -> float:
-    """The p-th percentile of an array or a `LogHistogram` (0 when empty)."""
-    if not len(values_s):
-        return 0.0
-    if hasattr(values_s, "percentile"):
-        return float(values_s.percentile([p])[0])
-    return float(np.percentile(values_s, p))
 
 
 def step_facts(steps: StepTotals) -> tuple[int, float, int, int]:
@@ -154,7 +123,7 @@ def per_request(requests) -> dict[str, np.ndarray]:
     }
 
 
-def summarize(requests, steps: StepTotals, itl_s: np.ndarray,
+def summarize(requests, steps: StepTotals, itl_s: Samples,
               slos: Mapping[str, float] | None = None, meta: Mapping | None = None,
               duration_s: float | None = None) -> dict:
     """The run's summary, keys named like `vllm bench serve --save-result`. Throughputs
@@ -192,12 +161,12 @@ def summarize(requests, steps: StepTotals, itl_s: np.ndarray,
         "request_goodput": float(good.sum()) / duration if slos else None,
         "goodput_slos_ms": {k: v * 1000.0 for k, v in slos.items()},
     }
-    values = {"ttft": m["ttft"], "tpot": m["tpot"], "itl": itl_s, "e2el": m["e2el"],
-              "sched_delay": m["sched"]}
+    values = {"ttft": Samples(m["ttft"]), "tpot": Samples(m["tpot"]), "itl": itl_s,
+              "e2el": Samples(m["e2el"]), "sched_delay": Samples(m["sched"])}
     for family in FAMILIES:  # `sim.metric_registry`
         summary.update(_stats(family.name, values[family.name], none))
     summary.update({
-        "max_decode_stall_ms": None if none else _max_s(itl_s) * 1000.0,
+        "max_decode_stall_ms": None if none else itl_s.max * 1000.0,
         "preemptions": int(requests["preemptions"].sum()),
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
         "steps": n_steps,
@@ -211,7 +180,7 @@ def summarize(requests, steps: StepTotals, itl_s: np.ndarray,
     return summary
 
 
-def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
+def summarize_classes(requests, itl_by_class: Mapping[str, Samples],
                       slos: Mapping[str, float] | None = None,
                       class_slos: Mapping[str, Mapping[str, float]] | None = None) -> dict:
     """Per request-class summaries: each class's requests, its own pooled ITL, and its
@@ -232,7 +201,7 @@ def summarize_classes(requests, itl_by_class: Mapping[str, np.ndarray],
     out = {}
     for cls, part in requests.groupby("request_class", sort=True):
         merged = {**(slos or {}), **class_slos.get(cls, {})}
-        s = summarize(part, steps0, itl_by_class.get(cls, np.zeros(0)), merged,
+        s = summarize(part, steps0, itl_by_class.get(cls, Samples(np.zeros(0))), merged,
                       duration_s=run_s)
         out[str(cls)] = {k: v for k, v in s.items() if k not in _RUN_WIDE}
     return out

@@ -153,3 +153,67 @@ class LogHistogram:
         hi = np.minimum(lo + 1, self.n - 1)
         a, b = self._order_stats(lo), self._order_stats(hi)
         return a + (h - lo) * (b - a)
+
+
+class Samples:
+    """A run's samples of one latency (token gaps), seconds: every value (`exact`, in
+    `values`), or for a run too large to keep them, a `LogHistogram` of them (`hist`:
+    percentiles within its REL_ERROR, moments exact). One type for both, so a reader
+    asks which it holds instead of guessing from the object. An exact one reads as its
+    array (`np.asarray`, `len`, iteration); a streamed one refuses to."""
+
+    __slots__ = ("values", "hist")
+
+    def __init__(self, values=None, hist: LogHistogram | None = None) -> None:
+        if (values is None) == (hist is None):
+            raise ValueError("Samples: give the values or their histogram, not both")
+        self.values = None if values is None else np.asarray(values, dtype=float)
+        self.hist = hist
+
+    @property
+    def exact(self) -> bool:
+        return self.hist is None
+
+    def __len__(self) -> int:
+        return len(self.values) if self.hist is None else len(self.hist)
+
+    def _kept(self) -> np.ndarray:
+        if self.hist is not None:
+            raise ValueError("this run streamed its samples into a histogram and kept no "
+                             "values (more than records.EXACT_GAP_SAMPLES of them)")
+        return self.values
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        v = self._kept()
+        return v if dtype is None else v.astype(dtype)
+
+    def __iter__(self):
+        return iter(self._kept().tolist())
+
+    @property
+    def max(self) -> float:
+        """Largest sample (0 when there is none)."""
+        if not len(self):
+            return 0.0
+        return float(self.hist.max) if self.hist is not None else float(np.max(self.values))
+
+    def percentile(self, ps) -> np.ndarray:
+        """numpy's linear percentiles (of the histogram: within its REL_ERROR)."""
+        if self.hist is not None:
+            return self.hist.percentile(ps)
+        return np.percentile(self.values, ps)
+
+    @staticmethod
+    def pool(parts) -> Samples:
+        """Several engines' samples as one: the values joined while every part is exact,
+        else one histogram folding every part."""
+        if all(p.exact for p in parts):
+            return Samples(np.concatenate([p.values for p in parts]) if parts
+                           else np.zeros(0))
+        pooled = LogHistogram()
+        for p in parts:
+            if p.exact:
+                pooled.add(p.values)
+            else:
+                pooled.merge(p.hist)
+        return Samples(hist=pooled)

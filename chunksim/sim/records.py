@@ -10,6 +10,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from chunksim.sim.quantiles import LogHistogram, Samples
+
 STEP_COLUMNS: dict[str, type] = {
     "start_s": float,          # step start, seconds
     "duration_s": float,       # forward pass(es) + per-step overhead, seconds
@@ -262,8 +264,8 @@ _SINGLE_FOLD = 1 << 16  # Python floats held before they are packed into an arra
 class GapLog:
     """Pooled inter-token gaps (vLLM bench's ITL): single values and runs of equal gaps
     shared by a set of requests; split per request class when there are several. Exact
-    up to EXACT_GAP_SAMPLES samples, then streamed into log histograms (`values` returns
-    a `LogHistogram` instead of an array)."""
+    up to EXACT_GAP_SAMPLES samples, then streamed into log histograms (`values` says
+    which it holds: `quantiles.Samples`)."""
 
     def __init__(self, num_classes: int = 1, exact_max: int | None = None) -> None:
         self.split = num_classes > 1
@@ -320,8 +322,6 @@ class GapLog:
 
     def _stream(self) -> None:
         """Fold everything held into histograms; from now on every gap goes there."""
-        from chunksim.sim.quantiles import LogHistogram
-
         self.hists = [LogHistogram() for _ in range(1 + (self.num_classes if self.split
                                                          else 0))]
         for vals, cls in self.packed:
@@ -352,12 +352,12 @@ class GapLog:
     def streaming(self) -> bool:
         return self.hists is not None
 
-    def values(self, cls: int | None = None):
-        """All pooled gaps (or one class's): an array while exact, else the histogram."""
+    def values(self, cls: int | None = None) -> Samples:
+        """All pooled gaps (or one class's): every value while exact, else the histogram."""
         if self.hists is not None:
             self._pack()
             self._fold_runs()
-            return self.hists[0 if cls is None else 1 + cls]
+            return Samples(hist=self.hists[0 if cls is None else 1 + cls])
         parts = [v if cls is None else v[c == cls] for v, c in self.packed]
         single = np.asarray(self.single, dtype=float)
         if cls is not None:
@@ -367,7 +367,7 @@ class GapLog:
             w = int(counts.sum() if cls is None else counts[cls])
             if w:
                 parts.append(np.tile(g, w))
-        return np.concatenate(parts)
+        return Samples(np.concatenate(parts))
 
     def by_class(self, names: list[str]) -> dict:
         return {n: self.values(i) for i, n in enumerate(names)} if self.split else {}

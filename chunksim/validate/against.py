@@ -20,6 +20,7 @@ import pandas as pd
 from chunksim.core.spec import SpecTable, Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.metrics import summarize
+from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepTotals
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.validate.compare import rel_error_pct
@@ -63,7 +64,7 @@ def measured_summary(run: MeasuredRun) -> dict:
     """The measured figures, by the simulator's own definitions (ITL None: no gaps)."""
     itl = (np.concatenate(run.itl_s) if run.itl_s is not None and len(run.itl_s)
            else np.zeros(0))
-    s = summarize(measured_frame(run), StepTotals(), itl)  # no steps were measured
+    s = summarize(measured_frame(run), StepTotals(), Samples(itl))  # no steps measured
     if run.itl_s is None or not len(itl):
         for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99"):
             s[f"{stat}_itl_ms"] = None
