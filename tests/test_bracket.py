@@ -10,7 +10,7 @@ import pytest
 
 from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig
-from chunksim.sweep.bracket import mean_lengths, service_rate, start_rate
+from chunksim.sweep.bracket import mean_lengths, on_lattice, service_rate
 from chunksim.sweep.capacity import (
     SearchParams,
     capacity_search,
@@ -34,10 +34,11 @@ def test_the_start_is_the_service_rate_rounded_down_to_a_power_of_two(profile):
     run = RunConfig()
     wl = build_workload(probe_workload(SHORT, 1.0, 0, SearchParams()))
     mu = service_rate(wl, profile, run)
-    start = start_rate(wl, profile, run, 1e-3, 1024.0)
+    start = on_lattice(mu, 1e-3, 1024.0)
     assert start <= mu < 2 * start
     assert math.log2(start) == int(math.log2(start))  # on 1 req/s's lattice
-    assert start_rate(wl, profile, run, 1e-3, start / 4) == start / 4  # within the caps
+    assert on_lattice(mu, 1e-3, start / 4) == start / 4  # within the caps
+    assert on_lattice(float("nan"), 1e-3, 8.0) == 1.0  # no rate at all: 1 req/s
 
 
 def test_the_service_rate_falls_as_requests_grow_and_seats_shrink(profile):
@@ -57,7 +58,7 @@ def test_a_given_rate_is_the_start_and_a_profile_sets_it_otherwise(profile):
     assert search_params(SHORT).start == 1.0  # no profile: 1 req/s
     p = search_params(SHORT, profile=profile, run=run)
     wl = build_workload(probe_workload(SHORT, 1.0, SHORT.seed, p))
-    assert p.start == start_rate(wl, profile, run, p.min_rate, 1024.0)
+    assert p.start == on_lattice(service_rate(wl, profile, run), p.min_rate, 1024.0)
 
 
 @pytest.mark.slow

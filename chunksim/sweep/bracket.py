@@ -51,13 +51,6 @@ def service_rate(workload: Workload, profile: Profile, run: RunConfig) -> float:
     return batch / (output * step_s)
 
 
-def start_rate(workload: Workload, profile: Profile, run: RunConfig, min_rate: float,
-               max_rate: float) -> float:
-    """The first rate of a search: the service rate rounded down to a power of two,
-    within [min_rate, max_rate]."""
-    return on_lattice(service_rate(workload, profile, run), min_rate, max_rate)
-
-
 def on_lattice(rate: float, min_rate: float, max_rate: float) -> float:
     """`rate` rounded down to a power of two, within [min_rate, max_rate] (1 req/s when
     it is no rate at all)."""

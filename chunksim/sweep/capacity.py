@@ -73,9 +73,9 @@ def search_params(workload: WorkloadOptions, max_rate: float = 1024.0,
                   tol: float = 0.03, profile: Profile | None = None,
                   run: RunConfig | None = None) -> SearchParams:
     """`sim capacity`'s search for these workload flags: start at --rate, or where not
-    given, at the service rate `profile` implies for the workload under `run`
-    (`bracket.start_rate`; 1 req/s without a profile); synthetic workloads whose length
-    was not set get the auto window."""
+    given, at the service rate `profile` implies for the workload under `run`, on the
+    lattice of rates (`bracket`; 1 req/s without a profile); synthetic workloads whose
+    length was not set get the auto window."""
     synthetic = workload.trace is None and workload.workload is not WorkloadKind.TRACE
     auto = synthetic and workload.num_requests is None and workload.duration_s is None
     params = SearchParams(auto_window=auto)
