@@ -13,12 +13,16 @@ from types import TracebackType
 class ProgressBar:
     """`with ProgressBar("compare", total=9) as bar: ... bar.advance()`; `add` grows the
     total for searches that discover their work round by round; `describe` relabels the
-    bar (e.g. the item in progress); `completed` starts it part done (a resumed job)."""
+    bar (e.g. the item in progress); `completed` starts it part done (a resumed job).
+    `open_ended`: the total is only the work found so far (a search adds probes as it
+    goes), so no time left is shown, as any would run low."""
 
     def __init__(self, label: str, total: int = 0, enabled: bool = True,
-                 completed: int = 0, terminal: bool | None = None) -> None:
+                 completed: int = 0, terminal: bool | None = None,
+                 open_ended: bool = False) -> None:
         self.label = label
         self.total = total
+        self.open_ended = open_ended
         self.enabled = enabled
         self.completed = completed
         self._progress = None
@@ -28,7 +32,8 @@ class ProgressBar:
 
     def __enter__(self) -> ProgressBar:
         if self.enabled and not self.terminal:
-            self._lines = PlainLines(self.label, self.total, self.completed)
+            self._lines = PlainLines(self.label, self.total, self.completed,
+                                     open_ended=self.open_ended)
         elif self.enabled:
             from rich.console import Console
             from rich.progress import (
@@ -40,10 +45,10 @@ class ProgressBar:
                 TimeRemainingColumn,
             )
 
+            left = () if self.open_ended else (TimeRemainingColumn(),)
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
-                transient=True)
+                TimeElapsedColumn(), *left, console=Console(stderr=True), transient=True)
             self._progress.start()
             self._task = self._progress.add_task(self.label, total=self.total,
                                                  completed=self.completed)
@@ -80,12 +85,15 @@ class PlainLines:
     """Progress as plain lines on stderr, for output that is not a terminal: silent for
     `after_s`, then a line every `every_s` (`label: 12 of 40 done, 1 min 3 s elapsed,
     about 2 min 6 s left`); the first line left says when the job will end, so a run
-    of more than a minute says so early."""
+    of more than a minute says so early. `open_ended` (a search): `12 found so far`, and
+    no time left."""
 
     def __init__(self, label: str, total: int, done: int = 0, after_s: float = 10.0,
                  every_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 write: Callable[[str], None] | None = None) -> None:
+                 write: Callable[[str], None] | None = None,
+                 open_ended: bool = False) -> None:
         self.label, self.total, self.done = label, total, done
+        self.open_ended = open_ended
         self.first_done = done
         self.after_s, self.every_s, self.clock = after_s, every_s, clock
         self.start = clock()
@@ -102,6 +110,9 @@ class PlainLines:
 
     def line(self, now: float) -> str:
         elapsed = now - self.start
+        if self.open_ended:
+            return (f"{self.label}: {self.done} done of {self.total} found so far, "
+                    f"{clock_text(elapsed)} elapsed")
         txt = f"{self.label}: {self.done} of {self.total} done, {clock_text(elapsed)} elapsed"
         ran = self.done - self.first_done
         if ran > 0 and self.total > self.done:

@@ -117,6 +117,23 @@ def test_plain_lines_off_a_terminal_estimate_the_time_left():
     assert len(lines) == 2 and lines[1].startswith("sweep: 30 of 100 done, 1 min 21 s")
 
 
+def test_an_open_ended_search_shows_no_time_left():
+    """A search adds its probes as it goes: an estimate from the probes found so far
+    would run low, so none is shown."""
+    from chunksim.progress import PlainLines
+
+    now = [0.0]
+    lines: list[str] = []
+    p = PlainLines("capacity probes", total=27, after_s=10.0, clock=lambda: now[0],
+                   write=lines.append, open_ended=True)
+    now[0] = 11.0
+    p.advance(16)
+    assert lines == ["capacity probes: 16 done of 27 found so far, 11 s elapsed"]
+    bar = ProgressBar("x", total=3, terminal=False, open_ended=True)
+    with bar:
+        assert bar._lines is not None and bar._lines.open_ended
+
+
 def test_progress_bar_off_a_terminal_uses_plain_lines():
     bar = ProgressBar("x", total=3, terminal=False)
     with bar:

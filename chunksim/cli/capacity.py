@@ -154,7 +154,8 @@ def capacity(
                      run_cfg, slos, params, seed_values, profile, workers, ray, out,
                      cost_cfg, max_reject_pct)
         return
-    with Runner(profile, workers, ray) as runner, ProgressBar("capacity probes") as bar:
+    with Runner(profile, workers, ray) as runner, \
+            ProgressBar("capacity probes", open_ended=True) as bar:
         ans = capacity_answer(configs, workload_opts, run_cfg, slos, bool(slo), params,
                               seed_values, runner, max_reject_pct, progress=bar,
                               rank_splits=gpus is not None)
@@ -256,7 +257,8 @@ def _fewest_gpus(target: float, max_gpus: int, specs, chunks: list[int], templat
     from chunksim.sweep.gpus_io import gpu_search_document
     from chunksim.sweep.runner import Runner
 
-    with Runner(profile, workers, ray) as runner, ProgressBar("GPU search probes") as bar:
+    with Runner(profile, workers, ray) as runner, \
+            ProgressBar("GPU search probes", open_ended=True) as bar:
         search = gpu_answer(target, max_gpus, specs, chunks, template, workload, run_cfg,
                             slos, params, seeds, runner, max_reject_pct, bar)
     print_gpu_search(search, slos)
