@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import hashlib
 import io
 import json
@@ -41,8 +40,9 @@ from importlib import metadata
 from pathlib import Path
 
 from chunksim.decoder.config import PRESETS, shard_moe
-from chunksim.latency.component_table import COLUMNS, KEYS
+from chunksim.latency.component_table import COLUMNS
 from chunksim.latency.moe import Routing, expert_from_layer
+from chunksim.profiler.component_write import csv_bytes
 
 MODEL, HF_ID, SYSTEM, BACKEND, TP, EP = "qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "h200_sxm", \
     "vllm", 2, 2
@@ -125,19 +125,6 @@ def build(db: Database) -> list[dict]:
     return rows
 
 
-def csv_text(rows: list[dict]) -> bytes:
-    order = {name: i for i, name in enumerate(KEYS)}
-    rows = sorted(rows, key=lambda r: (order[r["component"]], *(r[c] for c in COLUMNS[1:8])))
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
-    for r in rows:
-        w.writerow([r["component"], *(int(r[c]) if float(r[c]).is_integer() else r[c]
-                                      for c in COLUMNS[1:8]),
-                    *(repr(float(r[c])) for c in COLUMNS[8:12]), int(r["repeats"])])
-    return buf.getvalue().encode()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path,
@@ -156,7 +143,7 @@ def main() -> None:
     shard = shard_moe(cfg, TP, EP)
     version = metadata.version("aiconfigurator-core")
     data_version = perf_database.resolve_query_version(SYSTEM, BACKEND, "current")
-    data = csv_text(rows)
+    data = csv_bytes(rows)
     meta = {
         "format": "chunksim-components/1",
         "content_sha256": hashlib.sha256(data).hexdigest(),

@@ -306,9 +306,15 @@ class PrefixKVCache(KVCache):
             k, n = next(iter(self.lru.items()))
             if n > evict:
                 self.lru[k] = n - evict
+                self._evicted(k, evict, whole=False)
                 break
             del self.lru[k]
+            self._evicted(k, n, whole=True)
             evict -= n
+
+    def _evicted(self, k, n: int, whole: bool) -> None:
+        """`n` cached blocks of LRU entry `k` left the GPU (the entry itself when
+        `whole`): without a tier below, they are gone (`kv_offload` keeps them)."""
 
     def commit(self, req: Request, tokens: int | None = None) -> None:
         keys = self.keys.setdefault(req.request_id, [])

@@ -132,25 +132,13 @@ class OffloadKVCache(PrefixKVCache):
         self.latency_s = config.host_latency_s
 
     # ------------------------------------------------------------------ store
-    def take(self, blocks: int) -> None:
-        self.free_blocks -= blocks
-        fresh = min(blocks, self.uncached_free)
-        self.uncached_free -= fresh
-        evict = blocks - fresh
-        self.lru_blocks -= evict
-        lru, host = self.lru, self.host
-        while evict:  # evict the least recently freed cached blocks, to the host
-            k, n = next(iter(lru.items()))
-            if n > evict:
-                lru[k] = n - evict
-                host.store_anonymous(evict)
-                break
-            del lru[k]
-            if k[0] == "group":
-                host.store_anonymous(n)
-            else:
-                host.store(k)
-            evict -= n
+    def _evicted(self, k, n: int, whole: bool) -> None:
+        """Evicted GPU blocks go to the host: a whole keyed block by its key, the rest
+        (part of a group entry, or a group) as anonymous blocks."""
+        if whole and k[0] != "group":
+            self.host.store(k)
+        else:
+            self.host.store_anonymous(n)
 
     def _claim(self, k) -> bool:
         if k in self.refs or k in self.lru or k in self.in_flight:

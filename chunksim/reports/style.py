@@ -195,25 +195,26 @@ def save_all(figs: dict, out_dir: Path, formats: tuple[str, ...],
         return [p for stem in stems for p in save_drawn(figs[stem], out_dir, stem, formats,
                                                         left_out)]
     pyplot()  # the style, set once before forking
-    children = [_fork_drawing(figs, stems[k::procs], out_dir, formats)
-                for k in range(1, procs)]
+    pending = [_fork_drawing(figs, stems[k::procs], out_dir, formats)
+               for k in range(1, procs)]
     done: dict[str, list[Path]] = {}
     try:
         for stem in stems[0::procs]:
             done[stem] = save_drawn(figs[stem], out_dir, stem, formats, left_out)
-        for pid, fd, share in children:
+        while pending:
+            pid, fd, share = pending[0]
             got = _collect(pid, fd)
+            pending.pop(0)
             if got is None:  # the child failed: draw its share here
                 for stem in share:
                     done[stem] = save_drawn(figs[stem], out_dir, stem, formats, left_out)
-            else:
-                paths, lost = got
-                left_out.update(lost)
-                for stem in share:
-                    done[stem] = [Path(p) for p in paths.get(stem, [])]
-            children = [c for c in children if c[0] != pid]
+                continue
+            paths, lost = got
+            left_out.update(lost)
+            for stem in share:
+                done[stem] = [Path(p) for p in paths.get(stem, [])]
     finally:
-        _stop(children)  # interrupted: no child writes on after the parent has gone
+        _stop(pending)  # interrupted: no child writes on after the parent has gone
     return [p for stem in stems for p in done[stem]]
 
 
@@ -250,13 +251,12 @@ def _collect(pid: int, fd: int) -> tuple[dict, dict] | None:
     import json
     import os
 
-    chunks = []
     with os.fdopen(fd, "rb") as f:
-        chunks.append(f.read())
+        data = f.read()
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         return None
-    doc = json.loads(b"".join(chunks))
+    doc = json.loads(data)
     return doc["paths"], doc["left_out"]
 
 
