@@ -42,14 +42,18 @@ from chunksim.latency.profile import Profile
 class _Axis:
     """One grid axis: (left index, right weight) lookups, scalar and vectorized alike."""
 
-    __slots__ = ("values", "arr", "lo", "hi", "last")
+    __slots__ = ("values", "inner", "left", "width", "lo", "hi", "last")
 
     def __init__(self, values: tuple[float, ...]) -> None:
         v = [float(x) for x in values]
         if len(v) == 1:
             v = [v[0], v[0] + 1.0]  # one point: a flat pair (its grid is padded alike)
         self.values = v
-        self.arr = np.asarray(v)
+        # the vector path: searchsorted over the inner breakpoints is the clamped cell
+        # index in one call; each cell's left end and width as `cell` computes them
+        self.inner = np.asarray(v[1:-1])
+        self.left = np.asarray(v[:-1])
+        self.width = np.asarray([v[i + 1] - v[i] for i in range(len(v) - 1)])
         self.lo, self.hi = float(values[0]), float(values[-1])
         self.last = len(v) - 2
 
@@ -60,11 +64,9 @@ class _Axis:
         return i, (x - v[i]) / (v[i + 1] - v[i])
 
     def cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        v = self.arr
-        i = np.searchsorted(v, x, side="right") - 1
-        # minimum/maximum, not np.clip: the same integers without clip's per-call overhead
-        i = np.minimum(np.maximum(i, 0, out=i), self.last, out=i)
-        return i, (x - v[i]) / (v[i + 1] - v[i])
+        """`cell` element-wise (the same index and the same IEEE operations)."""
+        i = self.inner.searchsorted(x, side="right")
+        return i, (x - self.left[i]) / self.width[i]
 
     def clamp(self, x: float) -> float:
         return self.lo if x < self.lo else (self.hi if x > self.hi else x)
@@ -107,22 +109,27 @@ class _Plane:
 
     def __init__(self, ax0: _Axis, ax1: _Axis, med: np.ndarray, sig: np.ndarray) -> None:
         self.ax0, self.ax1 = ax0, ax1
-        self.med, self.sig = np.ascontiguousarray(med), np.ascontiguousarray(sig)
         # nested lists for the scalar path: Python floats, the same IEEE operations as
         # numpy's element-wise ones (so `at` and `at_many` agree bit for bit), without
         # numpy's per-scalar overhead
         self.medl, self.sigl = med.tolist(), sig.tolist()
+        self.medc, self.sigc = self._corners(med), self._corners(sig)
 
     @staticmethod
-    def _bilerp(g: np.ndarray, i, ti, j, tj):
-        """Arrays: gathers from the flattened table (one index array, not 2-D fancy
-        indexing), the same four corners and operations as `_bilerp1`."""
-        n = g.shape[1]
-        f = g.ravel()
-        k = i * n + j
-        k1 = k + n
-        return ((1.0 - ti) * ((1.0 - tj) * f[k] + tj * f[k + 1])
-                + ti * ((1.0 - tj) * f[k1] + tj * f[k1 + 1]))
+    def _corners(g: np.ndarray) -> np.ndarray:
+        """Per cell (row-major, cell (i, j) at i * (columns - 1) + j) its four corners
+        (i, j), (i, j + 1), (i + 1, j), (i + 1, j + 1): one gather reads them all."""
+        g = np.asarray(g, dtype=np.float64)
+        return np.stack([g[:-1, :-1], g[:-1, 1:], g[1:, :-1], g[1:, 1:]],
+                        axis=-1).reshape(-1, 4)
+
+    @staticmethod
+    def _bilerp(corners: np.ndarray, cell, ti, tj):
+        """Arrays: the same four corners and operations as `_bilerp1`."""
+        c = corners[cell]
+        uj = 1.0 - tj
+        return ((1.0 - ti) * (uj * c[:, 0] + tj * c[:, 1])
+                + ti * (uj * c[:, 2] + tj * c[:, 3]))
 
     @staticmethod
     def _bilerp1(g: list, i: int, ti: float, j: int, tj: float) -> float:
@@ -154,20 +161,24 @@ class _Plane:
         a0, a1 = self.ax0, self.ax1
         i, ti = a0.cells(x)
         j, tj = a1.cells(y)
-        v = self._bilerp(self.med, i, ti, j, tj)
-        far = (x > a0.hi) | (y > a1.hi)
-        near = ((x < a0.lo) | (y < a1.lo)) & ~far
-        out = far | near
-        if out.any():  # inside the grid the clamped cells are these very ones
+        cell = i * (len(a1.values) - 1) + j
+        v = self._bilerp(self.medc, cell, ti, tj)
+        if x.min() >= a0.lo and x.max() <= a0.hi and y.min() >= a1.lo and y.max() <= a1.hi:
+            out = np.zeros(len(x), dtype=bool)  # inside the grid: nothing to clamp
+        else:
+            far = (x > a0.hi) | (y > a1.hi)
+            near = ((x < a0.lo) | (y < a1.lo)) & ~far
+            out = far | near
             xc, yc = np.clip(x, a0.lo, a0.hi), np.clip(y, a1.lo, a1.hi)
             i, ti = a0.cells(xc)
             j, tj = a1.cells(yc)
+            cell = i * (len(a1.values) - 1) + j
             if far.any():
-                edge = self._bilerp(self.med, i, ti, j, tj)
+                edge = self._bilerp(self.medc, cell, ti, tj)
                 v = np.where(far & (v < edge), edge, v)
             if near.any():
                 v = np.where(near & (v < 0.0), 0.0, v)
-        return v, (self._bilerp(self.sig, i, ti, j, tj) if sigma else None), out
+        return v, (self._bilerp(self.sigc, cell, ti, tj) if sigma else None), out
 
 
 class _DecodeLine:
@@ -304,30 +315,33 @@ class ComponentModel(StepCosts):
         return line
 
     def _decode(self, line: _DecodeLine, kv, spread, jitter_z):
-        """Decode-only step(s): floats or arrays, the same ops either way."""
-        if isinstance(kv, np.ndarray):
+        """Decode-only step(s): floats or arrays, the same ops either way (an array skips
+        adding 0.0 and scaling by 1.0, which change no value but -0.0, clamped later)."""
+        many = isinstance(kv, np.ndarray)
+        if many:
             att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None)
+            per_layer = line.dense + att
+            if line.ar:
+                per_layer = per_layer + line.ar
         else:
             att, satt, out = line.plane.at(kv, spread)
-        per_layer = (line.dense + att) + line.ar
+            per_layer = (line.dense + att) + line.ar
         if self.routing is not None:
             per_layer = per_layer + line.moe
         raw = self.layers * per_layer + line.once
-        t = raw * self.scale
+        t = raw * self.scale if not many or self.scale != 1.0 else raw
         if jitter_z is None:
             return t, out
         ws = self.layers * ((line.sdense * line.dense + satt * att) + line.sar * line.ar)
         if self.routing is not None:
             ws = ws + self.layers * (line.smoe * line.moe)
-        if isinstance(kv, np.ndarray):
+        if many:
             sig = np.divide(ws + line.sonce, raw, out=np.zeros(len(raw)), where=raw > 0)
-        else:
-            sig = (ws + line.sonce) / raw if raw > 0 else 0.0
-        e = sig * jitter_z
-        if isinstance(kv, np.ndarray):
+            e = sig * jitter_z
             # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
             return t * np.fromiter((math.exp(v) for v in e.tolist()), float, len(e)), out
-        return t * math.exp(e), out
+        sig = (ws + line.sonce) / raw if raw > 0 else 0.0
+        return t * math.exp(sig * jitter_z), out
 
     def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
         """Forward-pass time of one step in seconds (no overhead) and whether a component
@@ -400,11 +414,13 @@ class ComponentModel(StepCosts):
         contexts), and their out-of-grid flags; bit-identical to `step_s` per step."""
         line = self._line(decode_count)
         kv = np.asarray(kv_tokens, dtype=np.float64)
-        spread = np.ones(len(kv))
         if kv_max is not None and self.spread_axis:
-            kv_max = np.asarray(kv_max, dtype=np.float64)
-            wide = kv_max > kv
-            spread[wide] = kv_max[wide] / kv[wide]
+            # kv_max / kv where the longest exceeds the mean, else 1.0 (as step_s): a
+            # ratio of the others is <= 1 (a decode's context is >= 1, so kv > 0)
+            spread = np.maximum(np.asarray(kv_max, dtype=np.float64) / kv, 1.0)
+        else:
+            spread = np.ones(len(kv))
         t, out = self._decode(line, kv, spread, jitter_z)
-        out = out | line.out
+        if line.out:
+            out = out | line.out
         return np.maximum(t, 1e-9), out

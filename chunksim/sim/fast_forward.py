@@ -30,52 +30,82 @@ _STEPS = np.arange(65536, dtype=np.int64)
 
 
 class DecodeStretch:
-    """The running requests of a bulk decode stretch (every one decodes each step) as
-    arrays: `stretch` prices segments from them and `apply_run` advances them; each
-    request's own counters catch up in `settle` (when it finishes or the stretch ends), so a
-    segment costs a few array operations, not a pass over the requests.
+    """The running requests of a bulk decode stretch (every one decodes each step): the
+    segments between finishes are priced from it (`stretch`) and applied (`apply_run`)
+    with a few scalar updates, not a pass over the requests; each request's own counters
+    catch up in `settle` (when it finishes or the stretch ends).
+
+    Every request gains one token a step, so the order in which they finish never changes:
+    they are held sorted by tokens left (ties in batch order), those still running are
+    `first` onwards, and a request's context is its context at the stretch's start plus
+    `done`, the steps applied since. The longest context of those running is a suffix
+    maximum read by index.
 
     `phase[q]` counts the requests whose next new KV block comes with the segment's step q
     (every `block_size` steps after): a decoding request holds exactly the blocks its
     context fills, so the growth of the whole batch is periodic (`growth`)."""
 
-    __slots__ = ("reqs", "ctx", "left", "ids", "bs", "run_max", "end", "ctx_sum", "phase",
-                 "periodic")
+    __slots__ = ("reqs", "batch", "ctx", "left", "pos", "first", "n", "done", "bs",
+                 "computed", "run_max", "end", "ctx_sum", "suffix_max", "phase", "periodic")
 
-    def __init__(self, running: list[Request], block_size: int) -> None:
+    def __init__(self, running: list[Request], block_size: int,
+                 computed: np.ndarray) -> None:
         bs = self.bs = block_size
-        self.reqs = running
-        ctx, left, ids = [], [], []
-        phase = [0] * bs
-        periodic = True
-        for r in running:  # one pass: this runs once per stretch
-            c = r.num_computed_tokens
-            spec = r.spec
-            ctx.append(c)
-            left.append(spec.output_tokens - r.num_output_tokens)
-            ids.append(spec.request_id)
-            phase[(-c) % bs] += 1
-            if r.num_blocks != -(-c // bs):
-                periodic = False
-        self.ctx = np.array(ctx, dtype=np.int64)
-        self.left = np.array(left, dtype=np.int64)
-        self.ids = np.array(ids, dtype=np.int64)
+        self.batch = running
+        """The running requests in batch order, as the stretch began."""
+        lefts = [r.spec.output_tokens - r.num_output_tokens for r in running]
+        order = sorted(range(len(running)), key=lefts.__getitem__)  # stable
+        reqs = self.reqs = [running[i] for i in order]
+        ctx = self.ctx = [r.num_computed_tokens for r in reqs]
+        self.left = [lefts[i] for i in order]
+        self.pos = order  # each one's place in `batch`
+        self.first = 0
+        self.n = len(reqs)
+        self.done = 0
+        self.computed = computed  # the engine's per-request computed-token counts
+        acc, suffix = 0, [0] * len(ctx)
+        for i in range(len(ctx) - 1, -1, -1):
+            acc = ctx[i] if ctx[i] > acc else acc
+            suffix[i] = acc
+        self.suffix_max = suffix
         self.ctx_sum = sum(ctx)
         self.run_max = 0.0  # largest gap so far, after each request's first
         self.end = -1.0  # end of the last step applied
+        phase = [0] * bs
+        periodic = True
+        for r, c in zip(reqs, ctx, strict=True):
+            phase[(-c) % bs] += 1
+            if r.num_blocks != -(-c // bs):
+                periodic = False
         self.phase = phase
         self.periodic = periodic
         """Every request holds exactly the blocks its context fills (else `growth` takes
         the general path)."""
 
+    def running(self) -> list[Request]:
+        """The requests still running, sorted by tokens left."""
+        return self.reqs[self.first:]
+
+    def steps_left(self) -> int:
+        """Steps until the next request has all its tokens."""
+        return self.left[self.first] - self.done
+
+    def longest(self) -> int:
+        """The longest context of those running."""
+        return self.suffix_max[self.first] + self.done
+
+    def contexts(self) -> np.ndarray:
+        """The contexts of those running, in `running()` order."""
+        return np.array(self.ctx[self.first:], dtype=np.int64) + self.done
+
     def held(self) -> np.ndarray:
-        return np.array([r.num_blocks for r in self.reqs], dtype=np.int64)
+        return np.array([r.num_blocks for r in self.running()], dtype=np.int64)
 
     def growth(self, k: int) -> np.ndarray:
         """Extra blocks the batch holds during each of its next k steps (cumulative)."""
         if not self.periodic:
-            return _block_growth(self.ctx, self.held(), self.bs, k)
-        bs, n = self.bs, len(self.reqs)
+            return _block_growth(self.contexts(), self.held(), self.bs, k)
+        bs, n = self.bs, self.n
         acc, prefix = 0, []
         for c in self.phase:
             acc += c
@@ -87,9 +117,8 @@ class DecodeStretch:
 
     def advance(self, k: int, end: float) -> None:
         """k decode steps ran, the last ending at `end`."""
-        self.ctx += k
-        self.left -= k
-        self.ctx_sum += k * len(self.reqs)
+        self.done += k
+        self.ctx_sum += k * self.n
         self.end = end
         bs = self.bs
         if self.periodic:
@@ -99,49 +128,49 @@ class DecodeStretch:
         else:  # after a step every request holds exactly what its context fills
             self.periodic = True
             phase = [0] * bs
-            for c in self.ctx.tolist():
-                phase[(-c) % bs] += 1
+            d = self.done
+            for c in self.ctx[self.first:]:
+                phase[(-(c + d)) % bs] += 1
             self.phase = phase
 
-    def finishing(self) -> list[int]:
-        """Positions of the requests with all their tokens."""
-        return (self.left <= 0).nonzero()[0].tolist()
+    def finishing(self) -> int:
+        """How many of those running (from `first` on) have all their tokens."""
+        left, d, i, end = self.left, self.done, self.first, len(self.left)
+        while i < end and left[i] <= d:
+            i += 1
+        return i - self.first
 
-    def settle(self, positions: list[int] | None = None) -> None:
-        """Bring the own counters of the requests at `positions` (default: all, the
-        stretch's end) up to date: the one place a stretch writes back to requests."""
-        reqs = self.reqs
-        ctx = self.ctx.tolist() if positions is None else self.ctx  # all, or a few
+    def settle(self, upto: int | None = None) -> None:
+        """Bring the own counters of the running requests before index `upto` (default:
+        all, the stretch's end) up to date, and their computed-token counts: the one place
+        a stretch writes back to requests."""
+        reqs, ctx, d, computed = self.reqs, self.ctx, self.done, self.computed
         end, run_max, bs = self.end, self.run_max, self.bs
-        for i in range(len(reqs)) if positions is None else positions:
+        for i in range(self.first, len(reqs) if upto is None else upto):
             req = reqs[i]
-            c = int(ctx[i])
-            d = c - req.num_computed_tokens
-            if not d:
+            c = ctx[i] + d
+            gained = c - req.num_computed_tokens
+            if not gained:
                 continue
             req.num_computed_tokens = c
-            req.num_output_tokens += d
+            req.num_output_tokens += gained
             req.num_blocks = -(-c // bs)
             req.last_token_s = end
+            computed[req.spec.request_id] += gained
             if run_max > req.max_itl_s:
                 req.max_itl_s = run_max
 
-    def drop(self, done: list[int], running: list[Request]) -> None:
-        """Forget the finished requests at positions `done`; `running` is what is left."""
-        if not done:
-            return
-        keep = np.ones(len(self.reqs), dtype=bool)
-        keep[done] = False
-        bs = self.bs
-        for i in done:
-            c = int(self.ctx[i])
+    def drop(self, m: int, running: list[Request]) -> None:
+        """Forget the first m of those running (they finished); `running` is what is
+        left."""
+        bs, d, ctx = self.bs, self.done, self.ctx
+        for i in range(self.first, self.first + m):
+            c = ctx[i] + d
             self.ctx_sum -= c
             self.phase[(-c) % bs] -= 1
-        self.ctx = self.ctx[keep]
-        self.left = self.left[keep]
-        self.ids = self.ids[keep]
-        self.reqs = running
-        if len(running) != len(self.ctx):
+        self.first += m
+        self.n -= m
+        if len(running) != self.n:
             raise RuntimeError("bulk decode: the finished requests are not those retired "
                                "(a bug)")
 
@@ -201,11 +230,11 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
         return False  # the first step would likely cross the read: just step
     first_segment = True
     budget = MAX_BULK_STEPS
-    st = DecodeStretch(c.running, c.kv.block_size)
+    st = DecodeStretch(c.running, c.kv.block_size, c.computed)
     latency = engine.latency
     live = engine.live
     spread = latency.prices_spread
-    overhead = latency.overhead(len(st.reqs))
+    overhead = latency.overhead(st.n)
     while True:
         if live and not first_segment:
             # as a step boundary: take what the router sent by now, stop if anything
@@ -214,8 +243,8 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
             if c.waiting:
                 break
             arrival = c.next_arrival_s
-        n = len(st.reqs)
-        k_left = int(st.left.min())
+        n = st.n
+        k_left = st.steps_left()
         k = min(k_left, budget)
         grown = st.growth(k)  # grown[j-1]: extra blocks in step j
         free = c.kv.free_blocks
@@ -233,7 +262,7 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
         z = engine.noise.range(c.steps.n, k) if engine.noise is not None else None
         if spread:
             # every context grows by one a step: the longest stays the longest
-            kv_max = (int(st.ctx.max()) + steps).astype(np.float64)
+            kv_max = steps + float(st.longest())  # exact: float64 integers
             dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max)
         else:
             dur, out = latency.decode_steps_s(n, kv_mean, z)
@@ -285,7 +314,7 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
         if live:
             st.settle()
         budget -= k
-        if (k < k_left or budget <= 0 or not st.reqs
+        if (k < k_left or budget <= 0 or not st.n
                 or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
             break
         first_segment = False
@@ -309,8 +338,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     Within the stretch `st` (the engine's segments between finishes) the counters
     advance in its arrays; a request's own fields are brought up to date when it
     finishes or the stretch ends (`DecodeStretch.settle`)."""
-    reqs = st.reqs
-    n = len(reqs)
+    n = st.n
     end = float(times[k])
     # gaps between consecutive ends (the first segment's first gap is per request)
     gaps = times[2 : k + 1] - times[1:k] if first_segment else times[1 : k + 1] - times[:k]
@@ -318,25 +346,28 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
         m = float(gaps.max())
         if m > st.run_max:
             st.run_max = m
-    if core.schedule_log is not None:
+    if core.schedule_log is not None:  # in batch order
         bs = core.kv.block_size
-        computed = st.ctx[:, None] + np.arange(k, dtype=np.int64)
-        held = np.array([r.num_blocks for r in reqs], dtype=np.int64) if first_segment \
-            else -(-st.ctx // bs)
+        order = np.argsort(st.pos[st.first:], kind="stable")
+        reqs = st.running()
+        ctx = st.contexts()[order]
+        computed = ctx[:, None] + np.arange(k, dtype=np.int64)
+        held = st.held()[order] if first_segment else -(-ctx // bs)
         blocks = np.maximum(held[:, None], -(-(computed + 1) // bs))
-        core.schedule_log.add_decodes(core.steps.n, st.ids, computed, blocks)
+        ids = np.array([reqs[i].request_id for i in order.tolist()], dtype=np.int64)
+        core.schedule_log.add_decodes(core.steps.n, ids, computed, blocks)
     if first_segment:  # the first step's gap depends on each one's last token
         e0 = float(times[1])
         add = core.gaps.add
-        for req in reqs:
+        for req in st.batch:
             g0 = e0 - req.last_token_s
             add(g0, req.class_idx)
             if g0 > req.max_itl_s:
                 req.max_itl_s = g0
-    core.computed[st.ids] += k
-    # (no kv.commit: blocks filled by decodes are never shareable, see PrefixKVCache)
+    # (the computed-token counts catch up in `settle`; no kv.commit: blocks filled by
+    # decodes are never shareable, see PrefixKVCache)
     if len(gaps):
-        core.gaps.add_run(gaps, reqs)
+        core.gaps.add_run(gaps, st.running() if core.gaps.split else n)
     kv = core.kv
     used_before = kv.num_blocks - kv.free_blocks
     kv.take(int(grown[k - 1]))
@@ -345,8 +376,8 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     core.last_prefill = False
     st.advance(k, end)
     if retire:
-        done = st.finishing()
-        st.settle(done)
+        m = st.finishing()
+        st.settle(st.first + m)
         core.retire(end)
-        st.drop(done, core.running)
+        st.drop(m, core.running)
     return end

@@ -285,18 +285,21 @@ class GapLog:
             self.single_cls.append(cls)
 
     def add_run(self, gaps_s: np.ndarray, requests) -> None:
-        """Every request in `requests` had each of `gaps_s` once."""
+        """Every request in `requests` had each of `gaps_s` once (unless gaps are split by
+        class, their number will do)."""
         if self.split:
             counts = np.bincount([r.class_idx for r in requests], minlength=self.num_classes)
+            requests = len(requests)
         else:
-            counts = np.array([len(requests)])
+            requests = requests if isinstance(requests, int) else len(requests)
+            counts = np.array([requests])
         self.runs.append((gaps_s, counts))
         if self.hists is not None:  # streaming: fold runs in batches (one numpy pass)
             self.pending += len(gaps_s)
             if self.pending >= _SINGLE_FOLD:
                 self._fold_runs()
             return
-        self.samples += len(gaps_s) * len(requests)
+        self.samples += len(gaps_s) * requests
         if self.samples > self.exact_max:
             self._stream()
 
