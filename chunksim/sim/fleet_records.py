@@ -13,6 +13,7 @@ import pandas as pd
 from chunksim.core.speculative import merge_spec
 from chunksim.sim.engine import SimResult
 from chunksim.sim.quantiles import Samples
+from chunksim.sim.records import frame_of
 
 
 def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
@@ -39,7 +40,7 @@ def merge_steps(frames: list) -> pd.DataFrame:
             for c in frames[0].columns}
     cols["replica"] = np.repeat(np.arange(len(frames), dtype=np.int64),
                                 [len(f) for f in frames])[order]
-    return pd.DataFrame(cols)
+    return frame_of(cols)
 
 
 def merged_meta(metas: list[dict]) -> dict:

@@ -42,6 +42,15 @@ same float as summing the steps frame); beyond, the sums of consecutive blocks o
 many steps are added in order (bounded memory; within a few ulp of the one sum)."""
 
 
+def frame_of(columns: dict[str, np.ndarray]):
+    """A pandas DataFrame of equal-length column arrays that holds them as they are: one
+    column each, not copied into blocks (the records hand on arrays they never write
+    again)."""
+    import pandas as pd
+
+    return pd.concat({k: pd.Series(v, copy=False) for k, v in columns.items()}, axis=1)
+
+
 def parse_steps_keep(text: str | int | None) -> int:
     """`--steps` value -> keep every k-th step (1: all, 0: none). Accepts `all`, `none`,
     `sample:N`, `sample=N` or `sample N` (every N-th step, the first included)."""
@@ -243,15 +252,12 @@ class StepLog:
 
     def frame(self):
         """The kept rows (every step unless thinned or streamed to a sink)."""
-        import pandas as pd
-
         self.close()
         if not self.kept:
-            return pd.DataFrame({k: np.zeros(0, dtype=t) for k, t in STEP_COLUMNS.items()})
+            return frame_of({k: np.zeros(0, dtype=t) for k, t in STEP_COLUMNS.items()})
         if len(self.kept) == 1:
-            return pd.DataFrame(self.kept[0])
-        return pd.DataFrame({k: np.concatenate([p[k] for p in self.kept])
-                             for k in STEP_COLUMNS})
+            return frame_of(self.kept[0])
+        return frame_of({k: np.concatenate([p[k] for p in self.kept]) for k in STEP_COLUMNS})
 
 
 EXACT_GAP_SAMPLES = 1 << 23
