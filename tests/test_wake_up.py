@@ -76,15 +76,51 @@ def test_an_arrival_into_a_busy_engine_pays_nothing(wake_profile):
     assert np.allclose(steps, 0.010)
 
 
+LONG_WAKE = {"idle_s": [0.01, 0.1], "ratios": [[1.5, 1.3, 1.2, 1.1], [2.0, 1.6, 1.4, 1.2]]}
+
+
+@pytest.fixture(scope="module")
+def long_wake_profile(tmp_path_factory):
+    """As `wake_profile`, with four steps of wake-up: three of them decodes."""
+    return make_profile(tmp_path_factory.mktemp("long_wake"), constant_time(0.010),
+                        name="long_wake", provenance={"wake_up": LONG_WAKE})
+
+
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_fast_forward_changes_nothing_with_wake_up(wake_profile, policy):
+@pytest.mark.parametrize("profile", ["wake_profile", "long_wake_profile"])
+def test_fast_forward_changes_nothing_with_wake_up(request, profile, policy):
+    prof = request.getfixturevalue(profile)
     rng = np.random.default_rng(7)
     arrivals = np.cumsum(rng.exponential(0.08, 40))
     reqs = [(float(a), int(rng.integers(8, 600)), int(rng.integers(1, 40))) for a in arrivals]
-    a, _ = _run(wake_profile, reqs, policy=policy)
-    b, _ = _run(wake_profile, reqs, policy=policy, fast_forward=False)
+    a, sa = _run(prof, reqs, policy=policy)
+    b, sb = _run(prof, reqs, policy=policy, fast_forward=False)
     pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    np.testing.assert_array_equal(np.sort(np.asarray(a.itl_s)), np.sort(np.asarray(b.itl_s)))
+    assert sa["p99_itl_ms"] == sb["p99_itl_ms"]
     assert (a.steps["duration_s"] > 0.0101).any()  # some steps did pay a wake-up
+
+
+def test_the_decodes_of_a_wake_up_run_in_bulk(long_wake_profile, monkeypatch):
+    # only the prefills are stepped: after B's, its three wake-up decodes and the warm
+    # ones run as one bulk stretch, each wake-up step priced with its ratio
+    from chunksim.sim.engine import Engine
+
+    stepped = []
+    step = Engine._step
+
+    def counting(self, env, plan, start):
+        stepped.append(start)
+        return (yield from step(self, env, plan, start))
+
+    monkeypatch.setattr(Engine, "_step", counting)
+    result, _ = _run(long_wake_profile, [(0.0, 100, 2), (0.075, 100, 30)])
+    assert stepped == [0.0, 0.075]
+    # B's first four decodes; it came 55 ms after A finished: halfway between the rows
+    d = result.steps["duration_s"].to_numpy()[3:7]
+    assert d[:3] == pytest.approx(0.010 * np.array([1.45, 1.3, 1.15]))
+    assert d[3] == pytest.approx(0.010)
 
 
 def test_ratios_are_scaled_from_the_warm_times_to_the_tables_figures(tmp_path):

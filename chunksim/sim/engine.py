@@ -203,6 +203,7 @@ class Engine:
         self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
         self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
         self.step_s = 0.0  # duration of the last step run one by one
+        self.decoding = False  # bulk: every running request sampled in the last step
         self.env = env
         # a lone engine: nobody else reads its state and it pulls its arrivals itself, so
         # it runs ahead of the clock (steps and stretches without a SimPy event each) and
@@ -298,6 +299,14 @@ class Engine:
                 now = env.now
                 stalled = False
                 continue
+            # a step every running request sampled in, with nothing waiting now: the next
+            # plan is the decode-all the bulk path runs (policy.bulk_decode), unless its
+            # KV does not fit, which `stretch` checks before anything runs
+            decoding, self.decoding = self.decoding, False
+            if (decoding and not c.waiting and (offload is None or not offload.loads)
+                    and (yield from fast_forward.stretch(self, env, now, vetted=False))):
+                now = self.busy_until if ahead else env.now
+                continue
             plan = c.plan(now, self.plan_at)
             if plan is None:
                 # a preemption-only plan, or (async) nothing schedulable before the step in
@@ -306,9 +315,7 @@ class Engine:
                 if offload is not None and offload.stalled:
                     offload.stalled, stalled = False, True
                 continue
-            # the wake-up steps run one by one (the bulk path prices steps warm)
-            if not (self.bulk and self.since_wake >= self.wake_steps
-                    and fast_forward.steady(c, plan)
+            if not (self.bulk and fast_forward.steady(c, plan)
                     and (yield from fast_forward.stretch(self, env, now))):
                 yield from self._step(env, plan, now)
             now = self.busy_until if ahead else env.now
@@ -351,5 +358,6 @@ class Engine:
         self.step_s = dur
         if not self.ahead:
             yield env.timeout(dur)
-        c.end_step(plan, shape, start, end, out, dur, defer_free=self.async_)
+        emitted = c.end_step(plan, shape, start, end, out, dur, defer_free=self.async_)
+        self.decoding = self.bulk and len(emitted) == len(plan.scheduled) == shape.running
 

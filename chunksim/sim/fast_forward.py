@@ -46,7 +46,8 @@ class DecodeStretch:
     context fills, so the growth of the whole batch is periodic (`growth`)."""
 
     __slots__ = ("reqs", "batch", "ctx", "left", "pos", "first", "n", "done", "bs",
-                 "computed", "run_max", "end", "ctx_sum", "suffix_max", "phase", "periodic")
+                 "computed", "run_max", "end", "ctx_sum", "suffix_max", "phase", "periodic",
+                 "singles")
 
     def __init__(self, running: list[Request], block_size: int,
                  computed: np.ndarray) -> None:
@@ -81,6 +82,10 @@ class DecodeStretch:
         self.periodic = periodic
         """Every request holds exactly the blocks its context fills (else `growth` takes
         the general path)."""
+        self.singles = 1
+        """How many of the next steps record their gaps one by one, as stepping would:
+        the stretch's first (each request's gap from its own last token) and the steps of
+        a wake-up (`apply_run`)."""
 
     def running(self) -> list[Request]:
         """The requests still running, sorted by tokens left."""
@@ -215,13 +220,15 @@ def steady(core: EngineCore, plan: Plan) -> bool:
     return True
 
 
-def stretch(engine: Engine, env: simpy.Environment, now: float):
+def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = True):
     """Run decode-all steps until an arrival is due, KV runs short or the stretch cap is
     hit; requests finishing on the way leave and the rest decode on (each such segment
     is what stepping one by one would plan, since nothing waits). Prices and times the
     steps here; `apply_run` applies them. A fleet replica whose router
     reads its state ends the stretch before the step that would end at or after the
-    next read; False if that left nothing to run in bulk (the caller steps instead)."""
+    next read; False if that left nothing to run in bulk (the caller steps instead).
+    `vetted`: the policy planned the first step; else the stretch starts only if that
+    step's KV fits (False otherwise: the policy must plan it, and preempt)."""
     c = engine.core
     t = now
     arrival = c.next_arrival_s
@@ -231,6 +238,8 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
     first_segment = True
     budget = MAX_BULK_STEPS
     st = DecodeStretch(c.running, c.kv.block_size, c.computed)
+    if engine.since_wake < engine.wake_steps:  # stepping ran these and the next alone
+        st.singles += engine.wake_steps - engine.since_wake
     latency = engine.latency
     live = engine.live
     spread = latency.prices_spread
@@ -251,6 +260,8 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
         if int(grown[k - 1]) > free:
             k_kv = int(np.searchsorted(grown, free, side="right"))
             if k_kv == 0:
+                if first_segment and not vetted:
+                    return False
                 if not first_segment:
                     # after a finish the next step does not fit: the policy must plan
                     # it (preempt); the first segment's first step the policy has vetted
@@ -271,6 +282,12 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
             overhead = latency.overhead(n)
         if overhead:
             dur = dur + overhead  # the same float op as the step-by-step path
+        woken = engine.since_wake
+        if woken < engine.wake_steps:  # steps right after an idle wait: as `_step`
+            dur = dur.copy() if dur is fwd else dur
+            wake = latency.wake_ratio
+            for i in range(min(k, engine.wake_steps - woken)):
+                dur[i] = float(dur[i]) * wake(engine.idle_s, woken + i)
         times = np.empty(k + 1)
         times[0] = t
         times[1:] = dur
@@ -311,6 +328,8 @@ def stretch(engine: Engine, env: simpy.Environment, now: float):
             k = seg[1]
         t = apply_run(c, k, times, dur, kv_mean, grown, out, first_segment,
                       retire=k == k_left, st=st)
+        if woken < engine.wake_steps:
+            engine.since_wake = min(engine.wake_steps, woken + k)
         if live:
             st.settle()
         budget -= k
@@ -356,14 +375,25 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
         blocks = np.maximum(held[:, None], -(-(computed + 1) // bs))
         ids = np.array([reqs[i].request_id for i in order.tolist()], dtype=np.int64)
         core.schedule_log.add_decodes(core.steps.n, ids, computed, blocks)
+    add = core.gaps.add
     if first_segment:  # the first step's gap depends on each one's last token
         e0 = float(times[1])
-        add = core.gaps.add
         for req in st.batch:
             g0 = e0 - req.last_token_s
             add(g0, req.class_idx)
             if g0 > req.max_itl_s:
                 req.max_itl_s = g0
+    # the steps that stepping would record one by one (`DecodeStretch.singles`): their
+    # gaps as single values, per step in batch order, so the pooled gaps keep its order
+    ones = min(k, st.singles)
+    st.singles -= ones
+    ones -= first_segment
+    if ones > 0:
+        batch = core.running
+        for g in gaps[:ones].tolist():
+            for req in batch:
+                add(g, req.class_idx)
+        gaps = gaps[ones:]
     # (the computed-token counts catch up in `settle`; no kv.commit: blocks filled by
     # decodes are never shareable, see PrefixKVCache)
     if len(gaps):
