@@ -91,8 +91,9 @@ class SimResult:
 
     requests: object
     """pandas DataFrame, one row per request (see `EngineCore.request_frame`)."""
-    steps: object
-    """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
+    steps_frame: object
+    """`steps`, or a function of no arguments that builds it (called on first use: a run
+    read for its summary alone never builds its steps frame)."""
     itl_s: Samples
     """Pooled gaps between consecutive output tokens of each request, seconds: every
     value, or past records.EXACT_GAP_SAMPLES their histogram (`quantiles.Samples`)."""
@@ -108,6 +109,21 @@ class SimResult:
     step_totals: object = None
     """records.StepTotals of every step (what the summary needs), whatever `steps` kept;
     None when `steps` holds every step (fleets)."""
+
+    @property
+    def steps(self):
+        """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
+        if callable(self.steps_frame):
+            self.steps_frame = self.steps_frame()
+        return self.steps_frame
+
+    @steps.setter
+    def steps(self, frame) -> None:
+        self.steps_frame = frame
+
+    def __getstate__(self) -> dict:
+        self.steps  # noqa: B018  (pickled as the frame, not the function)
+        return self.__dict__
 
 
 class _Noise:
@@ -251,7 +267,7 @@ class Engine:
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         totals = c.steps.close()
-        return SimResult(c.request_frame(), c.steps.frame(), c.gaps.values(), meta,
+        return SimResult(c.request_frame(), c.steps.frame, c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names),
                          c.schedule_log.frame() if c.schedule_log is not None else None,
                          dict(c.rejected_examples), totals)

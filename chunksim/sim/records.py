@@ -280,7 +280,7 @@ class GapLog:
         self.single: list[float] = []
         self.single_cls: list[int] = []
         self.packed: list[tuple[np.ndarray, np.ndarray | None]] = []  # packed singles
-        self.runs: list[tuple[np.ndarray, np.ndarray]] = []  # (gaps, requests per class)
+        self.runs: list[tuple[np.ndarray, tuple[int, ...]]] = []  # (gaps, requests per class)
         self.samples = 0  # samples held exactly (packed singles and runs)
         self.pending = 0  # streaming: gaps of the runs not folded yet
         self.hists = None  # streaming: [all, class 0, class 1, ...] LogHistograms
@@ -294,11 +294,12 @@ class GapLog:
         """Every request in `requests` had each of `gaps_s` once (unless gaps are split by
         class, their number will do)."""
         if self.split:
-            counts = np.bincount([r.class_idx for r in requests], minlength=self.num_classes)
+            counts = tuple(np.bincount([r.class_idx for r in requests],
+                                       minlength=self.num_classes).tolist())
             requests = len(requests)
         else:
             requests = requests if isinstance(requests, int) else len(requests)
-            counts = np.array([requests])
+            counts = (requests,)
         self.runs.append((gaps_s, counts))
         if self.hists is not None:  # streaming: fold runs in batches (one numpy pass)
             self.pending += len(gaps_s)
@@ -351,7 +352,8 @@ class GapLog:
             return
         gaps = np.concatenate([g for g, _ in runs])
         lens = [len(g) for g, _ in runs]
-        counts = np.repeat(np.stack([c for _, c in runs]), lens, axis=0)  # (gaps, classes)
+        counts = np.repeat(np.array([c for _, c in runs], dtype=np.int64), lens,
+                           axis=0)  # (gaps, classes)
         self.hists[0].add(gaps, counts.sum(axis=1))
         if self.split:
             for c in range(self.num_classes):
@@ -372,10 +374,10 @@ class GapLog:
         if cls is not None:
             single = single[np.asarray(self.single_cls, dtype=int) == cls]
         parts.append(single)
-        for g, counts in self.runs:
-            w = int(counts.sum() if cls is None else counts[cls])
+        for g, counts in self.runs:  # each run's gaps once per request (as np.tile)
+            w = sum(counts) if cls is None else counts[cls]
             if w:
-                parts.append(np.tile(g, w))
+                parts.extend([g] * w)
         return Samples(np.concatenate(parts))
 
     def by_class(self, names: list[str]) -> dict:

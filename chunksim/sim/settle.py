@@ -224,7 +224,7 @@ class _GapCounter:
             for v, cnt in g.runs[self.runs:]:
                 k = int(np.count_nonzero(v * 1000.0 > lim))
                 if k:
-                    self.fixed += k * int(cnt.sum())
+                    self.fixed += k * sum(cnt)
             self.runs = len(g.runs)
         if len(g.single) > self.single:
             new = np.asarray(g.single[self.single:], dtype=float)
