@@ -38,6 +38,8 @@ from chunksim.latency.component_table import Components, Grid, parse
 from chunksim.latency.moe import Routing, routed_expert_s
 from chunksim.latency.profile import Profile
 
+_min, _max = np.minimum.reduce, np.maximum.reduce  # x.min() / x.max() without the wrapper
+
 
 class _Axis:
     """One grid axis: (left index, right weight) lookups, scalar and vectorized alike."""
@@ -163,7 +165,8 @@ class _Plane:
         j, tj = a1.cells(y)
         cell = i * (len(a1.values) - 1) + j
         v = self._bilerp(self.medc, cell, ti, tj)
-        if x.min() >= a0.lo and x.max() <= a0.hi and y.min() >= a1.lo and y.max() <= a1.hi:
+        if (_min(x) >= a0.lo and _max(x) <= a0.hi and _min(y) >= a1.lo
+                and _max(y) <= a1.hi):
             out = np.zeros(len(x), dtype=bool)  # inside the grid: nothing to clamp
         else:
             far = (x > a0.hi) | (y > a1.hi)

@@ -175,8 +175,11 @@ class EngineCore:
         """Queue every request that has arrived by `now` (or reject it)."""
         inbox = self.inbox
         inbox.sync(now)
-        specs = inbox.specs
         i = self.next_arrival
+        due = inbox.next_s(i)
+        if due is None or due > now:  # (the common case: nothing new)
+            return
+        specs = inbox.specs
         while i < len(specs) and specs[i].arrival_s <= now:
             spec = specs[i]
             rejection = self.rejection(spec)
@@ -385,7 +388,8 @@ class EngineCore:
         emitted: list[Request] = []
         finished = False
         computed = self.computed
-        add_gap = self.gaps.add
+        gaps: list[float] = []  # this step's token gaps, and their requests' classes
+        classes: list[int] = []
         k = self.spec_k
         accepted = 0  # drafts accepted in this step (speculative decoding)
         for req, n in plan.scheduled:
@@ -414,7 +418,8 @@ class EngineCore:
                     req.first_token_s = end_s
                 else:
                     gap = end_s - req.last_token_s
-                    add_gap(gap, req.class_idx)
+                    gaps.append(gap)
+                    classes.append(req.class_idx)
                     if gap > req.max_itl_s:
                         req.max_itl_s = gap
                 req.last_token_s = end_s
@@ -424,6 +429,8 @@ class EngineCore:
                     cap = self.max_model_len
                     req.num_spec_tokens = k if cap is None else max(
                         0, min(k, cap - 1 - req.num_tokens))
+        if gaps:
+            self.gaps.extend(gaps, classes)
         self.steps.append(StepRow(
             start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
             prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,

@@ -389,10 +389,9 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     st.singles -= ones
     ones -= first_segment
     if ones > 0:
-        batch = core.running
+        classes = [r.class_idx for r in core.running]
         for g in gaps[:ones].tolist():
-            for req in batch:
-                add(g, req.class_idx)
+            core.gaps.extend([g] * len(classes), classes)
         gaps = gaps[ones:]
     # (the computed-token counts catch up in `settle`; no kv.commit: blocks filled by
     # decodes are never shareable, see PrefixKVCache)

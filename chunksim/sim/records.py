@@ -290,6 +290,12 @@ class GapLog:
         if self.split:
             self.single_cls.append(cls)
 
+    def extend(self, gaps_s: list[float], classes: list[int]) -> None:
+        """`add` of each gap in turn (one call for a step's gaps)."""
+        self.single.extend(gaps_s)
+        if self.split:
+            self.single_cls.extend(classes)
+
     def add_run(self, gaps_s: np.ndarray, requests) -> None:
         """Every request in `requests` had each of `gaps_s` once (unless gaps are split by
         class, their number will do)."""
