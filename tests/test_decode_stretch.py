@@ -1,0 +1,154 @@
+"""The bulk decode stretch's bookkeeping alone (`fast_forward.DecodeStretch`) on
+hand-built requests, the composed model's vector path against its scalar one anywhere on
+and off the grid, and the engine starting a stretch without asking the policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from factories import (
+    constant_time,
+    decoding_request,
+    kv_cache,
+    make_component_profile,
+    make_profile,
+    request_spec,
+    workload,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chunksim.latency.select import latency_model
+from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fast_forward import DecodeStretch
+from chunksim.sim.run import RunConfig, simulate
+
+BS = 16
+
+
+def _batch(prompts_outputs_done):
+    """Decoding requests (prompt, output tokens, outputs already sampled), batch order."""
+    kv = kv_cache(4096, BS)
+    reqs = [decoding_request(kv, request_spec(i, p, o), outputs=d)
+            for i, (p, o, d) in enumerate(prompts_outputs_done)]
+    return kv, reqs
+
+
+@given(st.lists(st.tuples(st.integers(1, 300), st.integers(2, 60), st.integers(1, 59)),
+                min_size=1, max_size=12),
+       st.lists(st.integers(1, 40), min_size=1, max_size=6))
+def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances):
+    rows = [(p, o, min(d, o - 1)) for p, o, d in rows]
+    kv, reqs = _batch(rows)
+    computed = np.zeros(len(reqs), dtype=np.int64)
+    s = DecodeStretch(list(reqs), BS, computed)
+    # by hand: each running request's context and tokens left, in batch order
+    ctx = {r.request_id: r.num_computed_tokens for r in reqs}
+    left = {r.request_id: r.spec.output_tokens - r.num_output_tokens for r in reqs}
+    start = dict(ctx)
+    running = list(reqs)
+    for a in advances:
+        if not running:
+            break
+        assert s.n == len(running)
+        assert s.steps_left() == min(left[r.request_id] for r in running)
+        assert s.longest() == max(ctx[r.request_id] for r in running)
+        assert s.ctx_sum == sum(ctx[r.request_id] for r in running)
+        k = min(a, s.steps_left())
+        # the blocks the batch grows by in each of the next k steps, by hand
+        grown = s.growth(k)
+        for j in range(1, k + 1):
+            assert grown[j - 1] == sum(
+                max(-(-(ctx[r.request_id] + j) // BS) - -(-ctx[r.request_id] // BS), 0)
+                for r in running)
+        s.advance(k, end=float(k))
+        for r in running:
+            ctx[r.request_id] += k
+            left[r.request_id] -= k
+        m = s.finishing()
+        done = [r for r in running if left[r.request_id] <= 0]
+        assert m == len(done)
+        s.settle(s.first + m)
+        for r in done:  # written back: counters, blocks, computed-token counts
+            assert r.num_computed_tokens == ctx[r.request_id]
+            assert r.num_output_tokens == r.spec.output_tokens
+            assert r.num_blocks == -(-ctx[r.request_id] // BS)
+            assert computed[r.request_id] == ctx[r.request_id] - start[r.request_id]
+        running = [r for r in running if left[r.request_id] > 0]
+        s.drop(m, running)
+    s.settle()
+    for r in reqs:
+        assert r.num_computed_tokens == ctx[r.request_id]
+        assert computed[r.request_id] == ctx[r.request_id] - start[r.request_id]
+
+
+def test_drop_refuses_a_running_list_that_does_not_match():
+    _, reqs = _batch([(10, 5, 1), (10, 9, 1)])
+    s = DecodeStretch(list(reqs), BS, np.zeros(2, dtype=np.int64))
+    s.advance(4, 1.0)
+    assert s.finishing() == 1
+    with pytest.raises(RuntimeError, match="not those retired"):
+        s.drop(1, list(reqs))
+
+
+@pytest.fixture(scope="module")
+def comp(tmp_path_factory):
+    return latency_model(make_component_profile(tmp_path_factory.mktemp("c"), spread=1.4))
+
+
+@given(st.integers(1, 300),
+       st.lists(st.tuples(st.floats(0.5, 40000.0), st.floats(1.0, 6.0)), min_size=1,
+                max_size=40))
+def test_the_vector_path_prices_each_point_as_the_scalar_path(comp, n, points):
+    # anywhere: inside the grid, below its near end, beyond its far end, on either axis
+    kv = np.array([p[0] for p in points])
+    kv_max = kv * np.array([p[1] for p in points])
+    vec, flags = comp.decode_steps_s(n, kv, None, kv_max)
+    line = comp._line(n)
+    for i in range(len(kv)):
+        spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
+        t, out = comp._decode(line, float(kv[i]), spread, None)
+        assert max(t, 1e-9) == vec[i]
+        assert bool(out or line.out) == bool(flags[i])
+
+
+def _run(profile, reqs, **engine):
+    return simulate(workload(reqs), profile,
+                    RunConfig(policy="budget", chunk=512, prefix_caching=False,
+                              engine=EngineConfig(**engine)))
+
+
+def test_after_a_step_everyone_sampled_in_the_stretch_starts_unasked(tmp_path, monkeypatch):
+    from chunksim.policies.budget import TokenBudgetPolicy
+
+    plans = []
+    plan = TokenBudgetPolicy.plan
+
+    def counting(self, state):
+        plans.append(len(state.running))
+        return plan(self, state)
+
+    monkeypatch.setattr(TokenBudgetPolicy, "plan", counting)
+    prof = make_profile(tmp_path, constant_time(0.010))
+    res, _ = _run(prof, [(0.0, 100, 40), (0.0, 120, 30)])
+    # one plan: both prompts in one step; the 39 decode-all steps after it ask nobody
+    assert plans == [0]
+    assert len(res.steps) == 40
+    plans.clear()
+    slow, _ = _run(prof, [(0.0, 100, 40), (0.0, 120, 30)], fast_forward=False)
+    assert len(plans) == 40
+    assert slow.steps["duration_s"].tolist() == res.steps["duration_s"].tolist()
+
+
+def test_when_the_first_decode_does_not_fit_the_policy_is_asked(tmp_path):
+    # 6 blocks of 16: two 48-token prompts fill 3 blocks each; their first decodes need a
+    # fourth each, so the policy must preempt one: the bulk path may not start unasked
+    prof = make_profile(tmp_path, constant_time(0.010))
+    reqs = [(0.0, 48, 20), (0.0, 48, 20)]
+    cfg = dict(policy="budget", chunk=512, prefix_caching=False, kv_blocks=6)
+    fast, _ = simulate(workload(reqs), prof, RunConfig(**cfg))
+    slow, _ = simulate(workload(reqs), prof,
+                       RunConfig(**cfg, engine=EngineConfig(fast_forward=False)))
+    assert fast.requests["preemptions"].sum() >= 1
+    assert fast.requests.equals(slow.requests)
+    assert fast.steps.equals(slow.steps)
