@@ -109,6 +109,10 @@ class SimResult:
     step_totals: object = None
     """records.StepTotals of every step (what the summary needs), whatever `steps` kept;
     None when `steps` holds every step (fleets)."""
+    step_parts: list | None = None
+    """A fleet's: its engines' step frames, which `steps` merges by start time (the
+    summary folds its totals from these without building the merged frame); None for
+    one engine."""
 
     @property
     def steps(self):
@@ -122,8 +126,10 @@ class SimResult:
         self.steps_frame = frame
 
     def __getstate__(self) -> dict:
-        self.steps  # noqa: B018  (pickled as the frame, not the function)
-        return self.__dict__
+        """Pickled with its steps frame built (not the function) and without the parts
+        it merges (the frame holds them)."""
+        self.steps  # noqa: B018
+        return {**self.__dict__, "step_parts": None}
 
 
 class _Noise:

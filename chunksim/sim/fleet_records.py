@@ -22,12 +22,12 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
     requests = pd.concat(frames).sort_values("request_id", kind="stable")
     requests = requests.reset_index(drop=True)
     requests["replica"] = dest
-    steps = merge_steps([res.steps for res in results])
+    parts = [res.steps for res in results]
     itl = Samples.pool([res.itl_s for res in results])
     by_class = {c: Samples.pool([res.itl_by_class_s[c] for res in results])
                 for c in results[0].itl_by_class_s}
-    return SimResult(requests, steps, itl, merged_meta([res.meta for res in results]),
-                     by_class)
+    return SimResult(requests, lambda: merge_steps(parts), itl,
+                     merged_meta([res.meta for res in results]), by_class, step_parts=parts)
 
 
 def merge_steps(frames: list) -> pd.DataFrame:
@@ -101,12 +101,12 @@ def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult
     req["decode_replica"] = ddest
     req["kv_transfer_s"] = transfer_s
     req["kv_bytes"] = kv_bytes
-    steps = merge_steps([r.steps for r in prefill] + [r.steps for r in decode])
+    parts = [r.steps for r in prefill] + [r.steps for r in decode]
     itl = Samples.pool([r.itl_s for r in prefill + decode])
     by_class = {c: Samples.pool([r.itl_by_class_s[c] for r in prefill + decode])
                 for c in prefill[0].itl_by_class_s}
     meta = merged_meta([r.meta for r in prefill + decode])
-    return SimResult(req, steps, itl, meta, by_class)
+    return SimResult(req, lambda: merge_steps(parts), itl, meta, by_class, step_parts=parts)
 
 
 def transfer_stats(transfer_s: np.ndarray, kv_bytes: np.ndarray) -> dict:

@@ -143,6 +143,24 @@ class StepTotals:
         return self.n
 
     @classmethod
+    def merged(cls, parts: list, ranges: dict[str, tuple[float, float]] | None = None
+               ) -> StepTotals:
+        """The totals of `parts` (step frames) merged by start time, ties in part order,
+        as `of` folds their merged frame (`fleet_records.merge_steps`): only the busy
+        time's sum depends on the order, so only the durations are put in it."""
+        totals = cls(ranges)
+        if not parts:
+            totals._close_block()
+            return totals
+        cols = {k: np.concatenate([f[k].to_numpy() for f in parts]) for k in STEP_COLUMNS}
+        order = np.argsort(cols["start_s"], kind="stable")
+        cols["duration_s"] = cols["duration_s"][order]
+        if len(cols["start_s"]):
+            totals.add(cols)
+        totals._close_block()
+        return totals
+
+    @classmethod
     def of(cls, steps, ranges: dict[str, tuple[float, float]] | None = None) -> StepTotals:
         """The totals of a steps frame (a fleet's merged steps, a live run's), folded as
         the engine folds its own."""

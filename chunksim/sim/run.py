@@ -68,6 +68,8 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
             raise ValueError("--schedule-log logs one engine's decisions; drop it with "
                              "--replicas / --pd")
         result, summary = simulate_fleet(workload, profile, cfg, settle_slos_ms)
+        if steps_keep == 1 and steps_sink is None:
+            return result, summary  # every step, merged when first read
         steps = result.steps
         if steps_keep != 1:
             steps = steps.iloc[::steps_keep] if steps_keep else steps.iloc[:0]

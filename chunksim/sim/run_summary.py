@@ -23,8 +23,10 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
     ranges = grid_ranges(profile.table)
-    steps = (StepTotals.of(result.steps, ranges) if result.step_totals is None
-             else result.step_totals)  # a fleet's merged steps, or the engine's own totals
+    steps = result.step_totals  # the engine's own totals, or a fleet's folded here
+    if steps is None:
+        steps = (StepTotals.merged(result.step_parts, ranges)
+                 if result.step_parts is not None else StepTotals.of(result.steps, ranges))
     summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
     by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
                                  cfg.class_slos_s)
