@@ -6,7 +6,10 @@ wakes an idle engine) and the engine (plan -> latency -> timeout -> apply, one s
 time). Hot-path design: when a plan decodes every running request, nothing waits and
 nothing is mid-prefill, every policy's next plans are the same decode-all steps until a
 request finishes, a request arrives or KV runs short; the engine then runs that stretch
-in one vectorized bulk (`fast_forward`), bit-identical to stepping it one by one.
+in one vectorized bulk (`fast_forward`), bit-identical to stepping it one by one, the
+wake-up steps after an idle wait included. After a step in which every running request
+sampled a token, with nothing waiting, the next plan is that decode-all: the engine starts
+the stretch without asking the policy (unless its first step's KV does not fit).
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ When a plan decodes every running request, nothing waits and nothing is mid-pref
 finishes, a request arrives or KV runs short. The engine then calls `stretch`, which prices
 those steps with the latency model's vector path and applies them with `apply_run`; the
 requests' own counters are written back in one place, `DecodeStretch.settle`. Nothing
-else in the simulator knows the fast path exists.
+else in the simulator knows the fast path exists. Steps right after an idle wait are
+priced with their wake-up ratios, as the step path prices them, and record their token
+gaps one by one as stepping would, so the pooled gaps keep stepping's order.
 """
 
 from __future__ import annotations
