@@ -119,8 +119,8 @@ class DecodeStretch:
             prefix.append(acc)
         if k <= bs:
             return np.array(prefix[:k], dtype=np.int64)
-        j = _steps(k)
-        return (j // bs) * n + np.array(prefix, dtype=np.int64)[j % bs]
+        div, mod = _cycles(bs, k)
+        return div * n + np.array(prefix, dtype=np.int64)[mod]
 
     def advance(self, k: int, end: float) -> None:
         """k decode steps ran, the last ending at `end`."""
@@ -185,6 +185,19 @@ class DecodeStretch:
 def _steps(k: int) -> np.ndarray:
     """0, 1, ..., k-1 (a view when it can be)."""
     return _STEPS[:k] if k <= len(_STEPS) else np.arange(k, dtype=np.int64)
+
+
+_CYCLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _cycles(bs: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(j // bs, j % bs) for j = 0 .. k-1 (views of arrays kept per block size)."""
+    got = _CYCLES.get(bs)
+    if got is None:
+        got = _CYCLES[bs] = np.divmod(_STEPS, bs)
+    if k <= len(_STEPS):
+        return got[0][:k], got[1][:k]
+    return np.divmod(np.arange(k, dtype=np.int64), bs)
 
 
 def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
@@ -271,7 +284,8 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
                 k_kv = 1
             k = k_kv
         steps = _steps(k)
-        kv_mean = (st.ctx_sum + steps * n) / n
+        # the contexts' sums, ctx_sum + j * n, are exact integers: then one division
+        kv_mean = np.arange(st.ctx_sum, st.ctx_sum + k * n, n, dtype=np.int64) / n
         z = engine.noise.range(c.steps.n, k) if engine.noise is not None else None
         if spread:
             # every context grows by one a step: the longest stays the longest
@@ -290,9 +304,7 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
             wake = latency.wake_ratio
             for i in range(min(k, engine.wake_steps - woken)):
                 dur[i] = float(dur[i]) * wake(engine.idle_s, woken + i)
-        times = np.empty(k + 1)
-        times[0] = t
-        times[1:] = dur
+        times = np.concatenate(((t,), dur))
         np.add.accumulate(times, out=times)  # a cumsum: sequential, as step-by-step
         if arrival is not None and arrival <= times[k - 1]:
             # a step sees arrivals up to its start time
