@@ -56,11 +56,17 @@ class Runner:
         if self._pool is not None:
             if interrupted:
                 procs = list((getattr(self._pool, "_processes", None) or {}).values())
+                manager = getattr(self._pool, "_executor_manager_thread", None)
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 for p in procs:
                     p.terminate()
                 for p in procs:
                     p.join(timeout=5)
+                if manager is not None:
+                    # let the pool's manager thread finish closing its wakeup pipe: the
+                    # interpreter's exit hook writes to that pipe, and racing its close
+                    # there prints a traceback (CPython's concurrent.futures.process)
+                    manager.join(timeout=5)
             else:
                 self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
