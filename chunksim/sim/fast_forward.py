@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 MAX_BULK_STEPS = 65536
 """The longest stretch priced at once (a longer one continues in the next)."""
-_STEPS = np.arange(65536, dtype=np.int64)
+_STEPS = np.arange(MAX_BULK_STEPS, dtype=np.int64)
 
 
 class DecodeStretch:
@@ -47,21 +47,17 @@ class DecodeStretch:
     (every `block_size` steps after): a decoding request holds exactly the blocks its
     context fills, so the growth of the whole batch is periodic (`growth`)."""
 
-    __slots__ = ("reqs", "batch", "ctx", "left", "pos", "first", "n", "done", "bs",
-                 "computed", "run_max", "end", "ctx_sum", "suffix_max", "phase", "periodic",
-                 "singles")
+    __slots__ = ("reqs", "ctx", "left", "first", "n", "done", "bs", "computed", "run_max",
+                 "end", "ctx_sum", "suffix_max", "phase", "periodic", "singles")
 
     def __init__(self, running: list[Request], block_size: int,
                  computed: np.ndarray) -> None:
         bs = self.bs = block_size
-        self.batch = running
-        """The running requests in batch order, as the stretch began."""
         lefts = [r.spec.output_tokens - r.num_output_tokens for r in running]
         order = sorted(range(len(running)), key=lefts.__getitem__)  # stable
         reqs = self.reqs = [running[i] for i in order]
         ctx = self.ctx = [r.num_computed_tokens for r in reqs]
         self.left = [lefts[i] for i in order]
-        self.pos = order  # each one's place in `batch`
         self.first = 0
         self.n = len(reqs)
         self.done = 0
@@ -191,13 +187,12 @@ _CYCLES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 def _cycles(bs: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(j // bs, j % bs) for j = 0 .. k-1 (views of arrays kept per block size)."""
+    """(j // bs, j % bs) for j = 0 .. k-1, k <= MAX_BULK_STEPS (views of arrays kept per
+    block size)."""
     got = _CYCLES.get(bs)
     if got is None:
         got = _CYCLES[bs] = np.divmod(_STEPS, bs)
-    if k <= len(_STEPS):
-        return got[0][:k], got[1][:k]
-    return np.divmod(np.arange(k, dtype=np.int64), bs)
+    return got[0][:k], got[1][:k]
 
 
 def _block_growth(ctx: np.ndarray, held: np.ndarray, block_size: int, k: int) -> np.ndarray:
@@ -275,12 +270,12 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
         if int(grown[k - 1]) > free:
             k_kv = int(np.searchsorted(grown, free, side="right"))
             if k_kv == 0:
-                if first_segment and not vetted:
-                    return False
+                # the next step does not fit: the policy must plan it (preempt), unless
+                # it planned this very step (a stretch's first, when `vetted`)
                 if not first_segment:
-                    # after a finish the next step does not fit: the policy must plan
-                    # it (preempt); the first segment's first step the policy has vetted
                     break
+                if not vetted:
+                    return False
                 k_kv = 1
             k = k_kv
         steps = _steps(k)
@@ -373,26 +368,25 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     finishes or the stretch ends (`DecodeStretch.settle`)."""
     n = st.n
     end = float(times[k])
+    if core.schedule_log is not None:  # in batch order, from the requests' own counters
+        st.settle()
+        reqs = core.running
+        ctx = np.array([r.num_computed_tokens for r in reqs], dtype=np.int64)
+        held = np.array([r.num_blocks for r in reqs], dtype=np.int64)
+        computed = ctx[:, None] + np.arange(k, dtype=np.int64)
+        blocks = np.maximum(held[:, None], -(-(computed + 1) // core.kv.block_size))
+        ids = np.array([r.request_id for r in reqs], dtype=np.int64)
+        core.schedule_log.add_decodes(core.steps.n, ids, computed, blocks)
     # gaps between consecutive ends (the first segment's first gap is per request)
     gaps = times[2 : k + 1] - times[1:k] if first_segment else times[1 : k + 1] - times[:k]
     if k > 1 or not first_segment:
         m = float(gaps.max())
         if m > st.run_max:
             st.run_max = m
-    if core.schedule_log is not None:  # in batch order
-        bs = core.kv.block_size
-        order = np.argsort(st.pos[st.first:], kind="stable")
-        reqs = st.running()
-        ctx = st.contexts()[order]
-        computed = ctx[:, None] + np.arange(k, dtype=np.int64)
-        held = st.held()[order] if first_segment else -(-ctx // bs)
-        blocks = np.maximum(held[:, None], -(-(computed + 1) // bs))
-        ids = np.array([reqs[i].request_id for i in order.tolist()], dtype=np.int64)
-        core.schedule_log.add_decodes(core.steps.n, ids, computed, blocks)
-    add = core.gaps.add
     if first_segment:  # the first step's gap depends on each one's last token
         e0 = float(times[1])
-        for req in st.batch:
+        add = core.gaps.add
+        for req in core.running:  # (in batch order)
             g0 = e0 - req.last_token_s
             add(g0, req.class_idx)
             if g0 > req.max_itl_s:
@@ -401,7 +395,8 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     # gaps as single values, per step in batch order, so the pooled gaps keep its order
     ones = min(k, st.singles)
     st.singles -= ones
-    ones -= first_segment
+    if first_segment:
+        ones -= 1  # its first step's gaps are those recorded just above
     if ones > 0:
         classes = [r.class_idx for r in core.running]
         for g in gaps[:ones].tolist():
