@@ -2,8 +2,8 @@
 inline it (`EngineCore.begin_step` prices entries by it, `fast_forward.steady` decides
 bulk stretches by it). Every step of random runs over every policy, with speculative
 decoding, prefix caching, fleets and P/D, checks that each of these copies says what the
-definition says. (The budget policy's split of its running requests is a third copy;
-its plans are checked by the policy tests, not here.)"""
+definition says. (The budget and chunk policies' splits of their running requests are
+further copies; their plans are checked by the policy tests, not here.)"""
 
 from __future__ import annotations
 

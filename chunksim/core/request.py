@@ -88,7 +88,8 @@ def is_decode(req: Request, admitted_now: bool = False) -> bool:
     it arrived with KV carried from a P/D prefill instance and was never preempted.
 
     The simulator's hot loops inline it (`EngineCore.begin_step`, `fast_forward.steady`, the
-    budget policy); tests/test_decode_rule.py checks that those copies agree with it."""
+    budget and chunk policies); tests/test_decode_rule.py and the policy tests check that
+    those copies agree with it."""
     return req.num_output_tokens > 0 and (
         (req.kv_carried and not req.num_preemptions) if admitted_now
         else req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens == 1)

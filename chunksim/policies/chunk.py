@@ -77,10 +77,15 @@ class FixedChunkPolicy(PolicyBase):
         i = 0
         while i < len(running):
             req = running[i]
-            remaining = req.num_remaining
-            decode = is_decode(req)
+            out = req.num_output_tokens
+            remaining = req.spec.prompt_tokens + out - req.num_computed_tokens
+            decode = out > 0 and remaining == 1  # request.is_decode(req), inlined
             if decode:
                 if not decodes:
+                    i += 1
+                    continue
+                if ledger.try_grow(req, 1):  # it fits: no victim to look for
+                    scheduled.append((req, 1))
                     i += 1
                     continue
                 want = 1

@@ -76,6 +76,11 @@ class WholePrefillPolicy(PolicyBase):
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
+            if ledger.try_grow(req, 1):  # it fits: no victim to look for
+                scheduled.append((req, 1))
+                budget -= 1
+                i += 1
+                continue
             ok, removed = preempt_until_fits(req, 1, running, ledger, scheduled, preempted)
             budget += sum(n for _, n in removed)
             if not ok:

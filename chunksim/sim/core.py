@@ -336,7 +336,7 @@ class EngineCore:
             # request.is_decode(req, is_new), inlined (tests/test_decode_rule.py)
             decode = req.num_output_tokens > 0 and (
                 (req.kv_carried and not req.num_preemptions) if is_new
-                else c + 1 == req.num_tokens)
+                else c + 1 == req.spec.prompt_tokens + req.num_output_tokens)
             # a running decode also takes its lookahead slots (vLLM allocate_slots)
             g = n + lookahead if lookahead and decode and not is_new else n
             if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
@@ -361,7 +361,7 @@ class EngineCore:
                 prefill_reqs += 1
                 work += n * (c + (n + 1) / 2)
                 chunks.append((n, c))
-                if c + n == req.num_tokens:
+                if c + n == req.spec.prompt_tokens + req.num_output_tokens:  # num_tokens
                     prefill_logits += 1
             if log is not None:
                 kind = ((KIND_RESUMED if req.num_preemptions else KIND_NEW) if is_new

@@ -82,6 +82,10 @@ def steps_keep_label(keep: int) -> str:
     return "all" if keep == 1 else "none" if keep == 0 else f"sample:{keep}"
 
 
+_GRID_COLUMNS = ("prefill_tokens", "prior_tokens", "decodes", "decode_kv_tokens")
+"""The step columns `coverage.beyond_grid` reads."""
+
+
 class StepTotals:
     """What the summary needs of every step, folded as steps are recorded: count, busy
     time, extrapolated steps, peak KV blocks, and per coverage axis the steps above and
@@ -99,11 +103,14 @@ class StepTotals:
 
     def add(self, cols: dict[str, np.ndarray]) -> None:
         """Fold rows (equal-length column arrays)."""
-        m = len(cols["start_s"])
-        if not m:
+        if not len(cols["start_s"]):
             return
-        self.n += m
-        d = cols["duration_s"]
+        self._add_durations(cols["duration_s"])
+        self._add_rest(cols)
+
+    def _add_durations(self, d: np.ndarray) -> None:
+        """Count the rows of durations `d` and add them to the busy time, in order."""
+        self.n += len(d)
         while len(d):
             take = min(len(d), EXACT_BUSY_ROWS - self._dur_rows)
             self._dur.append(d[:take])  # buffers are never written again once handed on
@@ -111,6 +118,9 @@ class StepTotals:
             d = d[take:]
             if self._dur_rows == EXACT_BUSY_ROWS:
                 self._close_block()
+
+    def _add_rest(self, cols) -> None:
+        """Fold what does not depend on the rows' order (`cols`: columns or a frame)."""
         self.extrapolated += int(np.count_nonzero(cols["extrapolated"]))
         self.peak_kv_blocks = max(self.peak_kv_blocks, int(cols["kv_blocks_used"].max()))
         if self.ranges is not None:
@@ -149,16 +159,21 @@ class StepTotals:
         as `of` folds their merged frame (`fleet_records.merge_steps`): only the busy
         time's sum depends on the order, so only the durations are put in it."""
         totals = cls(ranges)
-        if not parts:
-            totals._close_block()
-            return totals
-        cols = {k: np.concatenate([f[k].to_numpy() for f in parts]) for k in STEP_COLUMNS}
-        order = np.argsort(cols["start_s"], kind="stable")
-        cols["duration_s"] = cols["duration_s"][order]
-        if len(cols["start_s"]):
-            totals.add(cols)
+        parts = [f for f in parts if len(f)]
+        if parts:
+            start = np.concatenate([f["start_s"].to_numpy() for f in parts])
+            order = np.argsort(start, kind="stable")
+            totals._add_durations(
+                np.concatenate([f["duration_s"].to_numpy() for f in parts])[order])
+            for f in parts:  # counts, extremes: the same whatever the order
+                totals._add_rest({k: f[k].to_numpy() for k in totals._rest_columns()})
         totals._close_block()
         return totals
+
+    def _rest_columns(self) -> tuple[str, ...]:
+        """The columns `_add_rest` reads."""
+        own = ("extrapolated", "kv_blocks_used")
+        return own if self.ranges is None else own + _GRID_COLUMNS
 
     @classmethod
     def of(cls, steps, ranges: dict[str, tuple[float, float]] | None = None) -> StepTotals:

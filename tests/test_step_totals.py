@@ -1,0 +1,45 @@
+"""A fleet's step totals are folded from its replicas' step frames (`StepTotals.merged`)
+without building the merged frame: they must equal the totals of that frame
+(`StepTotals.of(merge_steps(parts))`) field for field, busy time to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chunksim.sim.fleet_records import merge_steps
+from chunksim.sim.records import STEP_COLUMNS, StepTotals, frame_of
+
+RANGES = {"chunk_len": (16.0, 1024.0), "prior_len": (0.0, 2048.0),
+          "decode_count": (1.0, 64.0), "kv_len": (32.0, 4096.0)}
+
+
+def _part(seed: int, n: int):
+    """A replica's steps: random starts (ties likely), durations and shapes."""
+    rng = np.random.default_rng(seed)
+    cols = {k: np.zeros(n, dtype=t) for k, t in STEP_COLUMNS.items()}
+    cols["start_s"] = np.sort(rng.integers(0, 40, n) * 0.25)
+    cols["duration_s"] = rng.lognormal(-3.0, 1.0, n)
+    cols["prefill_tokens"] = rng.integers(0, 3000, n) * rng.integers(0, 2, n)
+    cols["prior_tokens"] = rng.uniform(0, 4000, n)
+    cols["decodes"] = rng.integers(0, 100, n)
+    cols["decode_kv_tokens"] = rng.uniform(0, 6000, n)
+    cols["kv_blocks_used"] = rng.integers(0, 5000, n)
+    cols["extrapolated"] = rng.integers(0, 2, n).astype(bool)
+    return frame_of(cols)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=6),
+       seed=st.integers(0, 10_000), ranged=st.booleans())
+def test_merged_totals_are_the_merged_frames(sizes, seed, ranged):
+    parts = [_part(seed + k, n) for k, n in enumerate(sizes)]
+    ranges = RANGES if ranged else None
+    got = StepTotals.merged(parts, ranges)
+    want = StepTotals.of(merge_steps(parts), ranges)
+    assert got.n == want.n == sum(sizes)
+    assert got.busy_s == want.busy_s  # the same sum in the same order: the same float
+    assert got.extrapolated == want.extrapolated
+    assert got.peak_kv_blocks == want.peak_kv_blocks
+    assert got.beyond == want.beyond
