@@ -205,6 +205,25 @@ def test_workload_columns_read_as_specs():
     assert w.requests[0:2] == list(want[:2])
 
 
+@given(reads=st.lists(st.integers(-300, 299), min_size=1, max_size=600))
+def test_spec_table_reads_agree_whatever_it_kept(reads):
+    """Any order of reads (repeats, negative indices, more distinct ones than it keeps)
+    gives each row's spec as a fresh table builds it, and the table keeps a bounded
+    window of them."""
+    from chunksim.core import spec as spec_mod
+
+    w = _chat(300)
+    specs = w.requests
+    fresh = SpecTable(specs.arrival_s, specs.prompt_tokens, specs.output_tokens,
+                      specs.class_codes, specs.class_names)
+    for i in reads:
+        got = specs[i]
+        fresh._recent.clear()
+        fresh._last = (None, None)
+        assert got == fresh[i] and got.request_id == i % len(specs)
+        assert len(specs._recent) <= spec_mod.RECENT_SPECS
+
+
 def test_columnar_and_object_workloads_simulate_alike(linear_profile):
     w = _chat(150)
     as_tuple = Workload(w.name, tuple(w.requests), w.prefix_block_tokens, w.notes, w.params)

@@ -39,6 +39,10 @@ class RequestSpec:
             raise ValueError(f"request {self.request_id}: arrival_s={self.arrival_s} must be >= 0")
 
 
+RECENT_SPECS = 256
+"""Specs a `SpecTable` keeps after building them (a bounded window, not the workload)."""
+
+
 class SpecTable(Sequence):
     """A workload's requests as columns: arrival, prompt and output lengths, class codes,
     priorities, prefix hashes as one flat array with offsets. A read-only sequence of
@@ -48,7 +52,7 @@ class SpecTable(Sequence):
 
     __slots__ = ("arrival_s", "prompt_tokens", "output_tokens", "class_codes",
                  "class_names", "priority", "hash_values", "hash_offsets",
-                 "conversation_id", "_last")
+                 "conversation_id", "_last", "_recent")
 
     def __init__(self, arrival_s, prompt_tokens, output_tokens, class_codes=None,
                  class_names=("default",), priority=None, hash_values=None,
@@ -70,6 +74,9 @@ class SpecTable(Sequence):
         self.conversation_id = conversation_id
         """A list of ids (or None entries), or None when no request has one."""
         self._last: tuple = (None, None)  # (index, spec) last built
+        # the specs built lately, oldest first: a fleet reads each request a few times
+        # (its route, its delivery, a P/D handoff) with others' reads in between
+        self._recent: dict[int, RequestSpec] = {}
 
     @classmethod
     def of(cls, specs: Sequence[RequestSpec]) -> SpecTable:
@@ -106,6 +113,11 @@ class SpecTable(Sequence):
             i += n
         if not 0 <= i < n:
             raise IndexError(f"request {i} out of range ({n} requests)")
+        recent = self._recent
+        spec = recent.get(i)
+        if spec is not None:
+            self._last = (i, spec)
+            return spec
         if self.hash_values is not None:
             lo, hi = self.hash_offsets[i], self.hash_offsets[i + 1]
             hashes = tuple(self.hash_values[lo:hi].tolist())
@@ -117,6 +129,9 @@ class SpecTable(Sequence):
             0 if self.priority is None else int(self.priority[i]),
             None if self.conversation_id is None else self.conversation_id[i])
         self._last = (i, spec)
+        recent[i] = spec
+        if len(recent) > RECENT_SPECS:
+            del recent[next(iter(recent))]
         return spec
 
     def __iter__(self):
