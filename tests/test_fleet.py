@@ -17,7 +17,7 @@ from chunksim.cli import app
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.routers import ROUTERS
-from chunksim.sim.run import simulate
+from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.lengths import LogNormal
 from chunksim.workloads.synthetic import SyntheticConfig, generate
@@ -424,3 +424,67 @@ def test_pd_fast_forward_changes_nothing(linear_profile, reqs, pd_, drouter, kv_
     np.testing.assert_allclose(a.steps.start_s, b.steps.start_s, rtol=1e-12)
     pd.testing.assert_frame_equal(a.steps[["replica", "decodes", "prefill_tokens"]],
                                   b.steps[["replica", "decodes", "prefill_tokens"]])
+
+
+def _checked_token_sums(mp: pytest.MonkeyPatch) -> dict:
+    """Make every `Replica.outstanding_tokens` read check its (possibly reused) sum
+    against the sum counted afresh; counts the reads and the reuses."""
+    from chunksim.sim.fleet import Replica
+
+    reads = {"n": 0, "reused": 0}
+    cached = Replica.outstanding_tokens
+
+    def checked(self):
+        before = (self._held, self._tokens)
+        got = cached(self)
+        reads["n"] += 1
+        reads["reused"] += self._held is before[0] and self._tokens is before[1]
+        assert got == self._outstanding_tokens() - self.engine.decoded_by()
+        return got
+
+    mp.setattr(Replica, "outstanding_tokens", checked)
+    return reads
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(st.tuples(st.floats(0, 0.01), st.integers(1, 1500), st.integers(1, 60)),
+                     min_size=2, max_size=40),
+       n=st.integers(2, 3), kv_blocks=st.integers(30, 200), caching=st.booleans(),
+       prefixed=st.booleans(), spec=st.booleans(), pol=st.sampled_from(POLICIES),
+       layout=st.sampled_from(["replicas", "pd"]), stale=st.sampled_from([0.0, 0.015]))
+@pytest.mark.slow
+def test_a_replicas_token_sum_is_reused_only_while_it_holds(
+        linear_profile, reqs, n, kv_blocks, caching, prefixed, spec, pol, layout, stale):
+    """`Replica.outstanding_tokens` reuses its sum between changes: every read, whatever
+    happened since the last (steps, preemptions, admissions with prefix hits, pulls,
+    deliveries, bulk segments, drafts rejected), equals the sum counted afresh."""
+    from chunksim.core.speculative import SpecConfig
+    from chunksim.sim.engine import EngineConfig
+
+    cfg = config(*pol[:2], 256, 4, kv_blocks, caching=caching, priority=pol[2])
+    if spec and pol[0] in ("budget", "sjf"):
+        cfg = replace(cfg, engine=EngineConfig(speculative=SpecConfig(
+            speculative_method="ngram", num_speculative_tokens=2, spec_acceptance_rate=0.6)))
+    cfg = (fleet(cfg, n, "least-tokens", stale) if layout == "replicas"
+           else replace(cfg, fleet=FleetConfig(pd=f"1:{n}", decode_router="least-tokens")))
+    with pytest.MonkeyPatch.context() as mp:
+        reads = _checked_token_sums(mp)
+        simulate(build(reqs, prefixed, priorities=pol[2]), linear_profile, cfg)
+    assert reads["n"] >= (len(reqs) if layout == "replicas" else 0)
+
+
+def test_a_prefix_hit_at_wake_up_changes_the_token_sum_a_router_reads(linear_profile):
+    """Request 2 reaches idle replica 0 together with request 3, whose routing reads
+    replica 0 before it wakes; its step then admits request 2 with a 64-token prefix hit,
+    so request 4, routed during that step, must read the sum less those 64 tokens."""
+    shared = (1, 2, 3, 4)
+    specs = (RequestSpec(0, 0.0, 64, 1, shared), RequestSpec(1, 0.0, 64, 1, (5, 6, 7, 8)),
+             RequestSpec(2, 5.0, 80, 5, (*shared, 9)), RequestSpec(3, 5.0, 16, 5, (10,)),
+             RequestSpec(4, 5.0 + 1e-6, 16, 5, (11,)))
+    w = Workload("wake", specs, 16)
+    with pytest.MonkeyPatch.context() as mp:
+        reads = _checked_token_sums(mp)
+        res, s = simulate(w, linear_profile, fleet(RunConfig(), 2, "least-tokens"))
+    r = res.requests
+    assert list(r.replica) == [0, 1, 0, 1, 0] and r.cached_tokens[2] == 64
+    assert reads["reused"] > 0

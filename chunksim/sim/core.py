@@ -132,6 +132,11 @@ class EngineCore:
         self.finished = 0
         """Requests that completed so far."""
         self.empty_preempt_steps = 0
+        self.version = 0
+        """Bumped by every change to the held requests that records no step: a step's
+        admissions (with their prefix hits), a queue change, preemptions (they requeue)
+        and KV loads (`Replica.outstanding_tokens` reuses its sum until this, the step
+        count, the arrivals pulled or the deliveries move)."""
         self.finishing: list[Request] = []
         """Async scheduling: requests that finished in the step in flight, holding their
         seats and blocks until its output is processed (`release_finishing`)."""
@@ -218,6 +223,7 @@ class EngineCore:
     def _enqueue(self, req: Request, front: bool = False) -> None:
         """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
         or, under an ordered discipline (priority, SJF), their place in its order."""
+        self.version += 1
         key = self.queue.key
         if key is not None:
             insort(self.waiting, req, key=key)
@@ -290,6 +296,7 @@ class EngineCore:
         step's slots and register the blocks they will fill (vLLM V1's `allocate_slots`:
         a later entry of the same step hits them). Returns the step's shape."""
         self.preempt(plan)
+        self.version += 1  # admissions take their prefix hits before the step records
         waiting = self.waiting
         admitted = plan.admitted
         for req in admitted:

@@ -76,6 +76,7 @@ class Replica:
         self.inbox = inbox
         self.token_time = token_time
         self._tokens: tuple | None = None  # (state key, token sum) while a segment runs
+        self._held: tuple | None = None  # (state key, token sum) between steps
 
     def relative_token_time(self) -> float:
         return self.token_time
@@ -90,7 +91,13 @@ class Replica:
         c = e.core
         seg = e.segment
         if seg is None:
-            return self._outstanding_tokens()
+            # the sum changes only with a step, a change that records none (`version`), a
+            # pull or a delivery: between them a router's reads reuse it
+            key = (c.version, c.steps.n, c.next_arrival, len(self.inbox.specs))
+            held = self._held
+            if held is None or held[0] != key:
+                held = self._held = (key, self._outstanding_tokens())
+            return held[1]
         # a bulk segment in flight (applied at its end) freezes the running requests'
         # counters; only deliveries change the rest: reuse the sum until one does
         key = (seg, len(c.waiting), len(self.inbox.specs), c.next_arrival)
