@@ -162,6 +162,13 @@ class SpecTable(Sequence):
         return sum(c.nbytes for c in cols if c is not None)
 
 
+def arrival_times(specs: Sequence[RequestSpec]) -> list[float]:
+    """Each request's arrival, seconds (from the column when `specs` is a table)."""
+    if isinstance(specs, SpecTable):
+        return specs.arrival_s.tolist()
+    return [s.arrival_s for s in specs]
+
+
 def _hash_array(values):
     """Prefix hashes as int64, or as Python ints (an object array) when one does not fit
     in 64 bits: equal hashes must stay equal, whatever their size."""

@@ -33,7 +33,7 @@ import numpy as np
 import simpy
 
 from chunksim.core.request import Request
-from chunksim.core.spec import RequestSpec, Workload
+from chunksim.core.spec import RequestSpec, Workload, arrival_times
 from chunksim.sim.core import Inbox
 from chunksim.sim.engine import Engine, SimResult
 from chunksim.sim.routers import Router
@@ -141,7 +141,7 @@ class Fleet:
         self.router = router
         self.specs = workload.requests
         self.n = len(self.specs)
-        self.arrival = [s.arrival_s for s in self.specs]
+        self.arrival = arrival_times(self.specs)
         times = token_times or [1.0] * len(engines)
         self.replicas = [Replica(e, ReplicaInbox(self, r), times[r])
                          for r, e in enumerate(engines)]

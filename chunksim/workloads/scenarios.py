@@ -75,10 +75,10 @@ def long_prompt(config: LongPromptConfig | None = None) -> Workload:
             seed=c.seed,
         )
     )
-    bg = background.requests
-    arrival = np.array([r.arrival_s for r in bg] + [c.long_arrival_s])
-    prompt = np.array([r.prompt_tokens for r in bg] + [c.long_prompt_tokens])
-    output = np.array([r.output_tokens for r in bg] + [c.long_output_tokens])
+    bg = background.requests  # a SpecTable: its columns, the long request appended
+    arrival = np.append(bg.arrival_s, float(c.long_arrival_s))
+    prompt = np.append(bg.prompt_tokens, int(c.long_prompt_tokens))
+    output = np.append(bg.output_tokens, int(c.long_output_tokens))
     classes = [CHAT_CLASS] * len(bg) + [LONG_CLASS]
     # The long request goes last in input order, so the stable sort places it after any
     # chat request arriving at the very same instant.
