@@ -40,7 +40,7 @@ def _batch(prompts_outputs_done):
 def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances):
     rows = [(p, o, min(d, o - 1)) for p, o, d in rows]
     kv, reqs = _batch(rows)
-    computed = np.zeros(len(reqs), dtype=np.int64)
+    computed = [0] * len(reqs)
     s = DecodeStretch(list(reqs), BS, computed)
     # by hand: each running request's context and tokens left, in batch order
     ctx = {r.request_id: r.num_computed_tokens for r in reqs}

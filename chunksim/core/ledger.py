@@ -21,11 +21,12 @@ class KVLedger:
     pays for one.
     """
 
-    __slots__ = ("kv", "free", "extra", "hits", "released", "_overlay", "_grown",
-                 "preempted")
+    __slots__ = ("kv", "block_size", "free", "extra", "hits", "released", "_overlay",
+                 "_grown", "preempted")
 
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
+        self.block_size = kv.block_size
         self.free = kv.free_blocks
         self.extra: dict[int, int] = {}  # request_id -> blocks reserved in this plan
         self.hits: dict[int, tuple[int, int]] = {}  # waiting request_id -> prefix hit
@@ -51,11 +52,13 @@ class KVLedger:
         """Reserve blocks for `new_tokens` more tokens of running `req`; False if they
         don't fit."""
         # kv.extra_blocks(req, new_tokens), inlined: this runs for every running entry
-        need = -(-(req.num_computed_tokens + new_tokens) // self.kv.block_size) - req.num_blocks
+        need = -(-(req.num_computed_tokens + new_tokens) // self.block_size) - req.num_blocks
         if need > 0:
             if need > self.free:
                 return False
             self.free -= need
+        elif not req.block_keys:
+            return True  # nothing reserved, nothing to register (`release` reads 0)
         else:
             need = 0
         self.extra[req.spec.request_id] = need

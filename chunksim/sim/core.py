@@ -120,7 +120,8 @@ class EngineCore:
         self.first_sched_s = np.full(n, np.nan)
         self.max_itl_s = np.zeros(n)
         self.preemptions = np.zeros(n, dtype=np.int64)
-        self.computed = np.zeros(n, dtype=np.int64)
+        self.computed = [0] * n  # a list: every step adds to it per entry (numpy scalar
+        # updates cost several times a list's); a column in `request_frame`
         self.recomputed = np.zeros(n, dtype=np.int64)
         self.cached = np.zeros(n, dtype=np.int64)
         self.outputs = np.zeros(n, dtype=np.int64)
@@ -398,13 +399,15 @@ class EngineCore:
         gaps: list[float] = []  # this step's token gaps, and their requests' classes
         classes: list[int] = []
         k = self.spec_k
+        split = self.gaps.split  # (one class: the gaps' classes are not kept)
         accepted = 0  # drafts accepted in this step (speculative decoding)
         for req, n in plan.scheduled:
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
             spec = req.spec
             computed[spec.request_id] += n
-            if k and c > spec.prompt_tokens + req.num_output_tokens:
+            out = req.num_output_tokens
+            if k and c > spec.prompt_tokens + out:
                 # verified drafts (scheduled past the request's own tokens): the first m
                 # are accepted, plus the token sampled after them; the rejected ones give
                 # back their computed-token count (vLLM: num_computed_tokens -= rejected)
@@ -418,19 +421,21 @@ class EngineCore:
                 req.num_computed_tokens = c
                 accepted += out - req.num_output_tokens
                 req.num_output_tokens = out  # the m accepted; the sampled one follows
-            if c == spec.prompt_tokens + req.num_output_tokens:  # req.num_tokens
+            if c == spec.prompt_tokens + out:  # req.num_tokens
                 emitted.append(req)
-                req.num_output_tokens += 1
+                out += 1
+                req.num_output_tokens = out
                 if req.first_token_s < 0:
                     req.first_token_s = end_s
                 else:
                     gap = end_s - req.last_token_s
                     gaps.append(gap)
-                    classes.append(req.class_idx)
+                    if split:
+                        classes.append(req.class_idx)
                     if gap > req.max_itl_s:
                         req.max_itl_s = gap
                 req.last_token_s = end_s
-                if req.num_output_tokens >= spec.output_tokens:
+                if out >= spec.output_tokens:
                     finished = True
                 elif k:  # the drafter proposes k more, within --max-model-len
                     cap = self.max_model_len
@@ -453,18 +458,17 @@ class EngineCore:
     def retire(self, end_s: float, defer_free: bool = False) -> None:
         """Free and record every running request that has all its tokens (`defer_free`:
         free later, see `finishing`)."""
-        keep = []
-        for req in self.running:
-            if req.num_output_tokens >= req.spec.output_tokens:
-                if defer_free:
-                    self.finishing.append(req)
-                else:
-                    self.kv.free(req)
-                self._record(req, end_s)
-                if self.on_retire is not None:
-                    self.on_retire(req, end_s)
+        running = self.running
+        done = [r for r in running if r.num_output_tokens >= r.spec.output_tokens]
+        keep = [r for r in running if r.num_output_tokens < r.spec.output_tokens]
+        for req in done:  # in running order
+            if defer_free:
+                self.finishing.append(req)
             else:
-                keep.append(req)
+                self.kv.free(req)
+            self._record(req, end_s)
+            if self.on_retire is not None:
+                self.on_retire(req, end_s)
         self.running = keep
         self.gaps.maybe_pack()
 
@@ -502,7 +506,7 @@ class EngineCore:
             "first_token_s": self.first_token_s,
             "finish_s": self.finish_s,
             "generated_tokens": self.outputs,
-            "computed_tokens": self.computed,
+            "computed_tokens": np.array(self.computed, dtype=np.int64),
             "recomputed_tokens": self.recomputed,
             "cached_tokens": self.cached,
             "preemptions": self.preemptions,

@@ -51,7 +51,7 @@ class DecodeStretch:
                  "end", "ctx_sum", "suffix_max", "phase", "periodic", "singles")
 
     def __init__(self, running: list[Request], block_size: int,
-                 computed: np.ndarray) -> None:
+                 computed: list[int]) -> None:
         bs = self.bs = block_size
         lefts = [r.spec.output_tokens - r.num_output_tokens for r in running]
         order = sorted(range(len(running)), key=lefts.__getitem__)  # stable
