@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from chunksim.cli.capacity import capacity
 from chunksim.sim.run import RunConfig, simulate
+from chunksim.sim.settle import REJECTED_KEY
 from chunksim.sweep.capacity import (
     CapacityEntry,
     Probe,
@@ -211,3 +212,47 @@ def test_cli_capacity_page_when_no_probe_completes_a_request(linear_profile, tmp
     doc = json.loads((out / "capacity.json").read_text())
     assert [c["max_rate"] for c in doc["configurations"]] == [0.0]
     assert (out / "capacity_knee.png").stat().st_size > 0 and (out / "report.html").exists()
+
+
+LONG_TAIL = WorkloadOptions(prompt_mean=512, prompt_std=600, output_mean=32)
+"""Prompts whose tail passes a 1,500-token whole-prefill cap in every window of 200."""
+
+
+@pytest.mark.slow
+def test_a_search_ends_where_every_rate_left_rejects_on_arrival(linear_profile):
+    """whole's token cap rejects some prompt of a seed at every rate: after its first miss
+    the search stops halving, and every rate it skipped misses when it is probed, so the
+    capacity is the full search's."""
+    run = RunConfig(knobs=dict(max_num_batched_tokens=1500))
+    params = SearchParams(start=8.0, tol=0.1, min_rate=0.25, max_rate=64.0,
+                          auto_window=True, min_duration_s=0.0, min_requests=200)
+    cfg = [Config(PolicySpec("whole"))]
+    slos = {"p99_ttft_ms": 2000.0}
+    with Runner(linear_profile, workers=1) as runner:
+        (fast,) = capacity_search(cfg, LONG_TAIL, run, slos, runner, params, seeds=[0, 1, 2])
+        (full,) = capacity_search(cfg, LONG_TAIL, run, slos, runner, params, seeds=[0, 1, 2],
+                                  skip_rejected_rates=False)
+    assert fast.max_rate == full.max_rate == 0.0
+    assert [p.rate for p in fast.probes] == [8.0] and fast.rejected_below == 8.0
+    skipped = [p for p in full.probes if p.rate < 8.0]
+    assert [p.rate for p in skipped] == [0.25, 0.5, 1.0, 2.0, 4.0]  # down to min_rate
+    assert not any(p.met for p in skipped)
+    assert all(any(s.get("rejected") or s.get("stopped_key") == REJECTED_KEY
+                   for s in p.runs) for p in skipped)  # each missed on rejections
+    assert full.rejected_below is None
+
+
+@pytest.mark.slow
+def test_a_search_without_rejections_probes_the_same_rates(linear_profile):
+    """The shortcut takes nothing from a search whose misses are latencies: the same
+    probes, the same capacity, with or without it."""
+    params = SearchParams(start=64.0, tol=0.1, min_rate=0.5, max_rate=256.0)
+    cfg = [Config(PolicySpec("whole")), Config(PolicySpec("budget"), 256)]
+    slos = {"p99_itl_ms": 8.0}
+    with Runner(linear_profile, workers=1) as runner:
+        a = capacity_search(cfg, SMALL, RunConfig(), slos, runner, params, seeds=[0, 1])
+        b = capacity_search(cfg, SMALL, RunConfig(), slos, runner, params, seeds=[0, 1],
+                            skip_rejected_rates=False)
+    for x, y in zip(a, b, strict=True):
+        assert [(p.rate, p.met) for p in x.probes] == [(p.rate, p.met) for p in y.probes]
+        assert x.max_rate == y.max_rate and x.rejected_below is None

@@ -79,3 +79,17 @@ def test_a_pass_above_the_bracket_resumes_the_search():
 def test_checks_above_stop_at_max_rate():
     s = find_max_rate(lambda r: r <= 90.0, start=1.0, tol=0.05, max_rate=100.0)
     assert max(r for r, _ in s.probes) <= 100.0 and 90 / 1.05 <= s.capacity <= 90
+
+
+def test_halvings_are_the_rates_a_failing_search_probes_next():
+    s = RateSearch(start=8.0, min_rate=0.3)
+    assert s.halvings() == []  # nothing probed yet
+    s.report(8.0, False)
+    assert s.halvings() == [4.0, 2.0, 1.0, 0.5]
+    assert [s.next_rate() for _ in range(1)] == [4.0]
+    s.floor_fails = True  # those rates are known to miss: the search is over
+    assert s.next_rate() is None and s.done and s.capacity == 0.0
+    t = RateSearch(start=8.0)
+    t.report(8.0, True)
+    t.floor_fails = True  # ignored once a rate met: the search doubles and bisects on
+    assert t.halvings() == [] and t.next_rate() == 16.0

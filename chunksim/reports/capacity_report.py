@@ -69,6 +69,9 @@ def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
                                 n_seeds) if vals else fmt(p.summary.get(k), "{:.1f}"))
         note = ("rates below it missed: " + ", ".join(num(r) for r in e.non_monotone)
                 if e.non_monotone else "")
+        if e.rejected_below is not None:
+            note = (f"not probed below {num(e.rejected_below)} req/s: a seed rejects "
+                    "requests on arrival at every rate")
         per_seed = ", ".join(num(c) for c in e.seed_capacities())
         # the worst seed at the capacity, or (none met) at the lowest rate probed
         shown = p or (e.probes[0] if e.probes else None)

@@ -14,6 +14,7 @@ from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.latency.select import latency_model
 from chunksim.policies import knob_owners, make_policy
+from chunksim.sim.core import request_rejection
 from chunksim.sim.engine import Engine, EngineConfig
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.metrics import parse_class_slos, parse_slos
@@ -179,6 +180,19 @@ def build_engine(workload: Workload, cfg: RunConfig, parts: EngineParts, *,
             raise ValueError(why)
     return Engine(workload, policy, parts.latency, parts.kv, parts.engine, schedule_log,
                   spread_guard=spread_guard, progress=progress, step_log=step_log)
+
+
+def static_rejections(workload: Workload, profile: Profile, cfg: RunConfig) -> int | None:
+    """How many of `workload`'s requests a lone engine of `cfg` on `profile` rejects on
+    arrival (`core.request_rejection`): exactly what a run of it rejects, at any load.
+    None for a fleet, whose instances and P/D gate requests their own ways."""
+    if cfg.fleet.active:
+        return None
+    parts = engine_parts(workload, profile, cfg)
+    policy = cfg.make_policy(parts.device)
+    bs, blocks, cap = parts.kv.block_size, parts.kv.num_blocks, parts.engine.max_model_len
+    return sum(request_rejection(s, policy, bs, blocks, cap) is not None
+               for s in workload.requests)
 
 
 def make_drafter(spec, profile: Profile, latency):

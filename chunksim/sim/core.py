@@ -87,6 +87,24 @@ class Inbox:
         """Give `req` the state it brings along before it is queued (none here)."""
 
 
+def request_rejection(spec, policy: Policy, block_size: int, num_blocks: int,
+                      max_model_len: int | None) -> tuple[str, str] | None:
+    """(kind, why) if `spec` can never run on an engine with this policy, KV cache and
+    --max-model-len, else None (`EngineCore.rejection`): a function of its lengths alone,
+    so the same at any load."""
+    cap = max_model_len
+    total = spec.prompt_tokens + spec.output_tokens
+    if cap is not None and total > cap:
+        return "max_model_len", (f"prompt+output {total} tokens > max_model_len {cap} "
+                                 f"(--max-model-len {cap})")
+    need = blocks_for(total - 1, block_size)
+    if need > num_blocks:
+        return "kv_blocks", (f"needs {need} KV blocks for {total - 1} tokens, the cache "
+                             f"has {num_blocks} (raise --kv-blocks)")
+    why = policy.rejection_reason(spec.prompt_tokens, spec.output_tokens)
+    return None if why is None else ("policy", why)
+
+
 class EngineCore:
     """Queues, KV cache, request counters and records for one run."""
 
@@ -160,17 +178,8 @@ class EngineCore:
         """(kind, why) if `spec` can never run here, else None. Kinds: `max_model_len`,
         `kv_blocks` (the whole request does not fit the cache), `policy` (the policy's own
         limit, e.g. whole prefill's token cap)."""
-        cap = self.max_model_len
-        total = spec.prompt_tokens + spec.output_tokens
-        if cap is not None and total > cap:
-            return "max_model_len", (f"prompt+output {total} tokens > max_model_len {cap} "
-                                     f"(--max-model-len {cap})")
-        need = blocks_for(total - 1, self.kv.block_size)
-        if need > self.kv.num_blocks:
-            return "kv_blocks", (f"needs {need} KV blocks for {total - 1} tokens, the cache "
-                                 f"has {self.kv.num_blocks} (raise --kv-blocks)")
-        why = self.policy.rejection_reason(spec.prompt_tokens, spec.output_tokens)
-        return None if why is None else ("policy", why)
+        return request_rejection(spec, self.policy, self.kv.block_size, self.kv.num_blocks,
+                                 self.max_model_len)
 
     def reject_reason(self, spec) -> str | None:
         """Why `spec` can never run here (None if it can)."""

@@ -14,22 +14,23 @@ rate and runs that batch (x seeds) on the shared Runner, so the worker pool stay
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
+from chunksim.sim.build import static_rejections
 from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.early import decide, rejected_too_many, settle_bounds, stopped
-from chunksim.sweep.job import SimJob
+from chunksim.sweep.job import SimJob, run_config
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
 from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import meets
-from chunksim.workloads.options import WorkloadKind, WorkloadOptions
+from chunksim.workloads.options import WorkloadKind, WorkloadOptions, build_workload
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,19 @@ def probe_summary(runs: Sequence[Mapping]) -> dict:
             "stopped_keys": sorted({s["stopped_key"] for s in runs if stopped(s)})}
 
 
+def static_floor(search: RateSearch, misses: Callable[[float], bool]) -> bool:
+    """Whether every rate the halving of `search` has left misses by `misses(rate)`:
+    a search that met nothing then ends with capacity 0, as probing each would."""
+    rates = search.halvings()
+    return bool(rates) and all(misses(r) for r in rates)
+
+
+def _rejecting(runs: Sequence[Mapping], max_reject_pct: float) -> bool:
+    """Some seed of a probe rejected more than `max_reject_pct` % of its requests."""
+    return rejected_too_many(runs) or not all_within(
+        [s for s in runs if not stopped(s)], max_reject_pct)
+
+
 def _chunks(items: list, n: int) -> list[list]:
     return [items[j:j + n] for j in range(0, len(items), n)]
 
@@ -191,6 +205,10 @@ class CapacityEntry:
     probes: list[Probe] = field(default_factory=list)
     non_monotone: list[float] = field(default_factory=list)
     """Probed rates below `max_rate` that missed the SLOs (a noisy tail, or a real dip)."""
+    rejected_below: float | None = None
+    """Nothing met, and every rate the search would have probed below this one rejects
+    too many requests on arrival on some seed: those rates were decided without probing
+    (`static_floor`). None: the search probed every rate it needed."""
 
     @property
     def at_max(self) -> dict | None:
@@ -224,12 +242,19 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                     progress: ProgressBar | None = None,
                     seeds: Sequence[int] | None = None,
                     max_reject_pct: float = MAX_REJECT_PCT_DEFAULT,
-                    settle: bool = True) -> list[CapacityEntry]:
+                    settle: bool = True,
+                    skip_rejected_rates: bool = True) -> list[CapacityEntry]:
     """Search every configuration's capacity over `seeds` (default: the workload's seed);
     entries in `configs` order. A probe that rejects more than `max_reject_pct` % of its
     requests (on any seed) fails. With `settle`, a probe run stops once one of its bounds
     has certainly failed (`sim.settle`): the verdict is the full run's, and a probe that
-    passes, or whose stopped seeds leave the median open, runs them in full."""
+    passes, or whose stopped seeds leave the median open, runs them in full.
+
+    With `skip_rejected_rates`, a lone engine's search that has met nothing and failed on
+    rejections ends once every rate its halving has left would reject too much on some
+    seed: rejections are fixed by the requests' lengths (`sim.build.static_rejections`),
+    so those probes would fail whatever their latencies; its capacity (0) is the same,
+    found without running them."""
     params = params or SearchParams()
     seeds = list(seeds) if seeds else [workload.seed]
     bounds = settle_bounds(slos, max_reject_pct) if settle else ()
@@ -241,11 +266,24 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         return [SimJob(probe_workload(workload, r, k, params), run, configs[i],
                        settle_slos_ms=bounds) for k in seeds]
 
+    def rejects_too_many(i: int, r: float) -> bool:
+        for k in seeds:
+            opts = probe_workload(workload, r, k, params)
+            w = build_workload(opts)
+            n = static_rejections(w, runner.profile, run_config(SimJob(opts, run, configs[i])))
+            if n is not None and 100.0 * n / len(w.requests) > max_reject_pct:
+                return True
+        return False
+
     def done(i: int, r: float, rs: list[dict]) -> None:
         ok = judge(rs, slos, max_reject_pct)
         searches[i].report(r, ok)
         probes[i].append(Probe(r, ok, probe_summary(rs), rs,
                                [meets(s, slos) and within(s, max_reject_pct) for s in rs]))
+        s = searches[i]
+        if (skip_rejected_rates and not ok and s.lo is None and configs[i].fleet is None
+                and _rejecting(rs, max_reject_pct)):
+            s.floor_fails = static_floor(s, lambda x: rejects_too_many(i, x))
 
     if runner.pooled:
         _pipelined(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
@@ -256,7 +294,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
             low = min(probes[i], key=lambda p: p.rate)
             _in_full(low, jobs_at(i, low.rate), runner, slos, max_reject_pct, progress)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
-                          s.non_monotone)
+                          s.non_monotone, s.hi if s.floor_fails else None)
             for c, s, p in zip(configs, searches, probes, strict=True)]
 
 

@@ -38,6 +38,7 @@ def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int],
         "max_rate_by_seed": dict(zip(map(str, seeds), e.seed_capacities(), strict=True)),
         "max_rate_range": [lo, hi],
         "non_monotone_rates": e.non_monotone,
+        "rejected_below_rate": e.rejected_below,
         "first_miss_rate": min((p.rate for p in e.probes
                                 if not p.met and p.rate > e.max_rate), default=None),
         "first_miss_violations": next((violations(p.summary, slos, max_reject_pct)

@@ -39,6 +39,9 @@ class RateSearch:
     """A hard stop, whatever the probes say."""
     probes: list[tuple[float, bool]] = field(default_factory=list)
     """(rate, met) in probe order."""
+    floor_fails: bool = False
+    """Every rate the halving has left (below `hi`, down to `min_rate`) is known to miss
+    without probing it (`capacity.static_floor`): with nothing met, the search is over."""
 
     @property
     def lo(self) -> float | None:
@@ -78,7 +81,7 @@ class RateSearch:
             return self.start
         if lo is None:
             r = hi / 2
-            return r if r >= self.min_rate else None
+            return r if r >= self.min_rate and not self.floor_fails else None
         if hi is None:
             return min(lo * 2, self.max_rate) if lo < self.max_rate else None
         if hi / lo > 1 + self.tol:
@@ -89,6 +92,17 @@ class RateSearch:
             if r > hi and r not in probed:
                 return r
         return None
+
+    def halvings(self) -> list[float]:
+        """The rates a search that has met nothing probes next, in order, while each
+        misses: hi / 2, hi / 4, ... down to `min_rate` (none once a rate met)."""
+        if self.lo is not None or self.hi is None:
+            return []
+        out, r = [], self.hi / 2
+        while r >= self.min_rate:
+            out.append(r)
+            r /= 2
+        return out
 
     @property
     def done(self) -> bool:
