@@ -73,12 +73,36 @@ def test_capacity_with_rejections_is_never_reported_as_meeting(tmp_path):
     low, *rest = entry["probes"]  # the lowest rate, what the page reports, ran in full
     assert not low["met"] and low["by_seed"][0]["rejected"] == 148
     assert "rejected 74 % > 0 %" in low["by_seed"][0]["violations"]
-    # the others stopped once the rejections passed the cap, failing as in full
-    assert rest and all(not p["met"] for p in rest)
-    assert all(p["by_seed"][0]["violations"] == ["rejected > 0 % (settled early)"]
-               for p in rest)
+    # every lower rate rejects the same 148 requests on arrival: decided, not probed
+    assert rest == [] and entry["rejected_below_rate"] == low["rate"]
     report = (tmp_path / "report.md").read_text()
     assert "148 of 200 requests rejected" in report and "rejected %" in report
+    assert f"not probed below {low['rate']:g} req/s" in report
+
+
+@pytest.mark.slow
+def test_probes_that_reject_stop_once_past_the_cap():
+    """Probed anyway, the rates the search skips stop as soon as their rejections pass the
+    cap, and fail as they would in full."""
+    from chunksim.latency.profile import load_profile
+    from chunksim.sim.engine import EngineConfig
+    from chunksim.sim.run import RunConfig
+    from chunksim.sweep.capacity import SearchParams, capacity_search
+    from chunksim.sweep.capacity_io import entry_document
+    from chunksim.sweep.runner import Runner
+    from chunksim.workloads import WorkloadOptions
+
+    run = RunConfig(engine=EngineConfig(max_model_len=700))
+    params = SearchParams(start=8.0, min_rate=1.0)
+    with Runner(load_profile(None), workers=1) as runner:
+        (e,) = capacity_search([Config(PolicySpec("budget"), 512)],
+                               WorkloadOptions(num_requests=200), run, SLOS, runner, params,
+                               seeds=[0], max_reject_pct=0.0, skip_rejected_rates=False)
+    low, *rest = entry_document(e, SLOS, [0], 0.0)["probes"]
+    assert e.max_rate == 0 and low["by_seed"][0]["rejected"] == 148
+    assert [p["rate"] for p in rest] == [2.0, 4.0, 8.0] and not any(p["met"] for p in rest)
+    assert all(p["by_seed"][0]["violations"] == ["rejected > 0 % (settled early)"]
+               for p in rest)
 
 
 def test_max_reject_pct_admits_a_known_share():
