@@ -75,8 +75,7 @@ class Replica:
         self.engine = engine
         self.inbox = inbox
         self.token_time = token_time
-        self._tokens: tuple | None = None  # (state key, token sum) while a segment runs
-        self._held: tuple | None = None  # (state key, token sum) between steps
+        self._held: tuple | None = None  # (state key, token sum): `outstanding_tokens`
 
     def relative_token_time(self) -> float:
         return self.token_time
@@ -87,24 +86,15 @@ class Replica:
                 - c.next_arrival)
 
     def outstanding_tokens(self) -> int:
-        e = self.engine
-        c = e.core
-        seg = e.segment
-        if seg is None:
-            # the sum changes only with a step, a change that records none (`version`), a
-            # pull or a delivery: between them a router's reads reuse it
-            key = (c.version, c.steps.n, c.next_arrival, len(self.inbox.specs))
-            held = self._held
-            if held is None or held[0] != key:
-                held = self._held = (key, self._outstanding_tokens())
-            return held[1]
-        # a bulk segment in flight (applied at its end) freezes the running requests'
-        # counters; only deliveries change the rest: reuse the sum until one does
-        key = (seg, len(c.waiting), len(self.inbox.specs), c.next_arrival)
-        cached = self._tokens
-        if cached is None or cached[0][0] is not seg or cached[0][1:] != key[1:]:
-            cached = self._tokens = (key, self._outstanding_tokens())
-        return cached[1] - e.decoded_by()  # less the steps done
+        c = self.engine.core
+        # the requests' counters change only with a step (a bulk segment's as it is
+        # applied), a change that records none (`version`), a pull or a delivery: between
+        # them a router's reads reuse the sum, less what a segment in flight has decoded
+        key = (c.version, c.steps.n, c.next_arrival, len(self.inbox.specs))
+        held = self._held
+        if held is None or held[0] != key:
+            held = self._held = (key, self._outstanding_tokens())
+        return held[1] - self.engine.decoded_by()
 
     def _outstanding_tokens(self) -> int:
         c = self.engine.core
