@@ -64,12 +64,13 @@ def test_a_given_rate_is_the_start_and_a_profile_sets_it_otherwise(profile):
 @pytest.mark.slow
 def test_a_search_from_the_service_rate_ends_where_one_from_1_req_s_does(profile):
     """The start only moves where the bracket is found: both searches walk one lattice,
-    so they end on the same rate, with fewer passing (full-length) probes."""
+    so they end on the same rate, with fewer passing (full-length) probes (each search
+    from its own start: `share` off)."""
     slos = parse_capacity_slos(["p99_itl_ms=100", "p99_ttft_ms=2000"])
     run = RunConfig()
     configs = make_configs(parse_policies("budget,whole"), [512])
-    old = search_params(SHORT, tol=0.1)
-    new = search_params(SHORT, tol=0.1, profile=profile, run=run)
+    old = replace(search_params(SHORT, tol=0.1), share=False)
+    new = replace(search_params(SHORT, tol=0.1, profile=profile, run=run), share=False)
     assert new.start > old.start
     with Runner(profile, workers=1) as runner:
         a = capacity_search(configs, SHORT, run, slos, runner, old, max_reject_pct=1.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from chunksim.sweep.search import RateSearch, find_max_rate
@@ -93,3 +93,75 @@ def test_halvings_are_the_rates_a_failing_search_probes_next():
     t.report(8.0, True)
     t.floor_fails = True  # ignored once a rate met: the search doubles and bisects on
     assert t.halvings() == [] and t.next_rate() == 16.0
+
+
+def _on_lattice(rate: float, start: float, tol: float) -> bool:
+    n = RateSearch(start, tol).steps_per_octave
+    x = math.log2(rate / start) * n
+    return abs(x - round(x)) < 1e-6
+
+
+@given(capacity=st.floats(0.05, 400.0), start=st.sampled_from([1.0, 4.0, 5.0, 8.0]),
+       hint=st.floats(0.01, 900.0), tol=st.sampled_from([0.02, 0.03, 0.05, 0.2]))
+def test_a_hinted_search_ends_where_the_cold_one_does(capacity, start, hint, tol):
+    """Under monotone feasibility the walk from any hint brackets and bisects onto the
+    bracket the cold search ends on: the same capacity, the same checks above it."""
+    assume(not _on_lattice(capacity, start, tol))  # a float tie either side could take
+    kw = dict(start=start, tol=tol, min_rate=1e-3, max_rate=1e3)
+    cold = find_max_rate(lambda r: r <= capacity, **kw)
+    warm = find_max_rate(lambda r: r <= capacity, hint=hint, **kw)
+    assert math.isclose(warm.capacity, cold.capacity, rel_tol=1e-9)
+    assert math.isclose(warm.hi, cold.hi, rel_tol=1e-9)
+    for m in warm.verify:  # both checked the same rates above the bracket
+        assert any(math.isclose(r, warm.hi * m, rel_tol=1e-9) for r, _ in warm.probes)
+
+
+@given(capacity=st.floats(0.5, 300.0), tol=st.sampled_from([0.02, 0.03, 0.05]),
+       side=st.sampled_from(["lo", "hi"]))
+def test_a_hint_on_the_bracket_ends_in_two_probes_and_the_checks(capacity, tol, side):
+    cold = find_max_rate(lambda r: r <= capacity, start=4.0, tol=tol)
+    assume(cold.lo is not None and cold.hi is not None)
+    warm = find_max_rate(lambda r: r <= capacity, start=4.0, tol=tol,
+                         hint=cold.lo if side == "lo" else cold.hi * (1 + 1e-12))
+    assert len(warm.probes) == 2 + len(warm.verify) < len(cold.probes)
+    assert math.isclose(warm.capacity, cold.capacity, rel_tol=1e-9)
+
+
+def test_aim_rounds_the_hint_down_onto_the_lattice():
+    s = RateSearch(start=4.0, tol=0.03)
+    assert s.steps_per_octave == 32  # 2^(1/32) = 1.022 <= 1.03 < 2^(1/16)
+    s.aim(6.0)
+    assert s.hint == pytest.approx(4.0 * 2 ** (18 / 32)) and s.hint <= 6.0
+    assert s.next_rate() == s.hint
+    s.report(s.hint, True)
+    assert s.next_rate() == pytest.approx(4.0 * 2 ** (19 / 32))  # one step up
+    with pytest.raises(ValueError, match="already probed"):
+        s.aim(5.0)
+    with pytest.raises(ValueError, match="> 0"):
+        RateSearch(start=4.0).aim(0.0)
+
+
+def test_the_walk_doubles_its_steps_then_halves_beyond_an_octave():
+    s = RateSearch(start=1.0, tol=0.2)  # 2^(1/4) = 1.19: four steps an octave
+    assert s.steps_per_octave == 4
+    s.aim(16.0)
+    rates = []
+    while (r := s.next_rate()) is not None and len(rates) < 6:
+        rates.append(r)
+        s.report(r, False)
+    steps = [round(math.log2(16.0 / r) * 4) for r in rates]
+    assert steps == [0, 1, 2, 4, 8, 12]  # the hint, 1, 2, 4 steps, then halvings
+
+
+@given(hint=st.floats(0.5, 200.0), min_rate=st.sampled_from([0.01, 0.3, 0.9]))
+def test_halvings_of_a_hinted_search_are_what_it_probes_while_missing(hint, min_rate):
+    s = RateSearch(start=1.0, min_rate=min_rate, max_rate=1e3)
+    s.aim(hint)
+    s.report(s.next_rate(), False)
+    ahead = s.halvings()
+    seen = []
+    while (r := s.next_rate()) is not None:
+        seen.append(r)
+        s.report(r, False)
+    assert seen == ahead and all(r >= min_rate for r in seen)
+    assert s.capacity == 0.0

@@ -80,10 +80,11 @@ def capacity(
 
     The search starts at --rate, or without it at the service rate the profile implies
     for the workload's mean request (rounded down to a power of two), doubles/halves to a
-    bracket, bisects,
-    then probes above the bracket before accepting it. Each probe replays the workload at
-    that rate under every seed (default 3, --seeds); synthetic workloads without --duration
-    or --num-requests span max(60 s, 1000 requests / rate). Example: `sim capacity --slo
+    bracket, bisects, then probes above the bracket before accepting it; configurations
+    that differ only in policy and chunk size start from the first one's capacity. Each
+    probe replays the workload at that rate under every seed (default 3, --seeds);
+    synthetic workloads without --duration or --num-requests span max(60 s, 1000
+    requests / rate). Example: `sim capacity --slo
     p99_itl_ms=100 --slo p99_ttft_ms=2000 --out runs/cap`.
 
     Fleets: `--gpus 4` ranks 4 colocated replicas against P/D 1:3, 2:2 and 3:1;

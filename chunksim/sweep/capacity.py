@@ -7,8 +7,9 @@ percentiles they are judged on (`SearchParams.min_requests`), and the bisection 
 rates above its bracket before accepting an answer (`search.RateSearch.verify`). Every
 probe, with every seed's summary, is kept.
 
-All searches advance in lock-step: each round collects every unfinished search's next
-rate and runs that batch (x seeds) on the shared Runner, so the worker pool stays busy.
+Searches run side by side on the shared Runner (`_pipelined`, or in lock-step rounds on
+a serial one). Configurations that differ only in policy and chunk size start from the
+first one's capacity (`leads`), so most of them end in a few probes around it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.early import decide, rejected_too_many, settle_bounds, stopped
 from chunksim.sweep.job import SimJob, run_config
+from chunksim.sweep.leads import Leads
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
 from chunksim.sweep.seeds import fold
@@ -55,6 +57,10 @@ class SearchParams:
     min_requests: int = 1000
     """Requests an auto window holds at least: a P99 over 1,000 requests rests on ~10 of
     them, over 200 on 2."""
+    share: bool = True
+    """Configurations that differ only in policy and chunk size start their search from
+    the first one's capacity (`sweep.leads`) instead of from `start`; where feasibility
+    is monotone in the rate they end on the same capacity."""
     service_rate: float | None = None
     """One engine's service rate on the workload (`bracket.service_rate`), req/s, when
     the start came from it: a fleet of N engines then starts at N times it, on the same
@@ -193,6 +199,17 @@ def _run(runner: Runner, jobs: list[SimJob], progress: ProgressBar | None) -> li
     return runner.map(jobs, progress=progress)
 
 
+@dataclass(frozen=True)
+class SeedProbe:
+    """One seed alone at one rate, below a search's probes."""
+
+    rate: float
+    seed: int
+    """The seed's index in the search's seeds."""
+    met: bool
+    summary: dict
+
+
 @dataclass
 class CapacityEntry:
     """A configuration's search outcome."""
@@ -205,6 +222,9 @@ class CapacityEntry:
     probes: list[Probe] = field(default_factory=list)
     non_monotone: list[float] = field(default_factory=list)
     """Probed rates below `max_rate` that missed the SLOs (a noisy tail, or a real dip)."""
+    seed_probes: list[SeedProbe] = field(default_factory=list)
+    """Single-seed runs below the probes for seeds that met the SLOs at none of them
+    (`_seed_floors`), so each seed's capacity is a rate it met."""
     rejected_below: float | None = None
     """Nothing met, and every rate the search would have probed below this one rejects
     too many requests on arrival on some seed: those rates were decided without probing
@@ -225,9 +245,11 @@ class CapacityEntry:
 
     def seed_capacities(self) -> list[float]:
         """Per seed, the highest probed rate that seed alone met the SLOs at (0 if none):
-        the spread of the capacity over seeds, on the rates the search probed."""
+        the spread of the capacity over seeds, on the rates the search probed (and, for
+        a seed that met none of them, its own runs below: `seed_probes`)."""
         n = max((len(p.seeds_met) for p in self.probes), default=0)
-        return [max((p.rate for p in self.probes if len(p.seeds_met) > k and p.seeds_met[k]),
+        return [max([p.rate for p in self.probes if len(p.seeds_met) > k and p.seeds_met[k]]
+                    + [q.rate for q in self.seed_probes if q.seed == k and q.met],
                     default=0.0) for k in range(n)]
 
     @property
@@ -285,17 +307,64 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                 and _rejecting(rs, max_reject_pct)):
             s.floor_fails = static_floor(s, lambda x: rejects_too_many(i, x))
 
-    if runner.pooled:
-        _pipelined(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
-    else:
-        _lock_step(searches, jobs_at, done, slos, runner, progress, max_reject_pct)
+    leads = Leads(configs, searches, params.share and params.min_rate < params.max_rate)
+
+    def ended(i: int) -> list[int]:
+        """Searches released by the end of search `i` that have a probe to run (one
+        released with none ends at once and releases in turn)."""
+        out, stack = [], [i]
+        while stack:
+            for j in leads.finished(stack.pop()):
+                (stack if searches[j].done else out).append(j)
+        return out
+
+    drive = _pipelined if runner.pooled else _lock_step
+    drive(searches, leads.start(), ended, jobs_at, done, slos, runner, progress,
+        max_reject_pct)
+    floors = _seed_floors(searches, probes, jobs_at, runner, slos, max_reject_pct, progress)
     for i, s in enumerate(searches):  # what a configuration that never passed reports
         if s.capacity == 0 and probes[i]:
             low = min(probes[i], key=lambda p: p.rate)
             _in_full(low, jobs_at(i, low.rate), runner, slos, max_reject_pct, progress)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
-                          s.non_monotone, s.hi if s.floor_fails else None)
-            for c, s, p in zip(configs, searches, probes, strict=True)]
+                          s.non_monotone, f, s.hi if s.floor_fails else None)
+            for c, s, p, f in zip(configs, searches, probes, floors, strict=True)]
+
+
+def _seed_floors(searches: Sequence[RateSearch], probes: Sequence[list[Probe]], jobs_at,
+                 runner: Runner, slos: Mapping[str, float], max_reject_pct: float,
+                 progress: ProgressBar | None) -> list[list[SeedProbe]]:
+    """For a search that found a capacity, each seed that met the SLOs at none of its
+    probes (a search started from a hint probes near the capacity only) runs alone down
+    the lattice from the lowest probe, 1, 2, 4, ... steps, until it meets them (or
+    `min_rate` is passed); all such seeds advance a round at a time."""
+    out: list[list[SeedProbe]] = [[] for _ in searches]
+    walks = {}  # (search, seed index) -> (lowest probed rate, steps taken)
+    for i, s in enumerate(searches):
+        if s.capacity > 0 and probes[i]:
+            n = len(probes[i][0].seeds_met)
+            low = min(p.rate for p in probes[i])
+            for k in range(n):
+                if not any(p.seeds_met[k] for p in probes[i]):
+                    walks[i, k] = (low, 0)
+    while walks:
+        todo = []
+        for (i, k), (low, m) in sorted(walks.items()):
+            step = max(1, 2 * m)
+            r = low * 2.0 ** (-step / searches[i].steps_per_octave)
+            if r < searches[i].min_rate:
+                del walks[i, k]
+                continue
+            todo.append((i, k, r, step))
+        results = _run(runner, [jobs_at(i, r)[k] for i, k, r, _ in todo], progress)
+        for (i, k, r, step), res in zip(todo, results, strict=True):
+            ok = meets(res.summary, slos) and within(res.summary, max_reject_pct)
+            out[i].append(SeedProbe(r, k, ok, res.summary))
+            if ok:
+                del walks[i, k]
+            else:
+                walks[i, k] = (walks[i, k][0], step)
+    return [sorted(f, key=lambda q: (q.seed, q.rate)) for f in out]
 
 
 def _redo(runs: Sequence[Mapping], slos: Mapping[str, float],
@@ -325,11 +394,17 @@ def _in_full(probe: Probe, jobs: list[SimJob], runner: Runner, slos: Mapping[str
     probe.seeds_met = [meets(s, slos) and within(s, max_reject_pct) for s in probe.runs]
 
 
-def _lock_step(searches, jobs_at, done, slos, runner: Runner,
+def _lock_step(searches, first, ended, jobs_at, done, slos, runner: Runner,
                progress: ProgressBar | None, max_reject_pct: float) -> None:
-    """All searches advance together: one batch of every search's next probe a round."""
+    """The running searches advance together: one batch of each one's next probe a round
+    (`first`: those running at the start; `ended(i)`: those search i's end starts)."""
+    running = list(first)
     while True:
-        batch = [(i, r) for i, s in enumerate(searches) if (r := s.next_rate()) is not None]
+        for i in [i for i in running if searches[i].done]:
+            running.remove(i)
+            running.extend(ended(i))
+        running.sort()
+        batch = [(i, r) for i in running if (r := searches[i].next_rate()) is not None]
         if not batch:
             return
         groups = [jobs_at(i, r) for i, r in batch]
@@ -347,11 +422,12 @@ def _lock_step(searches, jobs_at, done, slos, runner: Runner,
             done(i, r, rs)
 
 
-def _pipelined(searches, jobs_at, done, slos, runner: Runner,
+def _pipelined(searches, first, ended, jobs_at, done, slos, runner: Runner,
                progress: ProgressBar | None, max_reject_pct: float) -> None:
     """Each search submits its next probe as soon as its last one is judged, so a short
     (stopped) probe never leaves a worker idle while a long one runs. Each search's
-    probes depend on its own results only: the outcome is the lock-step one."""
+    probes depend on its own results and its lead's capacity only: the outcome is the
+    lock-step one."""
     pending: dict[Future, tuple[int, int]] = {}
     state: dict[int, tuple[float, list, list[SimJob]]] = {}  # search -> rate, runs, jobs
 
@@ -363,13 +439,15 @@ def _pipelined(searches, jobs_at, done, slos, runner: Runner,
     def advance(i: int) -> None:
         r = searches[i].next_rate()
         if r is None:
+            for j in ended(i):
+                advance(j)
             return
         jobs = jobs_at(i, r)
         state[i] = (r, [None] * len(jobs), jobs)
         for k, job in enumerate(jobs):
             submit(i, k, job)
 
-    for i in range(len(searches)):
+    for i in first:
         advance(i)
     try:
         while pending:

@@ -46,6 +46,12 @@ def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int],
                                        if not p.met and p.rate > e.max_rate), []),
         "summary_at_max_rate": e.at_max,
         "probes": [_probe(p, slos, seeds, max_reject_pct) for p in e.probes],
+        "seed_probes": [{"rate": q.rate, "seed": seeds[q.seed], "met": q.met,
+                         **{m: q.summary.get(m) for m in (*_PROBE_KEYS, *slos)},
+                         "violations": violations(q.summary, slos, max_reject_pct),
+                         **({"stopped_at_s": q.summary["stopped_at_s"]}
+                            if q.summary.get("stopped") else {})}
+                        for q in e.seed_probes],
     }
 
 
@@ -112,10 +118,16 @@ def capacity_document(entries: list[CapacityEntry], best: CapacityEntry | None,
 
 def probes_csv(entries: list[CapacityEntry]) -> str:
     """Every probe and seed: configuration, rate, whether the median seed met the SLOs
-    (`met`), whether this seed did (`seed_met`), then the seed's summary."""
-    rows = [flatten(s, {**config_keys(e.config), "rate": p.rate, "met": p.met,
-                        "seed_met": ok})
-            for e in entries for p in e.probes
-            for s, ok in zip(p.runs or [p.summary], p.seeds_met or [p.met], strict=True)]
+    (`met`; empty for a seed run alone below the probes, `seed_probes`), whether this
+    seed did (`seed_met`), then the seed's summary."""
+    rows = []
+    for e in entries:
+        rows += [flatten(s, {**config_keys(e.config), "rate": p.rate, "met": p.met,
+                             "seed_met": ok})
+                 for p in e.probes
+                 for s, ok in zip(p.runs or [p.summary], p.seeds_met or [p.met],
+                                  strict=True)]
+        rows += [flatten(q.summary, {**config_keys(e.config), "rate": q.rate, "met": None,
+                                     "seed_met": q.met}) for q in e.seed_probes]
     cols = columns_of(rows) if rows else ["config", "policy", "chunk", "rate", "met", "seed_met"]
     return csv_text(rows, cols)

@@ -38,7 +38,7 @@ def pinned(params: SearchParams, rate: float) -> SearchParams:
     if not rate > 0 or rate == float("inf"):
         raise ValueError(f"--target-rate {rate}: must be a finite rate > 0, req/s")
     return dataclasses.replace(params, start=rate, min_rate=rate, max_rate=rate, verify=(),
-                               service_rate=None)
+                               service_rate=None, share=False)
 
 
 @dataclass

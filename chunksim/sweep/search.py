@@ -12,10 +12,17 @@ is not quite (one unlucky burst fails a rate that a higher one passes). So the b
 always defined from every probe so far (lo = the highest rate that met the SLOs, hi = the
 lowest rate above lo that missed), and before the answer is accepted the search probes a
 few rates above hi (`verify`): if one of them passes, lo moves up and the search goes on.
+
+A search may instead start from a *hint*, a rate near where it expects to end (another
+configuration's capacity, `capacity.capacity_search`): it probes the hint, then walks away
+from it 1, 2, 4, ... lattice steps until a probe flips, and bisects that bracket. Where
+feasibility is monotone it ends on the bracket the cold search ends on, so with the same
+checks above and the same capacity, in a few probes when the hint is close.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +49,43 @@ class RateSearch:
     floor_fails: bool = False
     """Every rate the halving has left (below `hi`, down to `min_rate`) is known to miss
     without probing it (`capacity.static_floor`): with nothing met, the search is over."""
+    hint: float | None = None
+    """Where the search starts instead of `start` (set by `aim`, on the lattice of
+    `start`); it then walks away from it to a bracket. None: doubling or halving from
+    `start`."""
+
+    @property
+    def steps_per_octave(self) -> int:
+        """The finest lattice the bisection reaches: 2^j rates an octave, for the least j
+        whose step 2^(1/2^j) is within 1 + tol (the bracket it stops on)."""
+        n = 1
+        while 2.0 ** (1.0 / n) > 1 + self.tol:
+            n *= 2
+        return n
+
+    def aim(self, rate: float) -> None:
+        """Start from `rate` (rounded down to the lattice of `start`, within the search's
+        rates) instead of `start`; only before the first probe."""
+        if self.probes:
+            raise ValueError("aim: the search has already probed; a hint only starts one")
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"aim: a hint must be a rate > 0, not {rate}")
+        n = self.steps_per_octave
+        k = math.floor(math.log2(rate / self.start) * n + 1e-9)
+        self.hint = min(max(self.start * 2.0 ** (k / n), self.min_rate), self.max_rate)
+
+    def _walk(self, lo: float | None, hi: float | None) -> float | None:
+        """A hinted search's next rate while the hint's side is unbracketed: 1, 2, 4, ...
+        lattice steps from the hint, past the farthest probe, within an octave of it
+        (None beyond that, where doubling or halving goes on)."""
+        n = self.steps_per_octave
+        edge = hi if lo is None else lo
+        off = round(abs(math.log2(edge / self.hint)) * n)
+        nxt = max(1, 2 * off)
+        if nxt > n:
+            return None
+        r = self.hint * 2.0 ** ((nxt if lo is not None else -nxt) / n)
+        return r if self.min_rate <= r <= self.max_rate else None
 
     @property
     def lo(self) -> float | None:
@@ -78,7 +122,12 @@ class RateSearch:
             return None
         lo, hi = self.lo, self.hi
         if lo is None and hi is None:
-            return self.start
+            return self.start if self.hint is None else self.hint
+        if self.hint is not None and (lo is None or hi is None) and not (
+                lo is None and self.floor_fails):
+            r = self._walk(lo, hi)
+            if r is not None:
+                return r
         if lo is None:
             r = hi / 2
             return r if r >= self.min_rate and not self.floor_fails else None
@@ -95,13 +144,16 @@ class RateSearch:
 
     def halvings(self) -> list[float]:
         """The rates a search that has met nothing probes next, in order, while each
-        misses: hi / 2, hi / 4, ... down to `min_rate` (none once a rate met)."""
+        misses: hi / 2, hi / 4, ... down to `min_rate` (a hinted search first walks down
+        from its hint); none once a rate met."""
         if self.lo is not None or self.hi is None:
             return []
-        out, r = [], self.hi / 2
-        while r >= self.min_rate:
+        ahead = dataclasses.replace(self, probes=list(self.probes), floor_fails=False,
+                                    max_probes=len(self.probes) + 10_000)
+        out = []
+        while (r := ahead.next_rate()) is not None:
             out.append(r)
-            r /= 2
+            ahead.report(r, False)
         return out
 
     @property
@@ -124,9 +176,13 @@ class RateSearch:
 
 def find_max_rate(feasible: Callable[[float], bool], start: float = 1.0, tol: float = 0.03,
                   min_rate: float = 1e-3, max_rate: float = 1e4,
-                  verify: tuple[float, ...] = (1.15, 1.4)) -> RateSearch:
-    """Run one search to the end with `feasible(rate) -> bool`; returns the final state."""
+                  verify: tuple[float, ...] = (1.15, 1.4),
+                  hint: float | None = None) -> RateSearch:
+    """Run one search to the end with `feasible(rate) -> bool` (from `hint` if given,
+    `RateSearch.aim`); returns the final state."""
     s = RateSearch(start, tol, min_rate, max_rate, verify)
+    if hint is not None:
+        s.aim(hint)
     while (r := s.next_rate()) is not None:
         s.report(r, bool(feasible(r)))
     return s
