@@ -10,7 +10,7 @@ import io
 import pytest
 
 from chunksim.sim.run import RunConfig
-from chunksim.sweep.capacity import SearchParams, capacity_search
+from chunksim.sweep.capacity import DEFERRED, SearchParams, _defers, capacity_search, deferred
 from chunksim.sweep.capacity_io import entry_document, probes_csv
 from chunksim.sweep.configs import Config, PolicySpec, make_configs, parse_policies
 from chunksim.sweep.fleets import FleetSpec
@@ -108,3 +108,54 @@ def test_shared_searches_find_the_capacities_of_independent_ones(linear_profile,
         len(e.seed_probes) for e in shared)
     alone_rows = [r for r in rows if r["met"] == ""]  # the seed walks: no median verdict
     assert len(alone_rows) == sum(len(e.seed_probes) for e in shared)
+
+
+def _stopped(key: str) -> dict:
+    return {"stopped": True, "stopped_key": key, "stopped_bound_ms": 8.0, "completed": None}
+
+
+def test_later_seeds_wait_only_on_a_probe_its_first_seeds_failed():
+    slos = {"p99_itl_ms": 8.0, "p99_ttft_ms": 400.0}
+    full_pass = {"completed": 100, "rejected": 0, "p99_itl_ms": 5.0, "p99_ttft_ms": 100.0}
+    full_miss = {**full_pass, "p99_itl_ms": 9.0}
+    first = [0, 1]
+    # two stopped misses on one bound: the median misses it whatever seed 2 gives
+    assert _defers([_stopped("p99_itl_ms"), _stopped("p99_itl_ms"), DEFERRED], first,
+                   slos, 0.0)
+    # misses on different bounds: seed 2 decides each median
+    assert not _defers([_stopped("p99_itl_ms"), _stopped("p99_ttft_ms"), DEFERRED],
+                       first, slos, 0.0)
+    assert not _defers([_stopped("p99_itl_ms"), full_pass, DEFERRED], first, slos, 0.0)
+    # failed in full: the probe's median figures are reported, so seed 2 runs
+    assert not _defers([full_miss, full_miss, DEFERRED], first, slos, 0.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_seeds_left_unrun_change_no_verdict_and_no_seed_capacity(linear_profile, workers,
+                                                                 monkeypatch):
+    """A seed is left unrun only at a probe the others already failed; the probes'
+    verdicts and every seed's capacity are those of running every seed everywhere."""
+    import chunksim.sweep.capacity as cap
+
+    configs = make_configs(parse_policies("budget"), [768, 2048])
+    slos = {"p99_itl_ms": 8.0, "p99_ttft_ms": 400.0}
+    w = WorkloadOptions(duration_s=8.0, prompt_mean=512, output_mean=64)
+    params = SearchParams(start=8.0, tol=0.05, max_rate=256.0)
+    with Runner(linear_profile, workers=workers) as runner:
+        lazy = capacity_search(configs, w, RunConfig(), slos, runner, params, seeds=[0, 1, 2])
+        monkeypatch.setattr(cap, "_defers", lambda *a: False)
+        every = capacity_search(configs, w, RunConfig(), slos, runner, params, seeds=[0, 1, 2])
+    unrun = [(p, k) for e in lazy for p in e.probes for k, ok in enumerate(p.seeds_met)
+             if ok is None]
+    assert unrun  # some seed was left unrun
+    for p, k in unrun:
+        assert not p.met and deferred(p.runs[k]) and p.summary.get("stopped")
+        assert k in p.summary["deferred_seeds"]
+    for a, b in zip(lazy, every, strict=True):
+        assert [(p.rate, p.met) for p in a.probes] == [(p.rate, p.met) for p in b.probes]
+        assert a.seed_capacities() == b.seed_capacities()
+        assert all(ok is not None for p in b.probes for ok in p.seeds_met)
+        for p, q in zip(a.probes, b.probes, strict=True):  # what ran is the same run
+            assert [x for x in p.seeds_met if x is not None] == [
+                y for x, y in zip(p.seeds_met, q.seeds_met, strict=True) if x is not None]

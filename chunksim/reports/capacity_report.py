@@ -87,7 +87,8 @@ def probe_rows(entries: Sequence[CapacityEntry], slos: dict[str, float]) -> list
     for e in entries:
         rows.append(f"{e.config.label}")
         for p in e.probes:
-            seeds = f"{sum(p.seeds_met)}/{len(p.seeds_met)}" if p.seeds_met else "–"
+            ran = [ok for ok in p.seeds_met if ok is not None]
+            seeds = f"{sum(ran)}/{len(ran)}" if ran else "–"
             verdict = "met" if p.met else (
                 "missed (stopped early)" if p.summary.get("stopped") else "missed")
             rows.append([num(p.rate), verdict, seeds]

@@ -166,14 +166,35 @@ def _decide(runs: Sequence[Mapping], slos: Mapping[str, float],
     return decide(runs, slos)
 
 
+DEFERRED = {"stopped": True, "deferred": True, "stopped_key": None, "completed": None}
+"""A seed not run (yet) at a probe the others already failed (`_phases`): unknown on
+every bound, like a stopped seed on the bounds it did not settle."""
+
+
+def deferred(summary: Mapping) -> bool:
+    return bool(summary.get("deferred"))
+
+
+def seed_met(summary: Mapping, slos: Mapping[str, float], max_reject_pct: float
+             ) -> bool | None:
+    """Whether one seed met the SLOs (None: not run, `DEFERRED`)."""
+    if deferred(summary):
+        return None
+    return meets(summary, slos) and within(summary, max_reject_pct)
+
+
 def probe_summary(runs: Sequence[Mapping]) -> dict:
     """The per-seed summaries folded to their medians; a probe with a seed that stopped
     early reports its decision only (`stopped`, which seeds), never partial figures."""
     if not any(stopped(s) for s in runs):
         return fold(runs).median
-    return {"stopped": True, "completed": None, "workload": runs[0].get("workload"),
-            "stopped_seeds": [k for k, s in enumerate(runs) if stopped(s)],
-            "stopped_keys": sorted({s["stopped_key"] for s in runs if stopped(s)})}
+    ran = [s for s in runs if not deferred(s)]
+    out = {"stopped": True, "completed": None, "workload": ran[0].get("workload"),
+           "stopped_seeds": [k for k, s in enumerate(runs) if stopped(s) and not deferred(s)],
+           "stopped_keys": sorted({s["stopped_key"] for s in ran if stopped(s)})}
+    if len(ran) < len(runs):
+        out["deferred_seeds"] = [k for k, s in enumerate(runs) if deferred(s)]
+    return out
 
 
 def static_floor(search: RateSearch, misses: Callable[[float], bool]) -> bool:
@@ -187,10 +208,6 @@ def _rejecting(runs: Sequence[Mapping], max_reject_pct: float) -> bool:
     """Some seed of a probe rejected more than `max_reject_pct` % of its requests."""
     return rejected_too_many(runs) or not all_within(
         [s for s in runs if not stopped(s)], max_reject_pct)
-
-
-def _chunks(items: list, n: int) -> list[list]:
-    return [items[j:j + n] for j in range(0, len(items), n)]
 
 
 def _run(runner: Runner, jobs: list[SimJob], progress: ProgressBar | None) -> list:
@@ -301,7 +318,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         ok = judge(rs, slos, max_reject_pct)
         searches[i].report(r, ok)
         probes[i].append(Probe(r, ok, probe_summary(rs), rs,
-                               [meets(s, slos) and within(s, max_reject_pct) for s in rs]))
+                               [seed_met(s, slos, max_reject_pct) for s in rs]))
         s = searches[i]
         if (skip_rejected_rates and not ok and s.lo is None and configs[i].fleet is None
                 and _rejecting(rs, max_reject_pct)):
@@ -318,9 +335,27 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                 (stack if searches[j].done else out).append(j)
         return out
 
+    def phases(i: int) -> tuple[list[int], list[int]]:
+        """The seeds probed first (a majority, weakest first by this search's and its
+        lead's probes so far) and those run only if they leave the probe open."""
+        n = len(seeds)
+        if n < 3:
+            return list(range(n)), []
+        src = leads.source.get(i)
+        seen = probes[i] + (probes[src] if src is not None else [])
+
+        def strength(k: int) -> tuple:
+            met = [p.rate for p in seen if p.seeds_met[k]]
+            miss = [p.rate for p in seen if p.seeds_met[k] is False]
+            return max(met, default=0.0), min(miss, default=float("inf")), k
+
+        order = sorted(range(n), key=strength)
+        return order[:n // 2 + 1], order[n // 2 + 1:]
+
     drive = _pipelined if runner.pooled else _lock_step
-    drive(searches, leads.start(), ended, jobs_at, done, slos, runner, progress,
-        max_reject_pct)
+    drive(searches, leads.start(), ended, jobs_at, phases, done, slos, runner, progress,
+          max_reject_pct)
+    _resolve_deferred(probes, jobs_at, runner, slos, max_reject_pct, progress)
     floors = _seed_floors(searches, probes, jobs_at, runner, slos, max_reject_pct, progress)
     for i, s in enumerate(searches):  # what a configuration that never passed reports
         if s.capacity == 0 and probes[i]:
@@ -329,6 +364,40 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone, f, s.hi if s.floor_fails else None)
             for c, s, p, f in zip(configs, searches, probes, floors, strict=True)]
+
+
+def _defers(runs: Sequence[Mapping], first: Sequence[int], slos: Mapping[str, float],
+            max_reject_pct: float) -> bool:
+    """Whether a probe's later seeds (`DEFERRED` in `runs`) may stay unrun: its first
+    seeds already fail it, and one of them stopped early, so it reports its decision
+    only whatever the others give (`probe_summary`)."""
+    return (any(stopped(runs[k]) for k in first)
+            and _decide(runs, slos, max_reject_pct) is False)
+
+
+def _resolve_deferred(probes: Sequence[list[Probe]], jobs_at, runner: Runner,
+                      slos: Mapping[str, float], max_reject_pct: float,
+                      progress: ProgressBar | None) -> None:
+    """Run the deferred seeds a seed's capacity needs: per search and seed, from the
+    highest rate down, those above the highest rate the seed met, until it meets one.
+    Each seed's capacity is then what running every seed everywhere gives; the rest
+    stay unrun (`seeds_met` None)."""
+    while True:
+        todo = []
+        for i, ps in enumerate(probes):
+            n = len(ps[0].seeds_met) if ps else 0
+            for k in range(n):
+                best = max((p.rate for p in ps if p.seeds_met[k]), default=0.0)
+                left = [p for p in ps if p.seeds_met[k] is None and p.rate > best]
+                if left:
+                    todo.append((i, k, max(left, key=lambda p: p.rate)))
+        if not todo:
+            return
+        results = _run(runner, [jobs_at(i, p.rate)[k] for i, k, p in todo], progress)
+        for (_, k, p), res in zip(todo, results, strict=True):
+            p.runs[k] = res.summary
+            p.seeds_met[k] = seed_met(res.summary, slos, max_reject_pct)
+            p.summary = probe_summary(p.runs)
 
 
 def _seed_floors(searches: Sequence[RateSearch], probes: Sequence[list[Probe]], jobs_at,
@@ -391,13 +460,14 @@ def _in_full(probe: Probe, jobs: list[SimJob], runner: Runner, slos: Mapping[str
                       strict=True):
         probe.runs[k] = res.summary
     probe.summary = probe_summary(probe.runs)
-    probe.seeds_met = [meets(s, slos) and within(s, max_reject_pct) for s in probe.runs]
+    probe.seeds_met = [seed_met(s, slos, max_reject_pct) for s in probe.runs]
 
 
-def _lock_step(searches, first, ended, jobs_at, done, slos, runner: Runner,
+def _lock_step(searches, first, ended, jobs_at, phases, done, slos, runner: Runner,
                progress: ProgressBar | None, max_reject_pct: float) -> None:
     """The running searches advance together: one batch of each one's next probe a round
-    (`first`: those running at the start; `ended(i)`: those search i's end starts)."""
+    (`first`: those running at the start; `ended(i)`: those search i's end starts;
+    `phases(i)`: the seeds run first and those run only if needed, `_defers`)."""
     running = list(first)
     while True:
         for i in [i for i in running if searches[i].done]:
@@ -408,10 +478,15 @@ def _lock_step(searches, first, ended, jobs_at, done, slos, runner: Runner,
         if not batch:
             return
         groups = [jobs_at(i, r) for i, r in batch]
-        n = len(groups[0])
-        flat = [j for g in groups for j in g]
-        runs = [[res.summary for res in chunk]
-                for chunk in _chunks(_run(runner, flat, progress), n)]
+        splits = [phases(i) for i, _ in batch]
+        runs = [[DEFERRED] * len(g) for g in groups]
+        for stage in (0, 1):
+            want = [(j, k) for j, (g, sp) in enumerate(zip(groups, splits, strict=True))
+                    for k in sp[stage]
+                    if stage == 0 or not _defers(runs[j], sp[0], slos, max_reject_pct)]
+            for (j, k), res in zip(want, _run(runner, [groups[j][k] for j, k in want],
+                                                progress), strict=True):
+                runs[j][k] = res.summary
         redo = [(j, k) for j, rs in enumerate(runs)
                 for k in _redo(rs, slos, max_reject_pct)]
         if redo:
@@ -422,14 +497,15 @@ def _lock_step(searches, first, ended, jobs_at, done, slos, runner: Runner,
             done(i, r, rs)
 
 
-def _pipelined(searches, first, ended, jobs_at, done, slos, runner: Runner,
+def _pipelined(searches, first, ended, jobs_at, phases, done, slos, runner: Runner,
                progress: ProgressBar | None, max_reject_pct: float) -> None:
     """Each search submits its next probe as soon as its last one is judged, so a short
     (stopped) probe never leaves a worker idle while a long one runs. Each search's
     probes depend on its own results and its lead's capacity only: the outcome is the
     lock-step one."""
     pending: dict[Future, tuple[int, int]] = {}
-    state: dict[int, tuple[float, list, list[SimJob]]] = {}  # search -> rate, runs, jobs
+    # search -> rate, runs, jobs, (seeds run first, seeds not yet submitted)
+    state: dict[int, tuple[float, list, list[SimJob], tuple[list[int], list[int]]]] = {}
 
     def submit(i: int, k: int, job: SimJob) -> None:
         if progress is not None:
@@ -443,9 +519,12 @@ def _pipelined(searches, first, ended, jobs_at, done, slos, runner: Runner,
                 advance(j)
             return
         jobs = jobs_at(i, r)
-        state[i] = (r, [None] * len(jobs), jobs)
-        for k, job in enumerate(jobs):
-            submit(i, k, job)
+        first, later = phases(i)
+        runs = [DEFERRED] * len(jobs)
+        state[i] = (r, runs, jobs, (first, list(later)))
+        for k in first:
+            runs[k] = None
+            submit(i, k, jobs[k])
 
     for i in first:
         advance(i)
@@ -454,11 +533,17 @@ def _pipelined(searches, first, ended, jobs_at, done, slos, runner: Runner,
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=pending.__getitem__):
                 i, k = pending.pop(fut)
-                r, runs, jobs = state[i]
+                r, runs, jobs, (first, later) = state[i]
                 runs[k] = fut.result().summary
                 if progress is not None:
                     progress.advance()
                 if any(x is None for x in runs):
+                    continue
+                if later and not _defers(runs, first, slos, max_reject_pct):
+                    for k2 in later:
+                        runs[k2] = None
+                        submit(i, k2, jobs[k2])
+                    later.clear()
                     continue
                 redo = _redo(runs, slos, max_reject_pct)
                 if redo:

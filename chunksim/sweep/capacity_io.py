@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from chunksim.latency.profile import Profile
-from chunksim.sweep.capacity import CapacityEntry, SearchParams
+from chunksim.sweep.capacity import CapacityEntry, SearchParams, deferred
 from chunksim.sweep.compare import config_keys
 from chunksim.sweep.slos import violations
 from chunksim.sweep.table import cell, columns_of, csv_text, flatten
@@ -21,7 +21,8 @@ def _probe(p, slos: dict[str, float], seeds: list[int],
     return {
         "rate": p.rate, "met": p.met, "seeds_met": p.seeds_met,
         "median": {k: p.summary.get(k) for k in (*_PROBE_KEYS, *slos) if k in p.summary},
-        "by_seed": [{"seed": k, "met": ok, **{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
+        "by_seed": [{"seed": k, "met": None, "not_run": True} if deferred(s) else
+                    {"seed": k, "met": ok, **{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
                      "violations": violations(s, slos, max_reject_pct),
                      **({"stopped_at_s": s["stopped_at_s"]} if s.get("stopped") else {})}
                     for k, ok, s in zip(seeds, p.seeds_met, p.runs, strict=True)],

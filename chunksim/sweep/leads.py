@@ -41,6 +41,8 @@ class Leads:
                 self.waiting[key] = []
                 self.first.append(i)
         self.key = {i: (group_key(c) if share else i) for i, c in enumerate(configs)}
+        self.source: dict[int, int] = {}
+        """Search -> the lead whose capacity it started from."""
 
     def start(self) -> list[int]:
         """The searches that run from the start: one per group."""
@@ -59,5 +61,6 @@ class Leads:
             waiting.clear()
             for j in released:
                 self.searches[j].aim(s.capacity)
+                self.source[j] = i
             return released
         return [waiting.pop(0)]
