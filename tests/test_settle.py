@@ -166,8 +166,11 @@ def test_capacity_search_answers_the_same_with_and_without_settling(profile):
     assert any(p.summary.get("stopped") for e in a for p in e.probes)
     for ea, eb in zip(a, b, strict=True):
         assert ea.max_rate == eb.max_rate
-        assert [(p.rate, p.met, p.seeds_met) for p in ea.probes] == \
-            [(p.rate, p.met, p.seeds_met) for p in eb.probes]
+        assert [(p.rate, p.met) for p in ea.probes] == [(p.rate, p.met) for p in eb.probes]
+        for pa, pb in zip(ea.probes, eb.probes, strict=True):  # a seed left unrun: None
+            assert all(x is None or x == y
+                       for x, y in zip(pa.seeds_met, pb.seeds_met, strict=True))
+        assert ea.seed_capacities() == eb.seed_capacities()
         for pa, pb in zip(ea.probes, eb.probes, strict=True):
             if not pa.summary.get("stopped"):  # reported in full: the same figures
                 assert pa.summary == pb.summary and pa.runs == pb.runs
@@ -321,3 +324,35 @@ def test_a_probe_over_the_rejection_cap_fails_without_running_in_full(profile):
 def _above_100_ms(g) -> int:
     """Gaps of `g` above 100 ms, counted again from its values."""
     return int(np.count_nonzero(np.asarray(g.values()) * 1000.0 > 100.0))
+
+
+def test_the_watch_checks_again_sooner_as_misses_grow():
+    """`SloWatch.check`: no growing miss, the longest interval; misses growing toward
+    what settles a bound, about when they could reach it, never under the floor."""
+    from types import SimpleNamespace
+
+    from chunksim.sim.settle import MIN_SETTLE_STEPS, SETTLE_EVERY_STEPS, Settled, SloWatch
+    from chunksim.workloads.options import build_workload
+
+    w = build_workload(WorkloadOptions(num_requests=100, rate=10.0))
+    arrival = w.requests.arrival_s
+    first = np.full(len(arrival), np.nan)
+    core = SimpleNamespace(rejected=[], first_token_s=first, first_sched_s=first,
+                           finish_s=first, running=[], waiting=[])
+    watch = SloWatch({"median_ttft_ms": 100.0}, w)
+    watch.attach([SimpleNamespace(core=core, watch=None)], lone=True)
+    need = needed_above(100, 50.0)  # 51 of 100 TTFTs above 100 ms settle the median
+
+    def late(n):  # the first n requests got their first token 1 s after arriving
+        first[:n] = arrival[:n] + 1.0
+
+    assert watch.check(1.0, SETTLE_EVERY_STEPS) == SETTLE_EVERY_STEPS  # no miss yet
+    late(10)
+    assert watch.check(2.0, 128) == SETTLE_EVERY_STEPS  # 10 a 128 steps: 41 to go is far
+    late(40)
+    assert watch.check(3.0, 128) == (need - 40) * 128 // 30  # 30 more: ~47 steps to go
+    late(50)
+    assert watch.check(4.0, 40) == MIN_SETTLE_STEPS  # one to go
+    late(need)
+    with pytest.raises(Settled):
+        watch.check(5.0, 8)

@@ -177,8 +177,9 @@ class Engine:
         self.step_log = step_log
         """Makes the run's StepLog (default: keep every step in memory)."""
         self.watch = None
-        """A `settle.SloWatch` checked every SETTLE_EVERY_STEPS steps (None: the run goes
-        to its end); it raises `settle.Settled` out of the run once a bound has failed."""
+        """A `settle.SloWatch` checked every SETTLE_EVERY_STEPS steps at most (None: the
+        run goes to its end); it raises `settle.Settled` out of the run once a bound has
+        failed."""
 
     def run(self) -> SimResult:
         """Simulate the whole workload; every request finishes or is reported rejected."""
@@ -295,6 +296,7 @@ class Engine:
         progress, total, report_at = self.progress, len(self.workload.requests), 0
         ahead = self.ahead
         watch, check_at = self.watch, SETTLE_EVERY_STEPS
+        checked_at = 0  # the step of the watch's last check (`SloWatch.check`)
         now = env.now  # the engine's clock: ahead of env.now while it runs ahead
         offload = c.offload
         stalled = False  # waiting requests need blocks that KV loads hold
@@ -303,8 +305,9 @@ class Engine:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
                 progress(c.finished + len(c.rejected), total, sim_s=now)
             if watch is not None and c.steps.n >= check_at:
-                check_at = c.steps.n + SETTLE_EVERY_STEPS
-                watch.check(now)
+                n = c.steps.n
+                check_at = n + min(SETTLE_EVERY_STEPS, watch.check(now, n - checked_at))
+                checked_at = n
             c.pull_arrivals(now)
             if offload is not None and offload.loads:
                 offload.finish(c, now)

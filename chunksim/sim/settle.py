@@ -43,7 +43,10 @@ REJECTED_KEY = "rejected_pct"
 """The bound of a watched run on the share of its requests rejected, in % (the probe's
 --max-reject-pct), beside the latency bounds (`watchable` keys, in ms)."""
 SETTLE_EVERY_STEPS = 128
-"""How often (in an engine's steps) a watched run checks its bounds."""
+"""How often (in an engine's steps) a watched run checks its bounds, at most."""
+MIN_SETTLE_STEPS = 8
+"""How often at least: a bound whose misses grow fast is checked again about when they
+could reach what settles it (`SloWatch.check`), but no sooner than this."""
 _MARGIN = 1e-9
 _KEY = re.compile(r"^(p(\d+)|median)_(ttft|sched_delay|e2el|itl)_ms$")
 
@@ -111,6 +114,7 @@ class SloWatch:
         self.whole = True
         self.lone = True
         self._gap_counters: dict[tuple[int, float], _GapCounter] = {}
+        self._seen: dict[str, int] = {}  # bound -> misses at the last check
 
     @property
     def active(self) -> bool:
@@ -128,8 +132,12 @@ class SloWatch:
             e.watch = self
 
     # ------------------------------------------------------------------ the check
-    def check(self, now: float) -> None:
-        """Raise `Settled` if a bound has certainly failed by `now`."""
+    def check(self, now: float, steps: int = SETTLE_EVERY_STEPS) -> int:
+        """Raise `Settled` if a bound has certainly failed by `now`. Else return in how
+        many steps to check again: when the misses of each bound, growing at their pace
+        over the last `steps` steps, could settle it (MIN_SETTLE_STEPS at least,
+        SETTLE_EVERY_STEPS where none grows). When it checks never changes the verdict,
+        only how soon a run that fails stops."""
         first = self.first_engines or self.engines
         rejected: set[int] = set()
         for e in self.engines + self.first_engines:
@@ -139,6 +147,7 @@ class SloWatch:
             raise Settled(REJECTED_KEY, cap, len(rejected),
                           math.floor(cap * len(self.arrival) / 100.0) + 1, now)
         n_req = len(self.arrival) - len(rejected)
+        every = SETTLE_EVERY_STEPS
         for key, series, pct, bound in self.bounds:
             if series in ("e2el", "itl") and not self.whole:
                 continue
@@ -157,6 +166,10 @@ class SloWatch:
             need = needed_above(n, pct)
             if missed >= need:
                 raise Settled(key, bound, missed, need, now)
+            grew, self._seen[key] = missed - self._seen.get(key, 0), missed
+            if grew > 0:
+                every = min(every, max(MIN_SETTLE_STEPS, (need - missed) * steps // grew))
+        return every
 
     def _missed(self, engines, series: str, bound_ms: float, now: float) -> int:
         """Requests whose `series` latency is certainly above the bound by `now`."""
