@@ -33,9 +33,10 @@ def knee_figure(entries: Sequence[CapacityEntry], slos: Mapping[str, float], tit
             c = style.color(e.config)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=c,
                     ls=style.linestyle(e.config), lw=1.3, label=e.config.label, zorder=1)
-            for rate, v, met in pts:  # filled = met every SLO, hollow = missed one
-                ax.scatter([rate], [v], marker=style.marker(e.config), s=22, zorder=2,
-                           facecolor=c if met else "white", edgecolor=c, linewidth=1)
+            # filled = met every SLO, hollow = missed one (one collection a configuration)
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=style.marker(e.config),
+                       s=22, zorder=2, facecolors=[c if p[2] else "white" for p in pts],
+                       edgecolors=c, linewidth=1)
             if e.at_max is not None:
                 ax.scatter([e.max_rate], [e.at_max[key]], marker="*", s=120, color=c,
                            edgecolor="black", linewidth=0.5, zorder=3)

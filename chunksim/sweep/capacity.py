@@ -15,7 +15,7 @@ first one's capacity (`leads`), so most of them end in a few probes around it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
@@ -352,17 +352,19 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         order = sorted(range(n), key=strength)
         return order[:n // 2 + 1], order[n // 2 + 1:]
 
+    floors: list[list[SeedProbe]] = [[] for _ in configs]
+
+    def after(i: int) -> list[Generator]:
+        """What search `i` runs once it has ended: one chain of jobs a seed."""
+        return [_after_search(searches[i], probes[i], k, lambda r, k=k: jobs_at(i, r)[k],
+                              floors[i], slos, max_reject_pct) for k in range(len(seeds))]
+
     drive = _pipelined if runner.pooled else _lock_step
-    drive(searches, leads.start(), ended, jobs_at, phases, done, slos, runner, progress,
-          max_reject_pct)
-    _resolve_deferred(probes, jobs_at, runner, slos, max_reject_pct, progress)
-    floors = _seed_floors(searches, probes, jobs_at, runner, slos, max_reject_pct, progress)
-    for i, s in enumerate(searches):  # what a configuration that never passed reports
-        if s.capacity == 0 and probes[i]:
-            low = min(probes[i], key=lambda p: p.rate)
-            _in_full(low, jobs_at(i, low.rate), runner, slos, max_reject_pct, progress)
+    drive(searches, leads.start(), ended, jobs_at, phases, done, after, slos, runner,
+          progress, max_reject_pct)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
-                          s.non_monotone, f, s.hi if s.floor_fails else None)
+                          s.non_monotone, sorted(f, key=lambda q: (q.seed, q.rate)),
+                          s.hi if s.floor_fails else None)
             for c, s, p, f in zip(configs, searches, probes, floors, strict=True)]
 
 
@@ -375,65 +377,74 @@ def _defers(runs: Sequence[Mapping], first: Sequence[int], slos: Mapping[str, fl
             and _decide(runs, slos, max_reject_pct) is False)
 
 
-def _resolve_deferred(probes: Sequence[list[Probe]], jobs_at, runner: Runner,
-                      slos: Mapping[str, float], max_reject_pct: float,
-                      progress: ProgressBar | None) -> None:
-    """Run the deferred seeds a seed's capacity needs: per search and seed, from the
-    highest rate down, those above the highest rate the seed met, until it meets one.
-    Each seed's capacity is then what running every seed everywhere gives; the rest
-    stay unrun (`seeds_met` None)."""
+def _later(runs: Sequence[Mapping], job: SimJob, slos: Mapping[str, float],
+           max_reject_pct: float) -> SimJob:
+    """A later seed's job: in full when the first seeds already pass the probe (its
+    figures are reported whatever it gives), else settling like the others."""
+    return _full(job) if _decide(runs, slos, max_reject_pct) is True else job
+
+
+def _after_search(search: RateSearch, probes: list[Probe], k: int, job_at,
+                  floors: list[SeedProbe], slos: Mapping[str, float],
+                  max_reject_pct: float) -> Generator[SimJob, dict, None]:
+    """Seed `k` of a search that has ended, as a generator of jobs (send each one's
+    summary back). Its seed capacity first: the probes it was not run at (`DEFERRED`)
+    above the highest rate it met, from the top down until it meets one, so that it is
+    what running every seed everywhere gives (the rest stay unrun, `seeds_met` None).
+    Then, for a search with a capacity, a seed that met none of its probes (one started
+    from a hint probes near the capacity only) runs alone down the lattice from the
+    lowest probe, 1, 2, 4, ... steps, until it meets the SLOs or passes `min_rate`
+    (`floors`). For a search that never passed, its lowest probe, which it reports, runs
+    in full. Each chain depends on its own search only: when it runs changes nothing."""
+    if not probes:
+        return
+
+    def met(summary: dict) -> bool | None:
+        return seed_met(summary, slos, max_reject_pct)
+
     while True:
-        todo = []
-        for i, ps in enumerate(probes):
-            n = len(ps[0].seeds_met) if ps else 0
-            for k in range(n):
-                best = max((p.rate for p in ps if p.seeds_met[k]), default=0.0)
-                left = [p for p in ps if p.seeds_met[k] is None and p.rate > best]
-                if left:
-                    todo.append((i, k, max(left, key=lambda p: p.rate)))
-        if not todo:
-            return
-        results = _run(runner, [jobs_at(i, p.rate)[k] for i, k, p in todo], progress)
-        for (_, k, p), res in zip(todo, results, strict=True):
-            p.runs[k] = res.summary
-            p.seeds_met[k] = seed_met(res.summary, slos, max_reject_pct)
-            p.summary = probe_summary(p.runs)
-
-
-def _seed_floors(searches: Sequence[RateSearch], probes: Sequence[list[Probe]], jobs_at,
-                 runner: Runner, slos: Mapping[str, float], max_reject_pct: float,
-                 progress: ProgressBar | None) -> list[list[SeedProbe]]:
-    """For a search that found a capacity, each seed that met the SLOs at none of its
-    probes (a search started from a hint probes near the capacity only) runs alone down
-    the lattice from the lowest probe, 1, 2, 4, ... steps, until it meets them (or
-    `min_rate` is passed); all such seeds advance a round at a time."""
-    out: list[list[SeedProbe]] = [[] for _ in searches]
-    walks = {}  # (search, seed index) -> (lowest probed rate, steps taken)
-    for i, s in enumerate(searches):
-        if s.capacity > 0 and probes[i]:
-            n = len(probes[i][0].seeds_met)
-            low = min(p.rate for p in probes[i])
-            for k in range(n):
-                if not any(p.seeds_met[k] for p in probes[i]):
-                    walks[i, k] = (low, 0)
-    while walks:
-        todo = []
-        for (i, k), (low, m) in sorted(walks.items()):
-            step = max(1, 2 * m)
-            r = low * 2.0 ** (-step / searches[i].steps_per_octave)
-            if r < searches[i].min_rate:
-                del walks[i, k]
-                continue
-            todo.append((i, k, r, step))
-        results = _run(runner, [jobs_at(i, r)[k] for i, k, r, _ in todo], progress)
-        for (i, k, r, step), res in zip(todo, results, strict=True):
-            ok = meets(res.summary, slos) and within(res.summary, max_reject_pct)
-            out[i].append(SeedProbe(r, k, ok, res.summary))
+        best = max((p.rate for p in probes if p.seeds_met[k]), default=0.0)
+        left = [p for p in probes if p.seeds_met[k] is None and p.rate > best]
+        if not left:
+            break
+        p = max(left, key=lambda x: x.rate)
+        got = yield job_at(p.rate)
+        p.runs[k], p.seeds_met[k] = got, met(got)
+        p.summary = probe_summary(p.runs)
+    if search.capacity > 0 and not any(p.seeds_met[k] for p in probes):
+        low, m = min(p.rate for p in probes), 0
+        while (r := low * 2.0 ** (-max(1, 2 * m) / search.steps_per_octave)) >= \
+                search.min_rate:
+            got = yield job_at(r)
+            ok = bool(met(got))
+            floors.append(SeedProbe(r, k, ok, got))
             if ok:
-                del walks[i, k]
-            else:
-                walks[i, k] = (walks[i, k][0], step)
-    return [sorted(f, key=lambda q: (q.seed, q.rate)) for f in out]
+                break
+            m = max(1, 2 * m)
+    if search.capacity == 0:
+        low = min(probes, key=lambda x: x.rate)
+        if stopped(low.runs[k]):
+            got = yield _full(job_at(low.rate))
+            low.runs[k], low.seeds_met[k] = got, met(got)
+            low.summary = probe_summary(low.runs)
+
+
+def _step(chain: Generator, summary: dict | None) -> SimJob | None:
+    """The next job of `chain` (given the last one's summary), None once it is over."""
+    try:
+        return next(chain) if summary is None else chain.send(summary)
+    except StopIteration:
+        return None
+
+
+def _run_chains(chains: list[Generator], runner: Runner,
+                progress: ProgressBar | None) -> None:
+    """Run chains side by side, one job of each a round."""
+    live = [(c, j) for c in chains if (j := _step(c, None)) is not None]
+    while live:
+        results = _run(runner, [j for _, j in live], progress)
+        live = [(c, j) for (c, _), res in zip(live, results, strict=True)
+                if (j := _step(c, res.summary)) is not None]
 
 
 def _redo(runs: Sequence[Mapping], slos: Mapping[str, float],
@@ -449,33 +460,22 @@ def _full(job: SimJob) -> SimJob:
     return dataclasses.replace(job, settle_slos_ms=())
 
 
-def _in_full(probe: Probe, jobs: list[SimJob], runner: Runner, slos: Mapping[str, float],
-             max_reject_pct: float, progress: ProgressBar | None) -> None:
-    """Run `probe`'s stopped seeds to their end (`jobs`: its seeds' jobs), so the figures
-    and rejections it reports are the full runs' (its verdict stays)."""
-    redo = [k for k, r in enumerate(probe.runs) if stopped(r)]
-    if not redo:
-        return
-    for k, res in zip(redo, _run(runner, [_full(jobs[k]) for k in redo], progress),
-                      strict=True):
-        probe.runs[k] = res.summary
-    probe.summary = probe_summary(probe.runs)
-    probe.seeds_met = [seed_met(s, slos, max_reject_pct) for s in probe.runs]
-
-
-def _lock_step(searches, first, ended, jobs_at, phases, done, slos, runner: Runner,
-               progress: ProgressBar | None, max_reject_pct: float) -> None:
+def _lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
+               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """The running searches advance together: one batch of each one's next probe a round
     (`first`: those running at the start; `ended(i)`: those search i's end starts;
-    `phases(i)`: the seeds run first and those run only if needed, `_defers`)."""
-    running = list(first)
+    `phases(i)`: the seeds run first and those run only if needed, `_defers`); then every
+    search's chains after it (`after(i)`), side by side."""
+    running, over = list(first), []
     while True:
         for i in [i for i in running if searches[i].done]:
             running.remove(i)
+            over.append(i)
             running.extend(ended(i))
         running.sort()
         batch = [(i, r) for i in running if (r := searches[i].next_rate()) is not None]
         if not batch:
+            _run_chains([c for i in sorted(over) for c in after(i)], runner, progress)
             return
         groups = [jobs_at(i, r) for i, r in batch]
         splits = [phases(i) for i, _ in batch]
@@ -484,8 +484,9 @@ def _lock_step(searches, first, ended, jobs_at, phases, done, slos, runner: Runn
             want = [(j, k) for j, (g, sp) in enumerate(zip(groups, splits, strict=True))
                     for k in sp[stage]
                     if stage == 0 or not _defers(runs[j], sp[0], slos, max_reject_pct)]
-            for (j, k), res in zip(want, _run(runner, [groups[j][k] for j, k in want],
-                                                progress), strict=True):
+            jobs = [groups[j][k] if stage == 0 else
+                    _later(runs[j], groups[j][k], slos, max_reject_pct) for j, k in want]
+            for (j, k), res in zip(want, _run(runner, jobs, progress), strict=True):
                 runs[j][k] = res.summary
         redo = [(j, k) for j, rs in enumerate(runs)
                 for k in _redo(rs, slos, max_reject_pct)]
@@ -497,24 +498,31 @@ def _lock_step(searches, first, ended, jobs_at, phases, done, slos, runner: Runn
             done(i, r, rs)
 
 
-def _pipelined(searches, first, ended, jobs_at, phases, done, slos, runner: Runner,
-               progress: ProgressBar | None, max_reject_pct: float) -> None:
+def _pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
+               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """Each search submits its next probe as soon as its last one is judged, so a short
-    (stopped) probe never leaves a worker idle while a long one runs. Each search's
-    probes depend on its own results and its lead's capacity only: the outcome is the
-    lock-step one."""
-    pending: dict[Future, tuple[int, int]] = {}
+    (stopped) probe never leaves a worker idle while a long one runs, and its chains
+    (`after`) as soon as it ends. Each search's probes depend on its own results and its
+    lead's capacity only, each chain on its search only: the outcome is the lock-step
+    one."""
+    # future -> (0, search, seed) for a probe's job, (1, chain number) for a chain's
+    pending: dict[Future, tuple[int, int] | tuple[int, int, int]] = {}
     # search -> rate, runs, jobs, (seeds run first, seeds not yet submitted)
     state: dict[int, tuple[float, list, list[SimJob], tuple[list[int], list[int]]]] = {}
+    chains: list[Generator] = []
 
-    def submit(i: int, k: int, job: SimJob) -> None:
+    def submit(key: tuple, job: SimJob) -> None:
         if progress is not None:
             progress.add(1)
-        pending[runner.submit(job)] = (i, k)
+        pending[runner.submit(job)] = key
 
     def advance(i: int) -> None:
         r = searches[i].next_rate()
         if r is None:
+            for c in after(i):
+                if (job := _step(c, None)) is not None:
+                    chains.append(c)
+                    submit((1, len(chains) - 1), job)
             for j in ended(i):
                 advance(j)
             return
@@ -524,7 +532,7 @@ def _pipelined(searches, first, ended, jobs_at, phases, done, slos, runner: Runn
         state[i] = (r, runs, jobs, (first, list(later)))
         for k in first:
             runs[k] = None
-            submit(i, k, jobs[k])
+            submit((0, i, k), jobs[k])
 
     for i in first:
         advance(i)
@@ -532,24 +540,31 @@ def _pipelined(searches, first, ended, jobs_at, phases, done, slos, runner: Runn
         while pending:
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for fut in sorted(finished, key=pending.__getitem__):
-                i, k = pending.pop(fut)
-                r, runs, jobs, (first, later) = state[i]
-                runs[k] = fut.result().summary
+                key = pending.pop(fut)
+                summary = fut.result().summary
                 if progress is not None:
                     progress.advance()
+                if key[0] == 1:
+                    if (job := _step(chains[key[1]], summary)) is not None:
+                        submit(key, job)
+                    continue
+                _, i, k = key
+                r, runs, jobs, (first, later) = state[i]
+                runs[k] = summary
                 if any(x is None for x in runs):
                     continue
                 if later and not _defers(runs, first, slos, max_reject_pct):
-                    for k2 in later:
+                    picked = [_later(runs, jobs[k2], slos, max_reject_pct) for k2 in later]
+                    for k2, job in zip(later, picked, strict=True):
                         runs[k2] = None
-                        submit(i, k2, jobs[k2])
+                        submit((0, i, k2), job)
                     later.clear()
                     continue
                 redo = _redo(runs, slos, max_reject_pct)
                 if redo:
                     for k2 in redo:
                         runs[k2] = None
-                        submit(i, k2, _full(jobs[k2]))
+                        submit((0, i, k2), _full(jobs[k2]))
                     continue
                 done(i, r, runs)
                 advance(i)
