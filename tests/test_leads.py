@@ -43,11 +43,27 @@ def test_one_lead_per_group_and_its_capacity_aims_the_rest():
     leads = Leads(configs, searches)
     assert leads.start() == [0, 3, 5]  # lone engines, 2x, P/D 1:1
     _end(searches[0], 5.0)
-    released = leads.finished(0)
+    released = leads.release(0)
     assert released == [1, 2]
     for j in released:  # aimed at the lead's capacity, on the lattice
         assert searches[j].hint == pytest.approx(searches[0].capacity)
-    assert leads.finished(1) == [] and leads.finished(5) == []
+    assert leads.release(1) == [] and leads.release(5) == []
+
+
+def test_the_rest_start_once_the_leads_bisection_converges():
+    """Released while the lead still checks the rates above its bracket; aimed at the
+    capacity it has converged on."""
+    searches = _searches(3)
+    leads = Leads(LONE, searches)
+    lead = searches[0]
+    while not lead.converged:
+        assert leads.release(0) == []
+        r = lead.next_rate()
+        lead.report(r, r <= 5.0)
+    assert not lead.done and lead.next_rate() == pytest.approx(lead.hi * lead.verify[0])
+    assert leads.release(0) == [1, 2]
+    assert searches[1].hint == pytest.approx(lead.capacity)
+    assert leads.release(0) == []  # released once
 
 
 def test_a_lead_without_a_capacity_hands_the_lead_on():
@@ -55,12 +71,15 @@ def test_a_lead_without_a_capacity_hands_the_lead_on():
     leads = Leads(LONE, searches)
     _end(searches[0], 0.0)  # nothing met
     assert searches[0].capacity == 0
-    assert leads.finished(0) == [1] and searches[1].hint is None  # runs from the start
+    assert leads.release(0) == [1] and searches[1].hint is None  # runs from the start
+    assert leads.release(0) == []  # handed on once: the others wait for search 1
+    _end(searches[1], 5.0)
+    assert leads.release(1) == [2] and searches[2].hint == pytest.approx(searches[1].capacity)
     capped = RateSearch(start=8.0, max_rate=16.0)
     _end(capped, 1e9)
     assert capped.capped
     leads2 = Leads(LONE, [capped, *_searches(2)])
-    assert leads2.finished(0) == [1]  # "at least the max rate" aims nothing either
+    assert leads2.release(0) == [1]  # "at least the max rate" aims nothing either
 
 
 def test_without_sharing_every_search_starts_at_once():
@@ -68,7 +87,7 @@ def test_without_sharing_every_search_starts_at_once():
     leads = Leads(LONE, searches, share=False)
     assert leads.start() == [0, 1, 2]
     _end(searches[0], 5.0)
-    assert leads.finished(0) == [] and all(s.hint is None for s in searches)
+    assert leads.release(0) == [] and all(s.hint is None for s in searches)
 
 
 @pytest.mark.slow

@@ -314,7 +314,9 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                 return True
         return False
 
-    def done(i: int, r: float, rs: list[dict]) -> None:
+    def done(i: int, r: float, rs: list[dict]) -> list[int]:
+        """Judge search `i`'s probe at `r` (`rs`: its seeds' summaries); returns the
+        searches that this releases (`ended`)."""
         ok = judge(rs, slos, max_reject_pct)
         searches[i].report(r, ok)
         probes[i].append(Probe(r, ok, probe_summary(rs), rs,
@@ -323,15 +325,16 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         if (skip_rejected_rates and not ok and s.lo is None and configs[i].fleet is None
                 and _rejecting(rs, max_reject_pct)):
             s.floor_fails = static_floor(s, lambda x: rejects_too_many(i, x))
+        return ended(i)
 
     leads = Leads(configs, searches, params.share and params.min_rate < params.max_rate)
 
     def ended(i: int) -> list[int]:
-        """Searches released by the end of search `i` that have a probe to run (one
-        released with none ends at once and releases in turn)."""
+        """Searches released by search `i` so far (`Leads.release`) that have a probe to
+        run (one released with none ends at once and releases in turn)."""
         out, stack = [], [i]
         while stack:
-            for j in leads.finished(stack.pop()):
+            for j in leads.release(stack.pop()):
                 (stack if searches[j].done else out).append(j)
         return out
 
@@ -463,7 +466,7 @@ def _full(job: SimJob) -> SimJob:
 def _lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
                runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """The running searches advance together: one batch of each one's next probe a round
-    (`first`: those running at the start; `ended(i)`: those search i's end starts;
+    (`first`: those running at the start; `done` and `ended(i)`: those search i starts;
     `phases(i)`: the seeds run first and those run only if needed, `_defers`); then every
     search's chains after it (`after(i)`), side by side."""
     running, over = list(first), []
@@ -495,7 +498,7 @@ def _lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
             for (j, k), res in zip(redo, full, strict=True):
                 runs[j][k] = res.summary
         for (i, r), rs in zip(batch, runs, strict=True):
-            done(i, r, rs)
+            running.extend(done(i, r, rs))
 
 
 def _pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
@@ -566,7 +569,8 @@ def _pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
                         runs[k2] = None
                         submit((0, i, k2), _full(jobs[k2]))
                     continue
-                done(i, r, runs)
+                for j in done(i, r, runs):
+                    advance(j)
                 advance(i)
     finally:
         for fut in pending:

@@ -2,10 +2,11 @@
 
 Configurations that differ only in policy and chunk size (the same fleet layout and draft
 tokens) form a group. In each group the first search in configuration order *leads*: it
-runs from the search's start. The others wait until it ends and start from its capacity,
+runs from the search's start. The others wait for its capacity and start there,
 where their own usually lies, so each ends in a few probes instead of a full bracket and
-bisection. A lead that finds no capacity (nothing met, or the SLOs held up to the maximum
-rate) hands the lead to the next waiting search, which then runs from the start.
+bisection. They start once the lead's bisection has converged, while it checks the rates
+above its bracket. A lead that finds no capacity (nothing met, or the SLOs held up to the
+maximum rate) hands the lead to the next waiting search, which then runs from the start.
 
 Which search leads and what hint a search gets depend on the configurations and the
 probes' verdicts only, never on which job finished first, so the probes (and the report)
@@ -32,6 +33,7 @@ class Leads:
                  share: bool = True) -> None:
         self.searches = searches
         self.waiting: dict[Hashable, list[int]] = {}
+        self.lead: dict[Hashable, int] = {}  # group -> its lead now
         self.first: list[int] = []
         for i, c in enumerate(configs):
             key = group_key(c) if share else i
@@ -39,6 +41,7 @@ class Leads:
                 self.waiting[key].append(i)
             else:
                 self.waiting[key] = []
+                self.lead[key] = i
                 self.first.append(i)
         self.key = {i: (group_key(c) if share else i) for i, c in enumerate(configs)}
         self.source: dict[int, int] = {}
@@ -48,19 +51,25 @@ class Leads:
         """The searches that run from the start: one per group."""
         return list(self.first)
 
-    def finished(self, i: int) -> list[int]:
-        """Search `i` has ended: the searches it releases. A lead with a capacity below
-        the maximum rate releases every waiting search of its group, aimed at that
-        capacity; one without hands the lead on to the next. Others release nothing."""
-        waiting = self.waiting[self.key[i]]
-        if not waiting or i in waiting:
+    def release(self, i: int) -> list[int]:
+        """Search `i` has judged a probe, or ended: the searches it releases. A lead whose
+        bisection has converged (`RateSearch.converged`, before its checks above) on a
+        capacity releases every waiting search of its group, aimed at that capacity; one
+        that ended without a capacity below the maximum rate hands the lead on to the
+        next. Others, and a lead still searching, release nothing."""
+        key = self.key[i]
+        waiting = self.waiting[key]
+        if not waiting or self.lead[key] != i:
             return []
         s = self.searches[i]
-        if s.capacity > 0 and not s.capped:
+        if s.capacity > 0 and (s.converged or s.done and not s.capped):
             released = list(waiting)
             waiting.clear()
             for j in released:
                 self.searches[j].aim(s.capacity)
                 self.source[j] = i
             return released
-        return [waiting.pop(0)]
+        if not s.done:
+            return []
+        self.lead[key] = waiting.pop(0)
+        return [self.lead[key]]

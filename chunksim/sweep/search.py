@@ -157,6 +157,13 @@ class RateSearch:
         return out
 
     @property
+    def converged(self) -> bool:
+        """The bisection has narrowed the bracket to the tolerance (what is left is the
+        checks above it, which may resume the search)."""
+        lo, hi = self.lo, self.hi
+        return lo is not None and hi is not None and hi / lo <= 1 + self.tol
+
+    @property
     def done(self) -> bool:
         return self.next_rate() is None
 
