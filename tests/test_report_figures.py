@@ -53,9 +53,11 @@ def test_knee_draws_each_slo_bound_on_its_own_panel_and_stars_the_capacity():
              and c.get_sizes()[0] == 120]
     assert len(stars) == 1 and tuple(stars[0].get_offsets()[0]) == (2.0, 60.0)
     # filled = met, hollow = missed: the 4 req/s probe is drawn hollow
-    hollow = [c for c in itl_ax.collections if c.get_sizes()[0] == 22
-              and tuple(c.get_facecolor()[0][:3]) == (1.0, 1.0, 1.0)]
-    assert [tuple(c.get_offsets()[0]) for c in hollow] == [(4.0, 300.0)]
+    points = [(tuple(xy), tuple(fc[:3])) for c in itl_ax.collections
+              if c.get_sizes()[0] == 22
+              for xy, fc in zip(c.get_offsets(), c.get_facecolor(), strict=True)]
+    assert len(points) == 3
+    assert [xy for xy, fc in points if fc == (1.0, 1.0, 1.0)] == [(4.0, 300.0)]
     _close(fig)
 
 
