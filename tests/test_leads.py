@@ -10,11 +10,13 @@ import io
 import pytest
 
 from chunksim.sim.run import RunConfig
-from chunksim.sweep.capacity import DEFERRED, SearchParams, _defers, capacity_search, deferred
+from chunksim.sweep.capacity import SearchParams, capacity_search
 from chunksim.sweep.capacity_io import entry_document, probes_csv
 from chunksim.sweep.configs import Config, PolicySpec, make_configs, parse_policies
 from chunksim.sweep.fleets import FleetSpec
 from chunksim.sweep.leads import Leads
+from chunksim.sweep.probe_drive import _defers
+from chunksim.sweep.probes import DEFERRED, deferred
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
 from chunksim.sweep.slos import meets
@@ -155,7 +157,7 @@ def test_seeds_left_unrun_change_no_verdict_and_no_seed_capacity(linear_profile,
                                                                  monkeypatch):
     """A seed is left unrun only at a probe the others already failed; the probes'
     verdicts and every seed's capacity are those of running every seed everywhere."""
-    import chunksim.sweep.capacity as cap
+    import chunksim.sweep.probe_drive as drive
 
     configs = make_configs(parse_policies("budget"), [768, 2048])
     slos = {"p99_itl_ms": 8.0, "p99_ttft_ms": 400.0}
@@ -163,7 +165,7 @@ def test_seeds_left_unrun_change_no_verdict_and_no_seed_capacity(linear_profile,
     params = SearchParams(start=8.0, tol=0.05, max_rate=256.0)
     with Runner(linear_profile, workers=workers) as runner:
         lazy = capacity_search(configs, w, RunConfig(), slos, runner, params, seeds=[0, 1, 2])
-        monkeypatch.setattr(cap, "_defers", lambda *a: False)
+        monkeypatch.setattr(drive, "_defers", lambda *a: False)
         every = capacity_search(configs, w, RunConfig(), slos, runner, params, seeds=[0, 1, 2])
     unrun = [(p, k) for e in lazy for p in e.probes for k, ok in enumerate(p.seeds_met)
              if ok is None]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 from chunksim.latency.profile import Profile
-from chunksim.sweep.capacity import CapacityEntry, SearchParams, deferred
+from chunksim.sweep.capacity import CapacityEntry, SearchParams
 from chunksim.sweep.compare import config_keys
+from chunksim.sweep.probes import deferred
 from chunksim.sweep.slos import violations
 from chunksim.sweep.table import cell, columns_of, csv_text, flatten
 from chunksim.sweep.verdict import Verdict

@@ -1,0 +1,238 @@
+"""Running a capacity search's probes on a Runner: which seeds of a probe run first,
+the later ones only while the probe is open, stopped seeds again in full where the
+figures are reported, and each search's closing runs (`after_search`) as soon as it ends.
+`pipelined` keeps a pool busy (each search submits its next probe as soon as its last is
+judged); `lock_step` runs rounds on a serial Runner. Both give the same probes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+from chunksim.progress import ProgressBar
+from chunksim.sweep.early import stopped
+from chunksim.sweep.job import SimJob
+from chunksim.sweep.probes import (
+    DEFERRED,
+    Probe,
+    SeedProbe,
+    partial_verdict,
+    probe_summary,
+    seed_met,
+)
+from chunksim.sweep.runner import Runner
+from chunksim.sweep.search import RateSearch
+
+
+def _run(runner: Runner, jobs: list[SimJob], progress: ProgressBar | None) -> list:
+    if progress is not None:
+        progress.add(len(jobs))
+    return runner.map(jobs, progress=progress)
+
+
+def _defers(runs: Sequence[Mapping], first: Sequence[int], slos: Mapping[str, float],
+            max_reject_pct: float) -> bool:
+    """Whether a probe's later seeds (`DEFERRED` in `runs`) may stay unrun: its first
+    seeds already fail it, and one of them stopped early, so it reports its decision
+    only whatever the others give (`probe_summary`)."""
+    return (any(stopped(runs[k]) for k in first)
+            and partial_verdict(runs, slos, max_reject_pct) is False)
+
+
+def _later(runs: Sequence[Mapping], job: SimJob, slos: Mapping[str, float],
+           max_reject_pct: float) -> SimJob:
+    """A later seed's job: in full when the first seeds already pass the probe (its
+    figures are reported whatever it gives), else settling like the others."""
+    return _full(job) if partial_verdict(runs, slos, max_reject_pct) is True else job
+
+
+def after_search(search: RateSearch, probes: list[Probe], k: int, job_at,
+                  floors: list[SeedProbe], slos: Mapping[str, float],
+                  max_reject_pct: float) -> Generator[SimJob, dict, None]:
+    """Seed `k` of a search that has ended, as a generator of jobs (send each one's
+    summary back). Its seed capacity first: the probes it was not run at (`DEFERRED`)
+    above the highest rate it met, from the top down until it meets one, so that it is
+    what running every seed everywhere gives (the rest stay unrun, `seeds_met` None).
+    Then, for a search with a capacity, a seed that met none of its probes (one started
+    from a hint probes near the capacity only) runs alone down the lattice from the
+    lowest probe, 1, 2, 4, ... steps, until it meets the SLOs or passes `min_rate`
+    (`floors`). For a search that never passed, its lowest probe, which it reports, runs
+    in full. Each chain depends on its own search only: when it runs changes nothing."""
+    if not probes:
+        return
+
+    def met(summary: dict) -> bool | None:
+        return seed_met(summary, slos, max_reject_pct)
+
+    while True:
+        best = max((p.rate for p in probes if p.seeds_met[k]), default=0.0)
+        left = [p for p in probes if p.seeds_met[k] is None and p.rate > best]
+        if not left:
+            break
+        p = max(left, key=lambda x: x.rate)
+        got = yield job_at(p.rate)
+        p.runs[k], p.seeds_met[k] = got, met(got)
+        p.summary = probe_summary(p.runs)
+    if search.capacity > 0 and not any(p.seeds_met[k] for p in probes):
+        low, m = min(p.rate for p in probes), 0
+        while (r := low * 2.0 ** (-max(1, 2 * m) / search.steps_per_octave)) >= \
+                search.min_rate:
+            got = yield job_at(r)
+            ok = bool(met(got))
+            floors.append(SeedProbe(r, k, ok, got))
+            if ok:
+                break
+            m = max(1, 2 * m)
+    if search.capacity == 0:
+        low = min(probes, key=lambda x: x.rate)
+        if stopped(low.runs[k]):
+            got = yield _full(job_at(low.rate))
+            low.runs[k], low.seeds_met[k] = got, met(got)
+            low.summary = probe_summary(low.runs)
+
+
+def _step(chain: Generator, summary: dict | None) -> SimJob | None:
+    """The next job of `chain` (given the last one's summary), None once it is over."""
+    try:
+        return next(chain) if summary is None else chain.send(summary)
+    except StopIteration:
+        return None
+
+
+def _run_chains(chains: list[Generator], runner: Runner,
+                progress: ProgressBar | None) -> None:
+    """Run chains side by side, one job of each a round."""
+    live = [(c, j) for c in chains if (j := _step(c, None)) is not None]
+    while live:
+        results = _run(runner, [j for _, j in live], progress)
+        live = [(c, j) for (c, _), res in zip(live, results, strict=True)
+                if (j := _step(c, res.summary)) is not None]
+
+
+def _redo(runs: Sequence[Mapping], slos: Mapping[str, float],
+          max_reject_pct: float) -> list[int]:
+    """The stopped seeds of a probe to run in full: all of them when the probe passes (its
+    figures are reported) or when they leave the median-seed verdict open."""
+    if partial_verdict(runs, slos, max_reject_pct) is False:
+        return []
+    return [k for k, s in enumerate(runs) if stopped(s)]
+
+
+def _full(job: SimJob) -> SimJob:
+    return dataclasses.replace(job, settle_slos_ms=())
+
+
+def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
+               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
+    """The running searches advance together: one batch of each one's next probe a round
+    (`first`: those running at the start; `done` and `ended(i)`: those search i starts;
+    `phases(i)`: the seeds run first and those run only if needed, `_defers`); then every
+    search's chains after it (`after(i)`), side by side."""
+    running, over = list(first), []
+    while True:
+        for i in [i for i in running if searches[i].done]:
+            running.remove(i)
+            over.append(i)
+            running.extend(ended(i))
+        running.sort()
+        batch = [(i, r) for i in running if (r := searches[i].next_rate()) is not None]
+        if not batch:
+            _run_chains([c for i in sorted(over) for c in after(i)], runner, progress)
+            return
+        groups = [jobs_at(i, r) for i, r in batch]
+        splits = [phases(i) for i, _ in batch]
+        runs = [[dict(DEFERRED) for _ in g] for g in groups]
+        for stage in (0, 1):
+            want = [(j, k) for j, (g, sp) in enumerate(zip(groups, splits, strict=True))
+                    for k in sp[stage]
+                    if stage == 0 or not _defers(runs[j], sp[0], slos, max_reject_pct)]
+            jobs = [groups[j][k] if stage == 0 else
+                    _later(runs[j], groups[j][k], slos, max_reject_pct) for j, k in want]
+            for (j, k), res in zip(want, _run(runner, jobs, progress), strict=True):
+                runs[j][k] = res.summary
+        redo = [(j, k) for j, rs in enumerate(runs)
+                for k in _redo(rs, slos, max_reject_pct)]
+        if redo:
+            full = _run(runner, [_full(groups[j][k]) for j, k in redo], progress)
+            for (j, k), res in zip(redo, full, strict=True):
+                runs[j][k] = res.summary
+        for (i, r), rs in zip(batch, runs, strict=True):
+            running.extend(done(i, r, rs))
+
+
+def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
+               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
+    """Each search submits its next probe as soon as its last one is judged, so a short
+    (stopped) probe never leaves a worker idle while a long one runs, and its chains
+    (`after`) as soon as it ends. Each search's probes depend on its own results and its
+    lead's capacity only, each chain on its search only: the outcome is the lock-step
+    one."""
+    # future -> (0, search, seed) for a probe's job, (1, chain number) for a chain's
+    pending: dict[Future, tuple[int, int] | tuple[int, int, int]] = {}
+    # search -> rate, runs, jobs, (seeds run first, seeds not yet submitted)
+    state: dict[int, tuple[float, list, list[SimJob], tuple[list[int], list[int]]]] = {}
+    chains: list[Generator] = []
+
+    def submit(key: tuple, job: SimJob) -> None:
+        if progress is not None:
+            progress.add(1)
+        pending[runner.submit(job)] = key
+
+    def advance(i: int) -> None:
+        r = searches[i].next_rate()
+        if r is None:
+            for c in after(i):
+                if (job := _step(c, None)) is not None:
+                    chains.append(c)
+                    submit((1, len(chains) - 1), job)
+            for j in ended(i):
+                advance(j)
+            return
+        jobs = jobs_at(i, r)
+        first, later = phases(i)
+        runs = [dict(DEFERRED) for _ in jobs]
+        state[i] = (r, runs, jobs, (first, list(later)))
+        for k in first:
+            runs[k] = None
+            submit((0, i, k), jobs[k])
+
+    for i in first:
+        advance(i)
+    try:
+        while pending:
+            finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=pending.__getitem__):
+                key = pending.pop(fut)
+                summary = fut.result().summary
+                if progress is not None:
+                    progress.advance()
+                if key[0] == 1:
+                    if (job := _step(chains[key[1]], summary)) is not None:
+                        submit(key, job)
+                    continue
+                _, i, k = key
+                r, runs, jobs, (first, later) = state[i]
+                runs[k] = summary
+                if any(x is None for x in runs):
+                    continue
+                if later and not _defers(runs, first, slos, max_reject_pct):
+                    picked = [_later(runs, jobs[k2], slos, max_reject_pct) for k2 in later]
+                    for k2, job in zip(later, picked, strict=True):
+                        runs[k2] = None
+                        submit((0, i, k2), job)
+                    later.clear()
+                    continue
+                redo = _redo(runs, slos, max_reject_pct)
+                if redo:
+                    for k2 in redo:
+                        runs[k2] = None
+                        submit((0, i, k2), _full(jobs[k2]))
+                    continue
+                for j in done(i, r, runs):
+                    advance(j)
+                advance(i)
+    finally:
+        for fut in pending:
+            fut.cancel()
