@@ -28,8 +28,8 @@ class Probe:
     """The per-seed summaries folded to their medians."""
     runs: list[dict] = field(default_factory=list)
     """Each seed's summary, in seed order."""
-    seeds_met: list[bool] = field(default_factory=list)
-    """Whether each seed alone met the SLOs."""
+    seeds_met: list[bool | None] = field(default_factory=list)
+    """Whether each seed alone met the SLOs (None: not run here, `DEFERRED`)."""
 
 
 def judge(runs: Sequence[Mapping], slos: Mapping[str, float],
