@@ -219,8 +219,9 @@ def fmt_none() -> str:
 @pytest.mark.slow
 def test_pipelined_search_on_a_pool_answers_as_the_lock_step_one(profile):
     """Searches that move on as their own probes finish (a process pool) end where the
-    lock-step rounds (inline) end, probe for probe."""
-    configs = make_configs(parse_policies("whole,budget"), [2048])
+    lock-step rounds (inline) end, probe for probe: the lead, the searches started from
+    its capacity, the seeds left unrun and the closing runs."""
+    configs = make_configs(parse_policies("whole,chunk,budget"), [512, 2048])
     w = WorkloadOptions(num_requests=60)
     params = search_params(w, tol=0.2)
     slos = {"p99_itl_ms": 100.0, "p99_ttft_ms": 2000.0, "median_sched_delay_ms": 2000.0}
@@ -234,6 +235,7 @@ def test_pipelined_search_on_a_pool_answers_as_the_lock_step_one(profile):
         assert (a.max_rate, a.capped, a.non_monotone) == (b.max_rate, b.capped, b.non_monotone)
         assert [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in a.probes] == \
             [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in b.probes]
+        assert a.seed_probes == b.seed_probes
 
 
 @settings(max_examples=100, deadline=None)
