@@ -49,8 +49,8 @@ def _later(runs: Sequence[Mapping], job: SimJob, slos: Mapping[str, float],
 
 
 def after_search(search: RateSearch, probes: list[Probe], k: int, job_at,
-                  floors: list[SeedProbe], slos: Mapping[str, float],
-                  max_reject_pct: float) -> Generator[SimJob, dict, None]:
+                 floors: list[SeedProbe], slos: Mapping[str, float],
+                 max_reject_pct: float) -> Generator[SimJob, dict, None]:
     """Seed `k` of a search that has ended, as a generator of jobs (send each one's
     summary back). Its seed capacity first: the probes it was not run at (`DEFERRED`)
     above the highest rate it met, from the top down until it meets one, so that it is
@@ -125,7 +125,7 @@ def _full(job: SimJob) -> SimJob:
 
 
 def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
-               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
+              runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """The running searches advance together: one batch of each one's next probe a round
     (`first`: those running at the start; `done` and `ended(i)`: those search i starts;
     `phases(i)`: the seeds run first and those run only if needed, `_defers`); then every
@@ -163,7 +163,7 @@ def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
 
 
 def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
-               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
+              runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """Each search submits its next probe as soon as its last one is judged, so a short
     (stopped) probe never leaves a worker idle while a long one runs, and its chains
     (`after`) as soon as it ends. Each search's probes depend on its own results and its
