@@ -70,7 +70,7 @@ def test_an_os_error_under_out_names_the_flag(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_in_compare_exits_130_with_what_holds(tmp_path):
-    proc = subprocess.Popen([*SIM, "compare", "-n", "400", "--seeds", "0,1", "--workers", "1",
+    proc = subprocess.Popen([*SIM, "compare", "-n", "4000", "--seeds", "0,1", "--workers", "1",
                              "--out", str(tmp_path / "c")], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=default_sigint)
