@@ -241,7 +241,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
             s.floor_fails = static_floor(s, lambda x: rejects_too_many(i, x))
         return ended(i)
 
-    leads = Leads(configs, searches, params.share and params.min_rate < params.max_rate)
+    leads = Leads(configs, searches, params.share)
 
     def ended(i: int) -> list[int]:
         """Searches released by search `i` so far (`Leads.release`) that have a probe to

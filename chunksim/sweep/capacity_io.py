@@ -17,15 +17,20 @@ _PROBE_KEYS = ("completed", "rejected", "p99_itl_ms", "p99_ttft_ms", "median_sch
                "max_decode_stall_ms", "request_throughput")
 
 
+def _seed_run(s: dict, slos: dict[str, float], max_reject_pct: float | None) -> dict:
+    """One seed's run: its SLO'd metrics, the bounds it missed, where it stopped."""
+    return {**{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
+            "violations": violations(s, slos, max_reject_pct),
+            **({"stopped_at_s": s["stopped_at_s"]} if s.get("stopped") else {})}
+
+
 def _probe(p, slos: dict[str, float], seeds: list[int],
            max_reject_pct: float | None = None) -> dict:
     return {
         "rate": p.rate, "met": p.met, "seeds_met": p.seeds_met,
         "median": {k: p.summary.get(k) for k in (*_PROBE_KEYS, *slos) if k in p.summary},
         "by_seed": [{"seed": k, "met": None, "not_run": True} if deferred(s) else
-                    {"seed": k, "met": ok, **{m: s.get(m) for m in (*_PROBE_KEYS, *slos)},
-                     "violations": violations(s, slos, max_reject_pct),
-                     **({"stopped_at_s": s["stopped_at_s"]} if s.get("stopped") else {})}
+                    {"seed": k, "met": ok, **_seed_run(s, slos, max_reject_pct)}
                     for k, ok, s in zip(seeds, p.seeds_met, p.runs, strict=True)],
         **({"stopped": True} if p.summary.get("stopped") else {}),
     }
@@ -49,10 +54,7 @@ def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int],
         "summary_at_max_rate": e.at_max,
         "probes": [_probe(p, slos, seeds, max_reject_pct) for p in e.probes],
         "seed_probes": [{"rate": q.rate, "seed": seeds[q.seed], "met": q.met,
-                         **{m: q.summary.get(m) for m in (*_PROBE_KEYS, *slos)},
-                         "violations": violations(q.summary, slos, max_reject_pct),
-                         **({"stopped_at_s": q.summary["stopped_at_s"]}
-                            if q.summary.get("stopped") else {})}
+                         **_seed_run(q.summary, slos, max_reject_pct)}
                         for q in e.seed_probes],
     }
 

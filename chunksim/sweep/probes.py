@@ -45,12 +45,11 @@ def judge(runs: Sequence[Mapping], slos: Mapping[str, float],
 
 
 def partial_verdict(runs: Sequence[Mapping], slos: Mapping[str, float],
-            max_reject_pct: float) -> bool | None:
+                    max_reject_pct: float) -> bool | None:
     """`judge`'s verdict, None while stopped seeds leave it open. A seed that ran in full
     and rejected too much fails the probe; a stopped seed's rejections are unknown, so it
     is run in full whenever the verdict is not already a miss (`probe_drive`)."""
-    if rejected_too_many(runs) or not all_within([s for s in runs if not stopped(s)],
-                                                 max_reject_pct):
+    if rejecting(runs, max_reject_pct):
         return False
     return decide(runs, slos)
 
