@@ -151,8 +151,14 @@ class _Noise:
         return float(self.blocks[i // _NOISE_BLOCK][i % _NOISE_BLOCK])
 
     def range(self, i: int, k: int) -> np.ndarray:
+        """The draws of steps i .. i+k-1: a view into one block when they lie in one (as
+        a stretch's nearly always do), else joined from just the blocks they span."""
         self._upto(i + k)
-        return np.concatenate(self.blocks)[i : i + k]
+        first, lo = divmod(i, _NOISE_BLOCK)
+        last = (i + max(k, 1) - 1) // _NOISE_BLOCK
+        if first == last:
+            return self.blocks[first][lo : lo + k]
+        return np.concatenate(self.blocks[first : last + 1])[lo : lo + k]
 
 
 class Engine:
