@@ -34,7 +34,7 @@ import numpy as np
 
 from chunksim.core.shape import BatchShape
 from chunksim.latency.base import StepCosts
-from chunksim.latency.component_table import Components, Grid, parse
+from chunksim.latency.component_table import Components, Grid
 from chunksim.latency.moe import Routing, routed_expert_s
 from chunksim.latency.profile import Profile
 
@@ -232,7 +232,7 @@ class ComponentModel(StepCosts):
 
     def __init__(self, profile: Profile, step_overhead_s: float | None = None,
                  expert_skew: float | None = None) -> None:
-        self.c: Components = parse(profile.table, profile.path)
+        self.c: Components = profile.components
         comp = profile.provenance.get("components") or {}
         layers = comp.get("layers", (profile.provenance.get("model") or {}).get("n_layers"))
         if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:

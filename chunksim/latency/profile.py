@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ import numpy as np
 from chunksim.core.errors import InputError, reading
 from chunksim.latency.component_table import FORMAT as COMPONENT_FORMAT
 from chunksim.latency.component_table import KEY_COLUMNS as COMPONENT_KEYS
-from chunksim.latency.component_table import kind_of, parse
+from chunksim.latency.component_table import Components, kind_of, parse
 
 KEY_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len")
 TIME_COLUMNS = ("median_s", "p10_s", "p90_s")
@@ -54,6 +55,15 @@ class Profile:
     """sha256 of the CSV bytes: stamped on every result made with this profile."""
     kind: str = "whole-step"
     """`whole-step` (chunksim-profile/1) or `components` (chunksim-components/1)."""
+
+    @cached_property
+    def components(self) -> Components:
+        """A component profile's grids (`component_table.parse` of `table`), built once
+        per profile object: every engine of a grid or a capacity search reads the same
+        grids, so they are parsed once per process, not once per run. `table` is not to
+        be changed after load (a changed table is a new Profile, e.g. by
+        `dataclasses.replace`)."""
+        return parse(self.table, self.path)
 
     @property
     def max_position(self) -> int | None:
@@ -147,9 +157,10 @@ def _load(path: Path) -> Profile:
         missing = [c for c in ("component", *COMPONENT_KEYS) if c not in table.columns]
         if not missing:  # (a missing column is parse's to name)
             _refuse_duplicates(path, table, ("component", *COMPONENT_KEYS))
-        parse(table, str(path))  # every fault named by file, line and column
-        return Profile(table=table, provenance=provenance, path=str(path), sha256=sha,
+        prof = Profile(table=table, provenance=provenance, path=str(path), sha256=sha,
                        kind="components")
+        prof.components  # noqa: B018 - every fault named by file, line and column, now
+        return prof
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
         raise InputError(
