@@ -238,3 +238,23 @@ def test_a_missing_grid_point_is_named(tmp_path):
 
 def test_fixed_cost_is_one_row(comp):
     assert latency_model(comp).fixed_s == FIXED_S
+
+
+def test_the_one_dimensional_memo_returns_each_keys_own_figures(comp):
+    """`_Line1.at` remembers figures per token count: a key asked again, as an int or a
+    float, on or off the grid, gets what a fresh line computes for it, whatever was
+    asked before it."""
+    lat = latency_model(comp)
+    keys = [1, 7, 7.0, 300, 1, 10**7, 0.5, 2048, 300.0, 10**7]
+    fresh = ComponentModel(comp)
+    for line, ref in ((lat.dense, fresh.dense), (lat.head, fresh.head),
+                      (lat.embed, fresh.embed)):
+        for x in keys:
+            assert line.at(x) == ref._at(x)
+        assert set(keys) <= set(line._memo)
+
+
+def test_a_profile_parses_its_table_once(comp):
+    """Engines built on one Profile share its parsed grids (`Profile.components`)."""
+    a, b = ComponentModel(comp), ComponentModel(comp)
+    assert a.c is b.c is comp.components

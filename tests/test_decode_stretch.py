@@ -112,6 +112,24 @@ def test_the_vector_path_prices_each_point_as_the_scalar_path(comp, n, points):
         assert bool(out or line.out) == bool(flags[i])
 
 
+@given(st.integers(1, 300), st.floats(1.0, 40000.0), st.floats(0.0, 30000.0),
+       st.integers(1, 400), st.integers(0, 3))
+def test_a_stretchs_steps_price_as_each_step_alone(comp, n, start, extra, k, seed):
+    """Stretches as the engine prices them (every context one token longer a step): most
+    lie in one cell of the attention grid (read once), some span cells or leave the grid;
+    with and without jitter, each step's time is the scalar path's, bit for bit."""
+    steps = np.arange(k, dtype=np.float64)
+    kv, kv_max = start + steps, start + extra + steps
+    z = np.random.default_rng(seed).standard_normal(k) if seed else None
+    vec, flags = comp.decode_steps_s(n, kv, z, kv_max)
+    line = comp._line(n)
+    for i in range(k):
+        spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
+        t, out = comp._decode(line, float(kv[i]), spread, None if z is None else float(z[i]))
+        assert max(t, 1e-9) == vec[i]
+        assert bool(out or line.out) == bool(flags[i])
+
+
 def _run(profile, reqs, **engine):
     return simulate(workload(reqs), profile,
                     RunConfig(policy="budget", chunk=512, prefix_caching=False,

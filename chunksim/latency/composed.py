@@ -90,9 +90,18 @@ class _Line1:
         self.med = _pad(grid.median).tolist()
         self.sig = _pad(grid.sigma).tolist()
         self.edge = float(grid.median[-1])
+        self._memo: dict[float, tuple[float, float, bool]] = {}
+        """`at` per key: a run asks for few distinct token counts, most of them often."""
 
     def at(self, x: float) -> tuple[float, float, bool]:
-        """(seconds, sigma, outside the grid)."""
+        """(seconds, sigma, outside the grid), remembered per key (an int key and its
+        float hash alike and give the same figures: the interpolation is in floats)."""
+        got = self._memo.get(x)
+        if got is None:
+            got = self._memo[x] = self._at(x)
+        return got
+
+    def _at(self, x: float) -> tuple[float, float, bool]:
         ax = self.axis
         i, t = ax.cell(x)
         m = self.med
