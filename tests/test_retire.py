@@ -1,0 +1,81 @@
+"""`EngineCore.retire` told which requests finished (a step's end knows them) finds them
+by identity; over random runs of every policy, with prefix caching, speculative decoding,
+fleets and P/D, what it retires, and in which order, is what scanning every running
+request gives. And alone, on hand-built requests: running order, whatever order it was
+told."""
+
+from __future__ import annotations
+
+import pytest
+from factories import kv_cache, request_spec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_decode_rule import SPEC
+from test_properties import POLICIES, build, config
+
+from chunksim.core.request import Request
+from chunksim.sim.core import EngineCore
+from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fleet_config import FleetConfig
+from chunksim.sim.run import simulate
+
+
+def _scan(running):
+    return [r for r in running if r.num_output_tokens >= r.spec.output_tokens]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 2000), st.integers(1, 40)),
+                     min_size=1, max_size=20),
+       pol=st.sampled_from(POLICIES), kv_blocks=st.integers(30, 300),
+       prefixed=st.booleans(), spec=st.booleans(),
+       layout=st.sampled_from([None, FleetConfig(replicas=2), FleetConfig(pd="1:1")]))
+@pytest.mark.slow
+def test_retiring_the_told_requests_is_the_scan(linear_profile, reqs, pol, kv_blocks,
+                                                prefixed, spec, layout):
+    cfg = config(*pol[:2], 256, 4, kv_blocks, priority=pol[2])
+    if spec and pol[0] in ("budget", "sjf"):
+        cfg = cfg.__class__(**{**cfg.__dict__, "engine": EngineConfig(speculative=SPEC)})
+    if layout is not None:
+        cfg = cfg.__class__(**{**cfg.__dict__, "fleet": layout})
+    seen = {"calls": 0}
+    retire = EngineCore.retire
+
+    def checked(self, end_s, defer_free=False, finished=None):
+        want = _scan(self.running)
+        seen["calls"] += 1
+        if finished is not None:
+            assert sorted(map(id, finished)) == sorted(map(id, want))
+        kept = [r for r in self.running if r.num_output_tokens < r.spec.output_tokens]
+        records = []
+        on_retire = self.on_retire
+        self.on_retire = lambda req, t: (records.append(req),
+                                         on_retire is not None and on_retire(req, t))
+        try:
+            retire(self, end_s, defer_free, finished)
+        finally:
+            self.on_retire = on_retire
+        assert [id(r) for r in records] == [id(r) for r in want]
+        assert [id(r) for r in self.running] == [id(r) for r in kept]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(EngineCore, "retire", checked)
+        _, summary = simulate(build(reqs, prefixed, priorities=pol[2]), linear_profile, cfg)
+    assert seen["calls"] > 0 or not summary["completed"]
+
+
+def test_the_told_requests_leave_in_running_order():
+    kv = kv_cache(4096, 16)
+    core = EngineCore.__new__(EngineCore)
+    reqs = [Request(request_spec(i, 10, 3)) for i in range(6)]
+    for r in reqs[1::2]:
+        r.num_output_tokens = 3  # 1, 3 and 5 have all their tokens
+    core.running = list(reqs)
+    core.kv, core.finishing, core.on_retire = kv, [], None
+    order = []
+    core._record = lambda req, end_s: order.append(req.request_id)
+    core.gaps = type("G", (), {"maybe_pack": lambda self: None})()
+    EngineCore.retire(core, 1.0, defer_free=True, finished=[reqs[5], reqs[1], reqs[3]])
+    assert order == [1, 3, 5]
+    assert [r.request_id for r in core.running] == [0, 2, 4]
+    assert [r.request_id for r in core.finishing] == [1, 3, 5]
