@@ -169,6 +169,7 @@ class TokenBudgetPolicy(PolicyBase):
         max_partial = self.max_num_partial_prefills or 1 << 30
         queue = self.queue  # a property: read once, not per running request
         lookahead = state.lookahead_tokens
+        block_size = state.kv.block_size
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -187,6 +188,14 @@ class TokenBudgetPolicy(PolicyBase):
                 if want > budget:
                     want = budget
                 grow = want + lookahead  # its KV slots: + lookahead (EAGLE/MTP/draft model)
+                if grow == 1 and req.num_computed_tokens < req.num_blocks * block_size:
+                    # its token fits the blocks it holds, and a running decode's prompt
+                    # blocks are registered already: the ledger would change nothing
+                    # (tests/test_decode_commit.py)
+                    scheduled.append((req, 1))
+                    budget -= 1
+                    i += 1
+                    continue
             if ledger.try_grow(req, grow):  # it fits: no victim to look for
                 scheduled.append((req, want))
                 budget -= want

@@ -339,7 +339,25 @@ class EngineCore:
         extra_rows = 0  # verify rows beyond one per decode (speculative decoding)
         work = 0.0
         chunks = []
-        for pos, (req, n) in enumerate(sched):
+        start = 0
+        if new is None and not lookahead and log is None:
+            # the leading running one-token decodes (most of a large batch): their slot,
+            # and nothing to register, as a running decode's prompt blocks are all
+            # registered already (tests/test_decode_commit.py) and it was scheduled before
+            for req, n in sched[:first_new]:
+                c = req.num_computed_tokens
+                # request.is_decode(req), inlined (tests/test_decode_rule.py)
+                if n != 1 or not req.num_output_tokens or (
+                        c + 1 != req.spec.prompt_tokens + req.num_output_tokens):
+                    break
+                if -(-(c + 1) // bs) > req.num_blocks:
+                    kv.grow(req, 1)
+                decodes += 1
+                kv_sum += c
+                if c > kv_max:
+                    kv_max = c
+                start += 1
+        for pos, (req, n) in enumerate(sched[start:] if start else sched, start):
             is_new = pos >= first_new if new is None else req in new
             if is_new:
                 kv.admit(req)  # its prefix hits, as earlier entries left the cache
