@@ -502,3 +502,19 @@ def test_token_sums_read_across_bulk_segments_are_exact(linear_profile):
         simulate(w, linear_profile, fleet(RunConfig(policy="budget", chunk=2048), 4,
                                           "least-tokens"))
     assert reads["n"] == 4 * 400 and reads["reused"] > 0
+
+
+@given(st.lists(st.tuples(st.integers(1, 900), st.integers(1, 50), st.sampled_from("abc"),
+                          st.integers(0, 3), st.booleans()), min_size=1, max_size=12))
+def test_the_prefill_pools_workload_is_every_request_cut_to_its_first_token(rows):
+    """`pd.first_tokens` keeps every column but the output length (1 for all), as
+    building each request again with one output token would."""
+    from chunksim.sim.pd import first_tokens
+
+    specs = [RequestSpec(i, 0.5 * i, p, o, tuple(range(i, i + p // 100)) if h else (),
+                         cls, prio, f"c{i % 2}" if h else None)
+             for i, (p, o, cls, prio, h) in enumerate(rows)]
+    w = Workload("w", tuple(specs), prefix_block_tokens=100)
+    got = first_tokens(w)
+    assert list(got.requests) == [replace(s, output_tokens=1) for s in specs]
+    assert (got.name, got.prefix_block_tokens) == (w.name, w.prefix_block_tokens)

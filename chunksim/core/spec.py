@@ -149,6 +149,13 @@ class SpecTable(Sequence):
         return hash((len(self), self.arrival_s.tobytes(), self.prompt_tokens.tobytes(),
                      self.output_tokens.tobytes()))
 
+    def with_outputs(self, output_tokens) -> SpecTable:
+        """The same requests with other output lengths (an array of one per request),
+        sharing every other column."""
+        return SpecTable(self.arrival_s, self.prompt_tokens, output_tokens, self.class_codes,
+                         self.class_names, self.priority, self.hash_values,
+                         self.hash_offsets, self.conversation_id)
+
     def request_classes(self) -> list[str]:
         """Each request's class name (a list, for tables)."""
         names = self.class_names

@@ -16,8 +16,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-import numpy as np
-
 from chunksim.core.kv_cache import prefix_hit_rate
 from chunksim.core.shape import BatchShape
 from chunksim.core.spec import Workload
@@ -150,7 +148,7 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, parts: En
     if settle_slos_ms:
         SloWatch(settle_slos_ms, workload).attach(decode, first_engines=prefill)
     pres, dres = pd.run()
-    outputs = np.array([s.output_tokens for s in workload.requests])
+    outputs = workload.requests.output_tokens.copy()
     result = merge_pd(pres, pd.prefill.dest, dres, pd.ddest, pd.transfer_s, pd.kv_bytes,
                       outputs)
     engines = prefill + decode

@@ -26,7 +26,6 @@ bounds it as an arrival does.
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
 
 import numpy as np
 import simpy
@@ -73,8 +72,8 @@ class DecodeInbox(Inbox):
 
 def first_tokens(workload: Workload) -> Workload:
     """`workload` with every output cut to its first token: the prefill pool's work."""
-    return Workload(workload.name,
-                    tuple(replace(s, output_tokens=1) for s in workload.requests),
+    reqs = workload.requests
+    return Workload(workload.name, reqs.with_outputs(np.ones(len(reqs), dtype=np.int64)),
                     workload.prefix_block_tokens, workload.notes, workload.params)
 
 
