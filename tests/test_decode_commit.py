@@ -8,31 +8,22 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from test_decode_rule import SPEC
-from test_properties import POLICIES, build, config
+from test_decode_rule import RANDOM_RUNS, random_run_config
+from test_properties import build, config
 
 from chunksim.core.kv_cache import PrefixKVCache
 from chunksim.core.request import is_decode
 from chunksim.sim.core import EngineCore
 from chunksim.sim.engine import EngineConfig
-from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import simulate
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 2000), st.integers(1, 40)),
-                     min_size=1, max_size=20),
-       pol=st.sampled_from(POLICIES), kv_blocks=st.integers(30, 300), spec=st.booleans(),
-       layout=st.sampled_from([None, FleetConfig(pd="1:1"), FleetConfig(replicas=2)]))
+@given(**RANDOM_RUNS)
 @pytest.mark.slow
 def test_a_running_decode_has_its_prompt_blocks_registered(linear_profile, reqs, pol,
                                                             kv_blocks, spec, layout):
-    cfg = config(*pol[:2], 256, 4, kv_blocks, priority=pol[2])
-    if spec and pol[0] in ("budget", "sjf"):
-        cfg = cfg.__class__(**{**cfg.__dict__, "engine": EngineConfig(speculative=SPEC)})
-    if layout is not None:
-        cfg = cfg.__class__(**{**cfg.__dict__, "fleet": layout})
+    cfg = random_run_config(pol, kv_blocks, spec, layout)
     begin = EngineCore.begin_step
 
     def checked(self, plan, start_s):

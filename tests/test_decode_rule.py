@@ -54,21 +54,31 @@ def _watch(mp: pytest.MonkeyPatch) -> dict:
 SPEC = SpecConfig(speculative_method="ngram", num_speculative_tokens=2,
                   spec_acceptance_rate=0.6)
 
+RANDOM_RUNS = dict(
+    reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 2000), st.integers(1, 40)),
+                  min_size=1, max_size=20),
+    pol=st.sampled_from(POLICIES), kv_blocks=st.integers(30, 300), spec=st.booleans(),
+    layout=st.sampled_from([None, FleetConfig(replicas=2), FleetConfig(pd="1:1")]))
+"""Random runs of every policy, with speculative decoding (where a policy takes it), two
+replicas or P/D: the strategies of the tests that watch every step of such runs."""
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 2000), st.integers(1, 40)),
-                     min_size=1, max_size=20),
-       pol=st.sampled_from(POLICIES), kv_blocks=st.integers(30, 300),
-       prefixed=st.booleans(), spec=st.booleans(),
-       layout=st.sampled_from([None, FleetConfig(replicas=2), FleetConfig(pd="1:1")]))
-@pytest.mark.slow
-def test_every_inlined_copy_of_the_decode_rule_agrees(linear_profile, reqs, pol, kv_blocks,
-                                                      prefixed, spec, layout):
+
+def random_run_config(pol, kv_blocks, spec, layout):
+    """The RunConfig of one of `RANDOM_RUNS`' runs."""
     cfg = config(*pol[:2], 256, 4, kv_blocks, priority=pol[2])
     if spec and pol[0] in ("budget", "sjf"):
         cfg = cfg.__class__(**{**cfg.__dict__, "engine": EngineConfig(speculative=SPEC)})
     if layout is not None:
         cfg = cfg.__class__(**{**cfg.__dict__, "fleet": layout})
+    return cfg
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefixed=st.booleans(), **RANDOM_RUNS)
+@pytest.mark.slow
+def test_every_inlined_copy_of_the_decode_rule_agrees(linear_profile, reqs, pol, kv_blocks,
+                                                      prefixed, spec, layout):
+    cfg = random_run_config(pol, kv_blocks, spec, layout)
     with pytest.MonkeyPatch.context() as mp:
         seen = _watch(mp)
         _, summary = simulate(build(reqs, prefixed, priorities=pol[2]), linear_profile, cfg)

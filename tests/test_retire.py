@@ -10,13 +10,11 @@ import pytest
 from factories import kv_cache, request_spec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_decode_rule import SPEC
-from test_properties import POLICIES, build, config
+from test_decode_rule import RANDOM_RUNS, random_run_config
+from test_properties import build
 
 from chunksim.core.request import Request
 from chunksim.sim.core import EngineCore
-from chunksim.sim.engine import EngineConfig
-from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import simulate
 
 
@@ -25,19 +23,11 @@ def _scan(running):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(reqs=st.lists(st.tuples(st.floats(0, 0.1), st.integers(1, 2000), st.integers(1, 40)),
-                     min_size=1, max_size=20),
-       pol=st.sampled_from(POLICIES), kv_blocks=st.integers(30, 300),
-       prefixed=st.booleans(), spec=st.booleans(),
-       layout=st.sampled_from([None, FleetConfig(replicas=2), FleetConfig(pd="1:1")]))
+@given(prefixed=st.booleans(), **RANDOM_RUNS)
 @pytest.mark.slow
 def test_retiring_the_told_requests_is_the_scan(linear_profile, reqs, pol, kv_blocks,
                                                 prefixed, spec, layout):
-    cfg = config(*pol[:2], 256, 4, kv_blocks, priority=pol[2])
-    if spec and pol[0] in ("budget", "sjf"):
-        cfg = cfg.__class__(**{**cfg.__dict__, "engine": EngineConfig(speculative=SPEC)})
-    if layout is not None:
-        cfg = cfg.__class__(**{**cfg.__dict__, "fleet": layout})
+    cfg = random_run_config(pol, kv_blocks, spec, layout)
     seen = {"calls": 0}
     retire = EngineCore.retire
 
