@@ -17,8 +17,11 @@ from factories import default_sigint
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = sys.platform.startswith("linux")
 SIM = [sys.executable, "-m", "chunksim.cli"]
-SWEEP = ["sweep", "-n", "400", "--policies", "budget,chunk", "--chunks", "128,256,512",
+SWEEP = ["sweep", "-n", "2000", "--policies", "budget,chunk", "--chunks", "128,256,512",
          "--seeds", "0,1,2,3", "--workers", "2"]
+"""Long enough a grid point that Ctrl-C at the first saved row lands mid-sweep: with
+shorter runs the workers finish most of the grid while the first row is awaited, and
+the signal can come as the command exits."""
 
 
 def _children() -> dict[int, list[int]]:
