@@ -1,8 +1,8 @@
-"""`EngineCore.retire` told which requests finished (a step's end knows them) finds them
-by identity; over random runs of every policy, with prefix caching, speculative decoding,
-fleets and P/D, what it retires, and in which order, is what scanning every running
-request gives. And alone, on hand-built requests: running order, whatever order it was
-told."""
+"""`EngineCore.retire` told which requests finished (a step's end and a bulk segment know
+them) finds them by identity; over random runs of every policy, with prefix caching,
+speculative decoding, fleets and P/D, what it retires, and in which order, is what
+scanning every running request gives. And alone, on hand-built requests: running order,
+whatever order it was told."""
 
 from __future__ import annotations
 
@@ -31,18 +31,17 @@ def test_retiring_the_told_requests_is_the_scan(linear_profile, reqs, pol, kv_bl
     seen = {"calls": 0}
     retire = EngineCore.retire
 
-    def checked(self, end_s, defer_free=False, finished=None):
+    def checked(self, end_s, finished, defer_free=False):
         want = _scan(self.running)
         seen["calls"] += 1
-        if finished is not None:
-            assert sorted(map(id, finished)) == sorted(map(id, want))
+        assert sorted(map(id, finished)) == sorted(map(id, want))
         kept = [r for r in self.running if r.num_output_tokens < r.spec.output_tokens]
         records = []
         on_retire = self.on_retire
         self.on_retire = lambda req, t: (records.append(req),
                                          on_retire is not None and on_retire(req, t))
         try:
-            retire(self, end_s, defer_free, finished)
+            retire(self, end_s, finished, defer_free)
         finally:
             self.on_retire = on_retire
         assert [id(r) for r in records] == [id(r) for r in want]
@@ -65,7 +64,7 @@ def test_the_told_requests_leave_in_running_order():
     order = []
     core._record = lambda req, end_s: order.append(req.request_id)
     core.gaps = type("G", (), {"maybe_pack": lambda self: None})()
-    EngineCore.retire(core, 1.0, defer_free=True, finished=[reqs[5], reqs[1], reqs[3]])
+    EngineCore.retire(core, 1.0, [reqs[5], reqs[1], reqs[3]], defer_free=True)
     assert order == [1, 3, 5]
     assert [r.request_id for r in core.running] == [0, 2, 4]
     assert [r.request_id for r in core.finishing] == [1, 3, 5]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -479,25 +480,21 @@ class EngineCore:
             waiting=shape.waiting, preempted=len(plan.preempted), extrapolated=extrapolated))
         self.last_prefill = shape.prefill_tokens > 0
         if finished:
-            self.retire(end_s, defer_free, finished)
+            self.retire(end_s, finished, defer_free)
         return emitted
 
-    def retire(self, end_s: float, defer_free: bool = False,
-               finished: list[Request] | None = None) -> None:
-        """Free and record every running request that has all its tokens (`defer_free`:
-        free later, see `finishing`). `finished`: exactly those requests, in any order,
-        when the caller knows them (a step's end does): they are found by identity, in
-        running order, instead of scanning every running request twice."""
+    def retire(self, end_s: float, finished: Sequence[Request],
+               defer_free: bool = False) -> None:
+        """Free and record `finished`: exactly the running requests that have all their
+        tokens, in any order (a step's end and a bulk segment know them), found by
+        identity and retired in running order (`defer_free`: free later, see
+        `finishing`)."""
         running = self.running
-        if finished is None:
-            done = [r for r in running if r.num_output_tokens >= r.spec.output_tokens]
-            keep = [r for r in running if r.num_output_tokens < r.spec.output_tokens]
-        else:
-            at = sorted(map(running.index, finished))
-            done = [running[i] for i in at]
-            keep = running.copy()
-            for i in reversed(at):
-                del keep[i]
+        at = sorted(map(running.index, finished))
+        done = [running[i] for i in at]
+        keep = running.copy()
+        for i in reversed(at):
+            del keep[i]
         for req in done:  # in running order
             if defer_free:
                 self.finishing.append(req)

@@ -416,6 +416,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     if retire:
         m = st.finishing()
         st.settle(st.first + m)
-        core.retire(end)
+        # the first m of those running (sorted by tokens left) are exactly the finished
+        core.retire(end, st.reqs[st.first : st.first + m])
         st.drop(m, core.running)
     return end
