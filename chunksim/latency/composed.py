@@ -44,7 +44,7 @@ _min, _max = np.minimum.reduce, np.maximum.reduce  # x.min() / x.max() without t
 class _Axis:
     """One grid axis: (left index, right weight) lookups, scalar and vectorized alike."""
 
-    __slots__ = ("values", "inner", "left", "width", "lo", "hi", "last")
+    __slots__ = ("values", "inner", "left", "width", "widths", "lo", "hi", "last")
 
     def __init__(self, values: tuple[float, ...]) -> None:
         v = [float(x) for x in values]
@@ -56,6 +56,7 @@ class _Axis:
         self.inner = np.asarray(v[1:-1])
         self.left = np.asarray(v[:-1])
         self.width = np.asarray([v[i + 1] - v[i] for i in range(len(v) - 1)])
+        self.widths = self.width.tolist()  # (floats, for the scalar reads)
         self.lo, self.hi = float(values[0]), float(values[-1])
         self.last = len(v) - 2
 
@@ -64,6 +65,11 @@ class _Axis:
         i = bisect_right(v, x) - 1
         i = 0 if i < 0 else (self.last if i > self.last else i)
         return i, (x - v[i]) / (v[i + 1] - v[i])
+
+    def cell_of(self, x: float) -> int:
+        """The index `cell` gives `x`."""
+        i = bisect_right(self.values, x) - 1
+        return 0 if i < 0 else (self.last if i > self.last else i)
 
     def cells(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`cell` element-wise (the same index and the same IEEE operations)."""
@@ -125,6 +131,7 @@ class _Plane:
         # numpy's per-scalar overhead
         self.medl, self.sigl = med.tolist(), sig.tolist()
         self.medc, self.sigc = self._corners(med), self._corners(sig)
+        self.medcl, self.sigcl = self.medc.tolist(), self.sigc.tolist()
 
     @staticmethod
     def _corners(g: np.ndarray) -> np.ndarray:
@@ -141,6 +148,12 @@ class _Plane:
         uj = 1.0 - tj
         return ((1.0 - ti) * (uj * c[:, 0] + tj * c[:, 1])
                 + ti * (uj * c[:, 2] + tj * c[:, 3]))
+
+    @staticmethod
+    def _bilerp_one(c: list, ti, tj):
+        """`_bilerp` of one cell's corners `c` (floats) over arrays."""
+        uj = 1.0 - tj
+        return (1.0 - ti) * (uj * c[0] + tj * c[1]) + ti * (uj * c[2] + tj * c[3])
 
     @staticmethod
     def _bilerp1(g: list, i: int, ti: float, j: int, tj: float) -> float:
@@ -170,12 +183,25 @@ class _Plane:
         """`at` element-wise over arrays (bit-identical to it per element); the spread
         only when `sigma` (None otherwise: the bulk path without --jitter skips it)."""
         a0, a1 = self.ax0, self.ax1
+        x0, x1, y0, y1 = float(_min(x)), float(_max(x)), float(_min(y)), float(_max(y))
+        inside = x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi
+        if inside:
+            i, j = a0.cell_of(x0), a1.cell_of(y0)
+            if i == a0.cell_of(x1) and j == a1.cell_of(y1):
+                # every point in one cell (a common case: a stretch's contexts move
+                # slowly): its left ends, widths and corners as scalars, the same IEEE
+                # operations as the gathers below
+                ti = (x - a0.values[i]) / a0.widths[i]
+                tj = (y - a1.values[j]) / a1.widths[j]
+                cell = i * (len(a1.values) - 1) + j
+                v = self._bilerp_one(self.medcl[cell], ti, tj)
+                s = self._bilerp_one(self.sigcl[cell], ti, tj) if sigma else None
+                return v, s, np.zeros(len(x), dtype=bool)
         i, ti = a0.cells(x)
         j, tj = a1.cells(y)
         cell = i * (len(a1.values) - 1) + j
         v = self._bilerp(self.medc, cell, ti, tj)
-        if (_min(x) >= a0.lo and _max(x) <= a0.hi and _min(y) >= a1.lo
-                and _max(y) <= a1.hi):
+        if inside:
             out = np.zeros(len(x), dtype=bool)  # inside the grid: nothing to clamp
         else:
             far = (x > a0.hi) | (y > a1.hi)
