@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import typer
@@ -235,7 +236,8 @@ def test_a_search_ends_where_every_rate_left_rejects_on_arrival(linear_profile):
     assert fast.max_rate == full.max_rate == 0.0
     assert [p.rate for p in fast.probes] == [8.0] and fast.rejected_below == 8.0
     skipped = [p for p in full.probes if p.rate < 8.0]
-    assert [p.rate for p in skipped] == [0.25, 0.5, 1.0, 2.0, 4.0]  # down to min_rate
+    # down to min_rate, the first octave's midpoint first (`RateSearch._below`)
+    assert [p.rate for p in skipped] == [0.25, 0.5, 1.0, 2.0, 4.0, math.sqrt(8.0 * 4.0)]
     assert not any(p.met for p in skipped)
     assert all(any(s.get("rejected") or s.get("stopped_key") == REJECTED_KEY
                    for s in p.runs) for p in skipped)  # each missed on rejections

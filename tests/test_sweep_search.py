@@ -85,14 +85,46 @@ def test_halvings_are_the_rates_a_failing_search_probes_next():
     s = RateSearch(start=8.0, min_rate=0.3)
     assert s.halvings() == []  # nothing probed yet
     s.report(8.0, False)
-    assert s.halvings() == [4.0, 2.0, 1.0, 0.5]
-    assert [s.next_rate() for _ in range(1)] == [4.0]
+    mid = math.sqrt(8.0 * 4.0)  # the first octave's midpoint comes first
+    assert s.halvings() == [mid, 4.0, 2.0, 1.0, 0.5]
+    assert [s.next_rate() for _ in range(1)] == [mid]
     s.floor_fails = True  # those rates are known to miss: the search is over
     assert s.next_rate() is None and s.done and s.capacity == 0.0
     t = RateSearch(start=8.0)
     t.report(8.0, True)
     t.floor_fails = True  # ignored once a rate met: the search doubles and bisects on
     assert t.halvings() == [] and t.next_rate() == 16.0
+
+
+class _Halving(RateSearch):
+    """The search as it was: an octave down at a time, the octave's midpoint after."""
+
+    def _below(self, hi: float) -> float:
+        return hi / 2
+
+
+@given(capacity=st.floats(0.01, 900.0), start=st.floats(0.05, 50.0),
+       tol=st.sampled_from([0.02, 0.03, 0.05, 0.2]))
+def test_the_midpoint_first_ends_on_the_halvings_floats_without_its_passing_probe(
+        capacity, start, tol):
+    """Where passing is monotone in the rate, the search ends on the bracket pure halving
+    ends on, float for float; it probes no rate that halving would not, but the first
+    octave's midpoint, and below a failed start it never probes more rates that pass
+    (a pass runs in full), one fewer when the capacity lies in the octave's upper half."""
+    new = find_max_rate(lambda r: r <= capacity, start=start, tol=tol)
+    old = _Halving(start, tol)
+    while (r := old.next_rate()) is not None:
+        old.report(r, r <= capacity)
+    assert (new.lo, new.hi) == (old.lo, old.hi)
+    mid = math.sqrt(start * (start / 2))
+    assert {r for r, _ in new.probes} <= {r for r, _ in old.probes} | {mid}
+    passed_new = sum(ok for _, ok in new.probes)
+    passed_old = sum(ok for _, ok in old.probes)
+    if capacity < start:
+        assert passed_new <= passed_old
+        if mid <= capacity:
+            assert passed_new == passed_old - 1
+    assert len(new.probes) <= len(old.probes) + 1
 
 
 def _on_lattice(rate: float, start: float, tol: float) -> bool:

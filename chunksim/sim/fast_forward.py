@@ -14,6 +14,7 @@ gaps one by one as stepping would, so the pooled gaps keep stepping's order.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -109,10 +110,7 @@ class DecodeStretch:
         if not self.periodic:
             return _block_growth(self.contexts(), self.held(), self.bs, k)
         bs, n = self.bs, self.n
-        acc, prefix = 0, []
-        for c in self.phase:
-            acc += c
-            prefix.append(acc)
+        prefix = list(accumulate(self.phase))
         if k <= bs:
             return np.array(prefix[:k], dtype=np.int64)
         div, mod = _cycles(bs, k)

@@ -2,10 +2,10 @@
 capacity search), as a small state machine so many searches can advance in lock-step
 (one batch of parallel probes per round) or one at a time (`find_max_rate`).
 
-The bracket is found by doubling up from `start` (or halving down); bisection then probes
-the geometric midpoint until hi / lo <= 1 + tol. Every search walks the same lattice of
-rates (start * 2^(k/2^j)), so searches over different configurations end on comparable,
-often equal, rates.
+The bracket is found by doubling up from `start` (or halving down, the first octave's
+midpoint first: `RateSearch._below`); bisection then probes the geometric midpoint until
+hi / lo <= 1 + tol. Every search walks the same lattice of rates (start * 2^(k/2^j)), so
+searches over different configurations end on comparable, often equal, rates.
 
 Bisection assumes feasibility is monotone in the rate; a tail percentile of a finite run
 is not quite (one unlucky burst fails a rate that a higher one passes). So the bracket is
@@ -129,7 +129,7 @@ class RateSearch:
             if r is not None:
                 return r
         if lo is None:
-            r = hi / 2
+            r = self._below(hi)
             return r if r >= self.min_rate and not self.floor_fails else None
         if hi is None:
             return min(lo * 2, self.max_rate) if lo < self.max_rate else None
@@ -141,6 +141,21 @@ class RateSearch:
             if r > hi and r not in probed:
                 return r
         return None
+
+    def _below(self, hi: float) -> float:
+        """Where a search that has met nothing goes next below `hi`, its lowest miss:
+        down an octave at a time (hi / 2). In the octave below a cold start, the midpoint
+        of that octave comes first, then its lower end if the midpoint misses too: the
+        rates the halving and the bisection after it probe (the same floats), but a
+        capacity in the upper half of the octave (where a start from the service rate
+        puts it, `bracket`) no longer costs a probe at the octave's lower end, which
+        passes and so runs in full."""
+        start = self.start
+        if self.hint is None and hi == start:
+            return math.sqrt(start * (start / 2))
+        if self.hint is None and hi == math.sqrt(start * (start / 2)):
+            return start / 2
+        return hi / 2
 
     def halvings(self) -> list[float]:
         """The rates a search that has met nothing probes next, in order, while each
