@@ -90,6 +90,7 @@ def test_a_fleet_of_n_engines_starts_at_n_times_one_engines_rate(profile):
     assert p.start_for(lone) == p.start
     for cfg in splits:
         s = p.start_for(cfg)
-        assert s <= p.service_rate * 4 < 2 * s and s == 2.0 ** round(math.log2(s))
+        # rounded up: a P/D split may serve more than 4 engines' worth
+        assert s / 2 < p.service_rate * 4 <= s and s == 2.0 ** round(math.log2(s))
     given = search_params(replace(SHORT, rate=3.0), profile=profile, run=RunConfig())
     assert all(given.start_for(c) == 3.0 for c in splits)  # --rate: every search's start

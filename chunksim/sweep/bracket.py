@@ -12,8 +12,10 @@ capacity from above, up to the batch shape priced (a window too short to build a
 can pass a higher rate; the search then doubles up from the start). The start is that
 rate rounded down to a power of two, so every search still walks the lattice
 `2^(k / 2^j)` a start of 1 req/s walks, and ends on the same rates. A fleet of N
-engines serves at most N engines' worth: its search starts at N times the rate
-(`SearchParams.service_rate`), on the same lattice.
+engines serves about N engines' worth, and a prefill/decode split, each engine doing
+one kind of work, may serve more: its search starts at N times the rate rounded *up*
+to a power of two (`SearchParams.start_for`), on the same lattice, so that it starts
+above the capacity rather than at a rate that passes.
 """
 
 from __future__ import annotations
@@ -51,9 +53,10 @@ def service_rate(workload: Workload, profile: Profile, run: RunConfig) -> float:
     return batch / (output * step_s)
 
 
-def on_lattice(rate: float, min_rate: float, max_rate: float) -> float:
-    """`rate` rounded down to a power of two, within [min_rate, max_rate] (1 req/s when
-    it is no rate at all)."""
+def on_lattice(rate: float, min_rate: float, max_rate: float, up: bool = False) -> float:
+    """`rate` rounded down (`up`: up) to a power of two, within [min_rate, max_rate]
+    (1 req/s when it is no rate at all)."""
     if not math.isfinite(rate) or rate <= 0:
         return min(max(1.0, min_rate), max_rate)
-    return min(max(2.0 ** math.floor(math.log2(rate)), min_rate), max_rate)
+    k = math.log2(rate)
+    return min(max(2.0 ** (math.ceil(k) if up else math.floor(k)), min_rate), max_rate)

@@ -69,17 +69,20 @@ class SearchParams:
     is monotone in the rate they end on the same capacity."""
     service_rate: float | None = None
     """One engine's service rate on the workload (`bracket.service_rate`), req/s, when
-    the start came from it: a fleet of N engines then starts at N times it, on the same
-    lattice of rates (`start_for`). None: every search starts at `start`."""
+    the start came from it: a fleet of N engines then starts at N times it rounded up,
+    on the same lattice of rates (`start_for`). None: every search starts at `start`."""
 
     def start_for(self, config: Config) -> float:
-        """Where the search of `config` starts."""
+        """Where the search of `config` starts: a fleet of N engines at N times one
+        engine's service rate, rounded up to a power of two (a P/D split can serve more
+        than N engines' worth; a start below the capacity passes, and a pass runs in
+        full, while a start above it fails within seconds of simulated time)."""
         if self.service_rate is None or config.fleet is None or config.fleet.gpus <= 1:
             return self.start
         from chunksim.sweep.bracket import on_lattice
 
         return on_lattice(self.service_rate * config.fleet.gpus, self.min_rate,
-                          self.max_rate)
+                          self.max_rate, up=True)
 
 
 def search_params(workload: WorkloadOptions, max_rate: float = 1024.0,
