@@ -119,3 +119,25 @@ def test_tradeoff_plots_one_point_per_configuration_at_its_summary_values():
                         if c.get_sizes()[0] == 55)
         assert points == sorted((s["p99_ttft_ms"], s[y_key]) for s in sums), y_key
     _close(fig)
+
+
+def test_matplotlib_loaded_in_the_background_is_the_styled_agg_pyplot():
+    """`load_in_background` starts one import thread however often it is called, and
+    `pyplot` waits for it, then styles what it loaded (a fresh interpreter: nothing of
+    matplotlib loaded before)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from chunksim.reports import style\n"
+        "assert 'matplotlib' not in sys.modules\n"
+        "style.load_in_background()\n"
+        "style.load_in_background()\n"
+        "assert len(style._loading) == 1\n"
+        "plt = style.pyplot()\n"
+        "assert not style._loading[0].is_alive()\n"
+        "print(plt.get_backend().lower(), plt.rcParams['svg.hashsalt'])\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert res.stdout.split() == ["agg", "chunksim"], res.stdout + res.stderr

@@ -155,6 +155,10 @@ def capacity(
                      run_cfg, slos, params, seed_values, profile, workers, ray, out,
                      cost_cfg, max_reject_pct)
         return
+    if out is not None:  # its figures: matplotlib loads while the probes run
+        from chunksim.reports.style import load_in_background
+
+        load_in_background()
     with Runner(profile, workers, ray) as runner, \
             ProgressBar("capacity probes", open_ended=True) as bar:
         ans = capacity_answer(configs, workload_opts, run_cfg, slos, bool(slo), params,

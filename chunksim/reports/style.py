@@ -47,13 +47,38 @@ PNG_SCALE = 2
 """PNGs are rendered at PNG_SCALE x DPI and shown at 1/PNG_SCALE of their pixel size."""
 
 
-def pyplot():
-    """matplotlib.pyplot on the non-interactive Agg backend."""
+_loading: list = []
+"""The thread importing matplotlib in the background (`load_in_background`), once
+started."""
+
+
+def load_in_background() -> None:
+    """Start importing matplotlib on a background thread. A command that draws figures
+    once its runs are done calls this first: its main thread mostly waits on worker
+    processes meanwhile, so the import (a few tenths of a second) is off the critical
+    path. `pyplot` waits for it to finish."""
+    import threading
+
+    if not _loading:
+        t = threading.Thread(target=_load, name="chunksim-load-matplotlib", daemon=True)
+        _loading.append(t)
+        t.start()
+
+
+def _load():
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend."""
+    if _loading and _loading[0].is_alive():
+        _loading[0].join()
+    plt = _load()
     plt.rcParams.update({
         "figure.dpi": DPI, "savefig.dpi": DPI, "font.size": 9, "axes.titlesize": 10,
         "axes.labelsize": 9, "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3,
