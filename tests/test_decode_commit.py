@@ -1,5 +1,6 @@
-"""The invariant the decode fast paths rest on (`EngineCore.begin_step`'s leading loop and
-the budget policy's plain decodes skip the prefix cache's `commit` and the ledger): when a
+"""The invariant the decode fast paths rest on (`EngineCore.begin_step`'s leading loop, and
+the budget and chunk policies' plain decodes, skip the prefix cache's `commit` and the
+ledger): when a
 running request decodes, every shareable block of its prompt is registered already, so
 committing it would register nothing. Checked at every step of random runs that share
 prefixes, preempt, chunk prompts, speculate and carry KV (P/D), under every policy."""

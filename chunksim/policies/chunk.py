@@ -74,6 +74,7 @@ class FixedChunkPolicy(PolicyBase):
         running = list(state.running)
         scheduled: list[tuple] = []
         preempted: list = []
+        block_size = state.kv.block_size
         i = 0
         while i < len(running):
             req = running[i]
@@ -82,6 +83,13 @@ class FixedChunkPolicy(PolicyBase):
             decode = out > 0 and remaining == 1  # request.is_decode(req), inlined
             if decode:
                 if not decodes:
+                    i += 1
+                    continue
+                if req.num_computed_tokens < req.num_blocks * block_size:
+                    # its token fits the blocks it holds, and a running decode's prompt
+                    # blocks are registered already: the ledger would change nothing
+                    # (tests/test_decode_commit.py), as in the budget policy
+                    scheduled.append((req, 1))
                     i += 1
                     continue
                 if ledger.try_grow(req, 1):  # it fits: no victim to look for
