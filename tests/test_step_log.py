@@ -49,3 +49,36 @@ def test_runs_and_rows_land_as_a_row_by_row_log(capacity, keep, events):
             {c: got[c].dtype for c in got.columns})
         pd.testing.assert_frame_equal(got.reset_index(drop=True), ref, check_exact=True)
     assert log.totals.n == len(want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(capacity=st.sampled_from([1, 7, 64, 1000]), keep=st.integers(1, 3),
+       parts=st.lists(st.lists(st.one_of(_ROW, _RUN), max_size=12), min_size=1, max_size=4))
+def test_columns_read_as_the_frame_and_merge_alike(capacity, keep, parts):
+    """`StepColumns` gives each column of the kept rows as the frame holds it, and the
+    totals merged from columns equal those merged from frames."""
+    from chunksim.sim.records import StepColumns, StepTotals
+
+    logs = []
+    for events in parts:
+        log = StepLog(capacity=capacity, keep=keep)
+        for ev in events:
+            if len(ev) == len(STEP_COLUMNS):
+                log.append(StepRow(*ev))
+            else:
+                k, n, _, seed = ev
+                rng = np.random.default_rng(seed)
+                log.extend_decodes(np.cumsum(rng.uniform(1e-3, 1.0, k)),
+                                   rng.uniform(1e-3, 1.0, k), n, rng.uniform(1, 5000, k),
+                                   rng.integers(0, 10**5, k), rng.random(k) < 0.5)
+        logs.append(log)
+    frames = [log.frame() for log in logs]
+    cols = [StepColumns(log) for log in logs]
+    for f, c in zip(frames, cols, strict=True):
+        assert len(c) == len(f)
+        for name in STEP_COLUMNS:
+            assert np.array_equal(c[name], f[name].to_numpy())
+            assert c[name].dtype == f[name].to_numpy().dtype
+    a, b = StepTotals.merged(frames), StepTotals.merged(cols)
+    assert (a.n, a.busy_s, a.extrapolated, a.peak_kv_blocks) == (
+        b.n, b.busy_s, b.extrapolated, b.peak_kv_blocks)

@@ -29,7 +29,7 @@ from chunksim.latency.base import StepCosts
 from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore, Inbox
 from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import StepLog
+from chunksim.sim.records import StepColumns, StepLog
 from chunksim.sim.settle import SETTLE_EVERY_STEPS
 from chunksim.sim.spread_guard import SpreadGuard
 
@@ -113,9 +113,12 @@ class SimResult:
     """records.StepTotals of every step (what the summary needs), whatever `steps` kept;
     None when `steps` holds every step (fleets)."""
     step_parts: list | None = None
-    """A fleet's: its engines' step frames, which `steps` merges by start time (the
-    summary folds its totals from these without building the merged frame); None for
-    one engine."""
+    """A fleet's: its engines' steps (`records.StepColumns`, or frames), which `steps`
+    merges by start time (the summary folds its totals from these without building the
+    merged frame); None for one engine."""
+    step_columns: object = None
+    """`steps` read column by column (`records.StepColumns`) without building the frame,
+    when the engine kept its StepLog (a fleet merges its engines' columns from these)."""
 
     @property
     def steps(self):
@@ -132,7 +135,7 @@ class SimResult:
         """Pickled with its steps frame built (not the function) and without the parts
         it merges (the frame holds them)."""
         self.steps  # noqa: B018
-        return {**self.__dict__, "step_parts": None}
+        return {**self.__dict__, "step_parts": None, "step_columns": None}
 
 
 class _Noise:
@@ -286,7 +289,7 @@ class Engine:
         return SimResult(c.request_frame(), c.steps.frame, c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names),
                          c.schedule_log.frame() if c.schedule_log is not None else None,
-                         dict(c.rejected_examples), totals)
+                         dict(c.rejected_examples), totals, step_columns=StepColumns(c.steps))
 
     # ------------------------------------------------------------------ processes
     def _arrivals(self, env: simpy.Environment):

@@ -22,7 +22,7 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
     requests = pd.concat(frames).sort_values("request_id", kind="stable")
     requests = requests.reset_index(drop=True)
     requests["replica"] = dest
-    parts = [res.steps for res in results]
+    parts = [_columns(res) for res in results]
     itl = Samples.pool([res.itl_s for res in results])
     by_class = {c: Samples.pool([res.itl_by_class_s[c] for res in results])
                 for c in results[0].itl_by_class_s}
@@ -30,13 +30,20 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
                      merged_meta([res.meta for res in results]), by_class, step_parts=parts)
 
 
+def _columns(res: SimResult):
+    """An engine's steps as the merge reads them: its columns, unbuilt, where it kept
+    them (`SimResult.step_columns`), else its frame."""
+    return res.step_columns if res.step_columns is not None else res.steps
+
+
 def merge_steps(frames: list) -> pd.DataFrame:
-    """Every replica's steps with a `replica` column, by start time (ties: replica)."""
+    """Every replica's steps (frames or `records.StepColumns`) with a `replica` column,
+    by start time (ties: replica)."""
     # one stable argsort and one take per column (as concat + sort_values, without
     # copying every replica's frame first)
-    order = np.argsort(np.concatenate([f["start_s"].to_numpy() for f in frames]),
+    order = np.argsort(np.concatenate([np.asarray(f["start_s"]) for f in frames]),
                        kind="stable")
-    cols = {c: np.concatenate([f[c].to_numpy() for f in frames])[order]
+    cols = {c: np.concatenate([np.asarray(f[c]) for f in frames])[order]
             for c in frames[0].columns}
     cols["replica"] = np.repeat(np.arange(len(frames), dtype=np.int64),
                                 [len(f) for f in frames])[order]
@@ -59,19 +66,20 @@ def replica_rows(results: list[SimResult], dest: np.ndarray, duration_s: float,
     for r, res in enumerate(results):
         req = res.requests[(dest == r) & ~res.requests["rejected"].to_numpy()]
         ttft = (req["first_token_s"] - req["arrival_s"]).to_numpy() * 1000.0
-        busy = float(res.steps["duration_s"].sum())
+        steps = _columns(res)
+        busy = float(np.asarray(steps["duration_s"]).sum())
         rows.append({
             label: r,
             "requests": int((dest == r).sum()),
             "completed": len(req),
             "busy_fraction": busy / max(duration_s or 0.0, 1e-12),
-            "steps": len(res.steps),
+            "steps": len(steps),
             "preemptions": int(req["preemptions"].sum()),
             "p99_ttft_ms": float(np.percentile(ttft, 99)) if len(ttft) else 0.0,
             "p99_itl_ms": (float(res.itl_s.percentile([99])[0]) if len(res.itl_s)
                            else 0.0) * 1000.0,
-            "peak_kv_blocks_used": (int(res.steps["kv_blocks_used"].max())
-                                    if len(res.steps) else 0),
+            "peak_kv_blocks_used": (int(np.asarray(steps["kv_blocks_used"]).max())
+                                    if len(steps) else 0),
         })
     return rows
 
@@ -101,7 +109,7 @@ def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult
     req["decode_replica"] = ddest
     req["kv_transfer_s"] = transfer_s
     req["kv_bytes"] = kv_bytes
-    parts = [r.steps for r in prefill] + [r.steps for r in decode]
+    parts = [_columns(r) for r in prefill] + [_columns(r) for r in decode]
     itl = Samples.pool([r.itl_s for r in prefill + decode])
     by_class = {c: Samples.pool([r.itl_by_class_s[c] for r in prefill + decode])
                 for c in prefill[0].itl_by_class_s}

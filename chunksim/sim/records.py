@@ -155,18 +155,19 @@ class StepTotals:
     @classmethod
     def merged(cls, parts: list, ranges: dict[str, tuple[float, float]] | None = None
                ) -> StepTotals:
-        """The totals of `parts` (step frames) merged by start time, ties in part order,
-        as `of` folds their merged frame (`fleet_records.merge_steps`): only the busy
-        time's sum depends on the order, so only the durations are put in it."""
+        """The totals of `parts` (step frames, or `StepColumns`) merged by start time,
+        ties in part order, as `of` folds their merged frame (`fleet_records.merge_steps`):
+        only the busy time's sum depends on the order, so only the durations are put in
+        it."""
         totals = cls(ranges)
         parts = [f for f in parts if len(f)]
         if parts:
-            start = np.concatenate([f["start_s"].to_numpy() for f in parts])
+            start = np.concatenate([np.asarray(f["start_s"]) for f in parts])
             order = np.argsort(start, kind="stable")
             totals._add_durations(
-                np.concatenate([f["duration_s"].to_numpy() for f in parts])[order])
+                np.concatenate([np.asarray(f["duration_s"]) for f in parts])[order])
             for f in parts:  # counts, extremes: the same whatever the order
-                totals._add_rest({k: f[k].to_numpy() for k in totals._rest_columns()})
+                totals._add_rest({k: np.asarray(f[k]) for k in totals._rest_columns()})
         totals._close_block()
         return totals
 
@@ -283,6 +284,15 @@ class StepLog:
             self.closed = True
         return self.totals
 
+    def column(self, name: str) -> np.ndarray:
+        """One column of the kept rows, as `frame` holds it, without building the frame."""
+        self.close()
+        if not self.kept:
+            return np.zeros(0, dtype=STEP_COLUMNS[name])
+        if len(self.kept) == 1:
+            return self.kept[0][name]
+        return np.concatenate([p[name] for p in self.kept])
+
     def frame(self):
         """The kept rows (every step unless thinned or streamed to a sink)."""
         self.close()
@@ -291,6 +301,29 @@ class StepLog:
         if len(self.kept) == 1:
             return frame_of(self.kept[0])
         return frame_of({k: np.concatenate([p[k] for p in self.kept]) for k in STEP_COLUMNS})
+
+
+class StepColumns:
+    """A StepLog's kept rows read column by column (`log.column`, each read once), for
+    readers of a few columns of many steps: a fleet's summary merges its engines' start
+    times and durations without building their frames. Reads like a frame's columns."""
+
+    __slots__ = ("log", "got")
+
+    def __init__(self, log: StepLog) -> None:
+        self.log = log
+        self.got: dict[str, np.ndarray] = {}
+
+    columns = tuple(STEP_COLUMNS)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self.got.get(name)
+        if col is None:
+            col = self.got[name] = self.log.column(name)
+        return col
+
+    def __len__(self) -> int:
+        return len(self["start_s"])
 
 
 EXACT_GAP_SAMPLES = 1 << 23
