@@ -284,15 +284,6 @@ class StepLog:
             self.closed = True
         return self.totals
 
-    def column(self, name: str) -> np.ndarray:
-        """One column of the kept rows, as `frame` holds it, without building the frame."""
-        self.close()
-        if not self.kept:
-            return np.zeros(0, dtype=STEP_COLUMNS[name])
-        if len(self.kept) == 1:
-            return self.kept[0][name]
-        return np.concatenate([p[name] for p in self.kept])
-
     def frame(self):
         """The kept rows (every step unless thinned or streamed to a sink)."""
         self.close()
@@ -304,14 +295,16 @@ class StepLog:
 
 
 class StepColumns:
-    """A StepLog's kept rows read column by column (`log.column`, each read once), for
-    readers of a few columns of many steps: a fleet's summary merges its engines' start
-    times and durations without building their frames. Reads like a frame's columns."""
+    """A closed StepLog's kept rows read column by column, each as `frame` holds it and
+    joined once, on first read: for readers of a few columns of many steps (a fleet's
+    summary merges its engines' start times and durations without building their
+    frames). Reads like a frame's columns."""
 
-    __slots__ = ("log", "got")
+    __slots__ = ("kept", "got")
 
     def __init__(self, log: StepLog) -> None:
-        self.log = log
+        log.close()
+        self.kept = log.kept
         self.got: dict[str, np.ndarray] = {}
 
     columns = tuple(STEP_COLUMNS)
@@ -319,7 +312,14 @@ class StepColumns:
     def __getitem__(self, name: str) -> np.ndarray:
         col = self.got.get(name)
         if col is None:
-            col = self.got[name] = self.log.column(name)
+            kept = self.kept
+            if not kept:
+                col = np.zeros(0, dtype=STEP_COLUMNS[name])
+            elif len(kept) == 1:
+                col = kept[0][name]
+            else:
+                col = np.concatenate([p[name] for p in kept])
+            self.got[name] = col
         return col
 
     def __len__(self) -> int:
