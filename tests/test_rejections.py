@@ -5,6 +5,7 @@ and a plain run prints the count and reasons."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -100,7 +101,9 @@ def test_probes_that_reject_stop_once_past_the_cap():
                                seeds=[0], max_reject_pct=0.0, skip_rejected_rates=False)
     low, *rest = entry_document(e, SLOS, [0], 0.0)["probes"]
     assert e.max_rate == 0 and low["by_seed"][0]["rejected"] == 148
-    assert [p["rate"] for p in rest] == [2.0, 4.0, 8.0] and not any(p["met"] for p in rest)
+    # every rate down to min_rate, the first octave's midpoint too (`RateSearch._below`)
+    assert [p["rate"] for p in rest] == [2.0, 4.0, math.sqrt(8.0 * 4.0), 8.0]
+    assert not any(p["met"] for p in rest)
     assert all(p["by_seed"][0]["violations"] == ["rejected > 0 % (settled early)"]
                for p in rest)
 
