@@ -258,3 +258,24 @@ def test_a_profile_parses_its_table_once(comp):
     """Engines built on one Profile share its parsed grids (`Profile.components`)."""
     a, b = ComponentModel(comp), ComponentModel(comp)
     assert a.c is b.c is comp.components
+
+
+def test_models_of_one_profile_object_share_decode_lines_and_price_alike(tmp_path):
+    """The decode lines depend on the profile's grids alone: every model of one profile
+    object reads the same ones, and a model of a changed table (a new profile object,
+    same file hash) builds its own."""
+    import dataclasses
+
+    prof = make_component_profile(tmp_path, spread=1.4)
+    a, b = ComponentModel(prof), ComponentModel(prof, step_overhead_s=0.002)
+    kv = np.arange(300.0, 900.0)
+    ta, _ = a.decode_steps_s(7, kv, None, kv + 40.0)
+    assert a._lines is b._lines and a._line(7) is b._line(7)
+    fresh = ComponentModel(make_component_profile(tmp_path, "again", spread=1.4))
+    tf, _ = fresh.decode_steps_s(7, kv, None, kv + 40.0)
+    assert fresh._lines is not a._lines and np.array_equal(ta, tf)
+    t = prof.table.copy()
+    t["median_s"] = t["median_s"] * 2.0
+    doubled = ComponentModel(dataclasses.replace(prof, table=t))
+    td, _ = doubled.decode_steps_s(7, kv, None, kv + 40.0)
+    assert doubled._lines is not a._lines and np.all(td > ta * 1.5)

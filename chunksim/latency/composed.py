@@ -292,7 +292,6 @@ class ComponentModel(StepCosts):
         self.dax, self.kvax, self.rax = (_Axis(a) for a in g.axes)
         self.dmed, self.dsig = _pad(g.median), _pad(g.sigma)
         self.dmed_edge = g.median[-1]
-        self._lines: dict[int, _DecodeLine] = {}
         self.filled_cells = 0
         self.profile_sha256 = profile.sha256
         self.joint = _joint_of(c)
@@ -300,6 +299,10 @@ class ComponentModel(StepCosts):
         """Whether the profile measured decode spreads; without, decodes are priced by
         their mean context and a spread is not an extrapolation."""
         self._init_moe(profile, expert_skew)  # before the extras: they price steps
+        self._lines: dict[int, _DecodeLine] = profile.derived.setdefault(
+            ("decode_lines", self.routing), {})
+        """A decode line per decode count: a function of the profile's grids and the
+        routing alone, so shared by every model of this profile object."""
         self._init_extras(profile, step_overhead_s)
 
     def _init_moe(self, profile: Profile, expert_skew: float | None) -> None:

@@ -65,6 +65,13 @@ class Profile:
         `dataclasses.replace`)."""
         return parse(self.table, self.path)
 
+    @cached_property
+    def derived(self) -> dict:
+        """What latency models derive from this profile object's grids alone, kept for
+        the next model of the same profile (a capacity search builds one a probe),
+        keyed by whatever else each depends on (`composed.ComponentModel._lines`)."""
+        return {}
+
     @property
     def max_position(self) -> int | None:
         """The profiled model's maximum position (its RoPE table length), None when the
