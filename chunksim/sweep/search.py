@@ -148,13 +148,14 @@ class RateSearch:
         of that octave comes first, then its lower end if the midpoint misses too: the
         rates the halving and the bisection after it probe (the same floats), but a
         capacity in the upper half of the octave (where a start from the service rate
-        puts it, `bracket`) no longer costs a probe at the octave's lower end, which
-        passes and so runs in full."""
-        start = self.start
-        if self.hint is None and hi == start:
-            return math.sqrt(start * (start / 2))
-        if self.hint is None and hi == math.sqrt(start * (start / 2)):
-            return start / 2
+        puts it, `bracket`) costs no probe at the octave's lower end, which would pass
+        and so run in full."""
+        if self.hint is None:
+            mid = math.sqrt(self.start * (self.start / 2))
+            if hi == self.start:
+                return mid
+            if hi == mid:
+                return self.start / 2
         return hi / 2
 
     def halvings(self) -> list[float]:
