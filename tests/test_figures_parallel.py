@@ -39,8 +39,9 @@ def _bytes(paths) -> list[tuple[str, bytes]]:
     return [(p.name, p.read_bytes()) for p in paths]
 
 
+@pytest.mark.parametrize("order", [(), ("e", "d", "not-a-figure", "a")])
 @pytest.mark.parametrize("cores", [2, 4])
-def test_forked_drawing_writes_what_one_process_writes(tmp_path, monkeypatch, cores):
+def test_forked_drawing_writes_what_one_process_writes(tmp_path, monkeypatch, cores, order):
     one, many = tmp_path / "one", tmp_path / "many"
     one.mkdir()
     many.mkdir()
@@ -49,10 +50,51 @@ def test_forked_drawing_writes_what_one_process_writes(tmp_path, monkeypatch, co
     seq = style.save_all(_figs(os.getpid()), one, ("png", "svg"), lost_one)
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     lost_many: dict[str, str] = {}
-    par = style.save_all(_figs(os.getpid()), many, ("png", "svg"), lost_many)
+    par = style.save_all(_figs(os.getpid()), many, ("png", "svg"), lost_many, order=order)
     assert [p.name for p in seq] == [p.name for p in par] == [
         f"{s}.{f}" for s in "acde" for f in ("png", "svg")]
     assert _bytes(seq) == _bytes(par)
     assert lost_one == lost_many and list(lost_many) == ["b.png"]
     assert "no positive value" in lost_many["b.png"]
     assert sorted(x.name for x in many.iterdir()) == sorted(p.name for p in par)
+
+
+def test_each_figure_is_taken_once_in_queue_order():
+    r, w = os.pipe()
+    os.write(w, bytes([2, 0, 1]))
+    os.close(w)
+    try:
+        assert list(style._taken(["a", "b", "c"], r)) == ["c", "a", "b"]
+    finally:
+        os.close(r)
+
+
+def test_a_layout_engine_lays_a_figure_out_once_for_every_format(tmp_path, monkeypatch):
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    calls = []
+    execute = ConstrainedLayoutEngine.execute
+
+    def counted(self, fig):
+        calls.append(fig)
+        return execute(self, fig)
+
+    monkeypatch.setattr(ConstrainedLayoutEngine, "execute", counted)
+    plt = style.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(4, 2), layout="constrained")
+    for ax in axes:
+        ax.plot([1, 2, 3], [3, 1, 2])
+        ax.set_ylabel("a long label that needs room")
+    paths = style.save(fig, tmp_path, "f", ("png", "svg"))
+    assert [p.name for p in paths] == ["f.png", "f.svg"] and len(calls) == 1
+    # and laid out as a figure saved with savefig's own "tight" box is
+    from matplotlib.image import imread
+
+    fig2, axes2 = plt.subplots(1, 2, figsize=(4, 2), layout="constrained")
+    for ax in axes2:
+        ax.plot([1, 2, 3], [3, 1, 2])
+        ax.set_ylabel("a long label that needs room")
+    fig2.savefig(tmp_path / "g.png", bbox_inches="tight", dpi=style.DPI * style.PNG_SCALE)
+    plt.close(fig2)
+    a, b = imread(paths[0]), imread(tmp_path / "g.png")
+    assert abs(a.shape[0] - b.shape[0]) <= 2 and abs(a.shape[1] - b.shape[1]) <= 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from chunksim import atomic
@@ -167,9 +168,12 @@ def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
     plt = pyplot()
     paths = []
     # the tight bounding box once for every format (savefig's "tight" lays the figure
-    # out again per file, which costs about as much as drawing it)
+    # out again per file, which costs about as much as drawing it); then the layout is
+    # frozen where that draw put it, as savefig freezes it for its own "tight" box, so
+    # that a layout engine (constrained layout) does not solve it again for each format
     fig.draw_without_rendering()
     bbox = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
+    fig.set_layout_engine("none")
     for fmt in formats:
         buf = io.BytesIO()
         # No creation date in the metadata: same data, same bytes.
@@ -205,13 +209,16 @@ MAX_FIGURE_PROCESSES = 4
 
 
 def save_all(figs: dict, out_dir: Path, formats: tuple[str, ...],
-             left_out: dict[str, str]) -> list[Path]:
+             left_out: dict[str, str], order: Sequence[str] = ()) -> list[Path]:
     """`save_drawn` every figure of `figs` (stem -> a function drawing it), the figures
     shared among up to one process per core: drawing is most of a report's time, and
-    each figure is drawn alone. Where processes fork (POSIX), each forked child draws its
-    share from the data the parent holds, writes its files atomically and hands back the
-    paths and the figures it left out; elsewhere, or on one core, the parent draws them
-    all. Returns the paths in `figs` order: the bytes are the same either way."""
+    each figure is drawn alone. Where processes fork (POSIX), each forked child draws
+    figures from the data the parent holds, writes their files atomically and hands back
+    the paths and the figures it left out; elsewhere, or on one core, the parent draws
+    them all. Each process takes the next figure not yet taken as soon as it is free, in
+    `order` (stems; those it does not name follow in `figs` order), so naming the
+    costliest first keeps every process busy to the end. Returns the paths in `figs`
+    order: the bytes are the same whoever draws what."""
     import os
 
     stems = list(figs)
@@ -219,33 +226,52 @@ def save_all(figs: dict, out_dir: Path, formats: tuple[str, ...],
     if procs < 2 or not hasattr(os, "fork"):
         return [p for stem in stems for p in save_drawn(figs[stem], out_dir, stem, formats,
                                                         left_out)]
+    queue = [s for s in order if s in figs]
+    queue += [s for s in stems if s not in queue]
     pyplot()  # the style, set once before forking
-    pending = [_fork_drawing(figs, stems[k::procs], out_dir, formats)
-               for k in range(1, procs)]
+    # the figures not yet taken: one byte each (its index in `queue`) in a pipe whose
+    # write end is closed before forking, so each process takes the next with one read
+    # and reads the end of the file once all are taken
+    r, w = os.pipe()
+    os.write(w, bytes(range(len(queue))))
+    os.close(w)
+    pending: list[tuple[int, int]] = []
     done: dict[str, list[Path]] = {}
     try:
-        for stem in stems[0::procs]:
+        for _ in range(procs - 1):
+            pending.append(_fork_drawing(figs, queue, r, out_dir, formats))
+        for stem in _taken(queue, r):
             done[stem] = save_drawn(figs[stem], out_dir, stem, formats, left_out)
         while pending:
-            pid, fd, share = pending[0]
+            pid, fd = pending[0]
             got = _collect(pid, fd)
             pending.pop(0)
-            if got is None:  # the child failed: draw its share here
-                for stem in share:
-                    done[stem] = save_drawn(figs[stem], out_dir, stem, formats, left_out)
-                continue
-            paths, lost = got
-            left_out.update(lost)
-            for stem in share:
-                done[stem] = [Path(p) for p in paths.get(stem, [])]
+            if got is not None:
+                paths, lost = got
+                left_out.update(lost)
+                done.update({stem: [Path(p) for p in ps] for stem, ps in paths.items()})
+        for stem in queue:  # taken by a child that failed: drawn here
+            if stem not in done:
+                done[stem] = save_drawn(figs[stem], out_dir, stem, formats, left_out)
     finally:
+        os.close(r)
         _stop(pending)  # interrupted: no child writes on after the parent has gone
     return [p for stem in stems for p in done[stem]]
 
 
-def _fork_drawing(figs: dict, share: list[str], out_dir: Path,
-                  formats: tuple[str, ...]) -> tuple[int, int, list[str]]:
-    """Fork a child that draws `share`; returns (pid, read end of its pipe, share)."""
+def _taken(queue: list[str], fd: int):
+    """The figures this process takes from the pipe `fd`, one at a time, until none is
+    left."""
+    import os
+
+    while b := os.read(fd, 1):
+        yield queue[b[0]]
+
+
+def _fork_drawing(figs: dict, queue: list[str], fd: int, out_dir: Path,
+                  formats: tuple[str, ...]) -> tuple[int, int]:
+    """Fork a child that draws figures taken from the pipe `fd` (`_taken`) until none is
+    left; returns (pid, read end of the pipe it reports on)."""
     import json
     import os
     import signal
@@ -260,7 +286,7 @@ def _fork_drawing(figs: dict, share: list[str], out_dir: Path,
                 signal.signal(sig, signal.SIG_DFL)
             lost: dict[str, str] = {}
             paths = {stem: [str(p) for p in save_drawn(figs[stem], out_dir, stem, formats,
-                                                       lost)] for stem in share}
+                                                       lost)] for stem in _taken(queue, fd)}
             data = json.dumps({"paths": paths, "left_out": lost}).encode()
             while data:
                 data = data[os.write(w, data):]
@@ -268,7 +294,7 @@ def _fork_drawing(figs: dict, share: list[str], out_dir: Path,
         finally:
             os._exit(code)
     os.close(w)
-    return pid, r, share
+    return pid, r
 
 
 def _collect(pid: int, fd: int) -> tuple[dict, dict] | None:
@@ -285,11 +311,11 @@ def _collect(pid: int, fd: int) -> tuple[dict, dict] | None:
     return doc["paths"], doc["left_out"]
 
 
-def _stop(children: list[tuple[int, int, list[str]]]) -> None:
+def _stop(children: list[tuple[int, int]]) -> None:
     import os
     import signal
 
-    for pid, fd, _ in children:
+    for pid, fd in children:
         try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
