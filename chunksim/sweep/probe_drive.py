@@ -1,6 +1,7 @@
 """Running a capacity search's probes on a Runner: which seeds of a probe run first,
-the later ones only while the probe is open, stopped seeds again in full where the
-figures are reported, and each search's closing runs (`after_search`) as soon as it ends.
+the later ones only while the probe is open, stopped seeds again (in full where the
+figures are reported, else only until the bounds left open are settled), and each
+search's closing runs (`after_search`) as soon as it ends.
 `pipelined` keeps a pool busy (each search submits its next probe as soon as its last is
 judged); `lock_step` runs rounds on a serial Runner. Both give the same probes.
 """
@@ -12,7 +13,8 @@ from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from chunksim.progress import ProgressBar
-from chunksim.sweep.early import stopped
+from chunksim.sim.settle import REJECTED_KEY
+from chunksim.sweep.early import failed_keys, merge_runs, open_bounds, stopped
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.probes import (
     DEFERRED,
@@ -111,13 +113,38 @@ def _run_chains(chains: list[Generator], runner: Runner,
                 if (j := _step(c, res.summary)) is not None]
 
 
-def _redo(runs: Sequence[Mapping], slos: Mapping[str, float],
-          max_reject_pct: float) -> list[int]:
-    """The stopped seeds of a probe to run in full: all of them when the probe passes (its
-    figures are reported) or when they leave the median-seed verdict open."""
-    if partial_verdict(runs, slos, max_reject_pct) is False:
+def _redo(runs: Sequence[Mapping], jobs: Sequence[SimJob], slos: Mapping[str, float],
+          max_reject_pct: float) -> list[tuple[int, SimJob]]:
+    """The stopped seeds of a probe to run again, and their jobs; none once the probe is
+    decided. All in full when it passes (its figures are reported). When they leave the
+    median-seed verdict open (`early.open_bounds`), each that is unknown on an open bound
+    settles on just those (and the rejection cap), so that it runs only until it misses
+    one or to its end (merged with what it settled before, `early.merge_runs`); with an
+    even count of seeds, one whose miss of an open bound is known but not by how much
+    runs in full, as the median of two averages its value."""
+    verdict = partial_verdict(runs, slos, max_reject_pct)
+    if verdict is False:
         return []
-    return [k for k, s in enumerate(runs) if stopped(s)]
+    if verdict is True:
+        return [(k, _full(jobs[k])) for k, s in enumerate(runs) if stopped(s)]
+    bounds = open_bounds(runs, slos)
+    even = len(runs) % 2 == 0
+    out = []
+    for k, s in enumerate(runs):
+        if not stopped(s):
+            continue
+        missed = failed_keys(s)
+        if even and any(b in missed for b in bounds):
+            out.append((k, _full(jobs[k])))
+        elif watch := [b for b in bounds if b not in missed]:
+            out.append((k, _settling(jobs[k], watch)))
+    return out
+
+
+def _settling(job: SimJob, keys: Sequence[str]) -> SimJob:
+    """`job` stopping on the bounds `keys` (and the rejection cap) only."""
+    return dataclasses.replace(job, settle_slos_ms=tuple(
+        (k, b) for k, b in job.settle_slos_ms if k in keys or k == REJECTED_KEY))
 
 
 def _full(job: SimJob) -> SimJob:
@@ -152,12 +179,11 @@ def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
                     _later(runs[j], groups[j][k], slos, max_reject_pct) for j, k in want]
             for (j, k), res in zip(want, _run(runner, jobs, progress), strict=True):
                 runs[j][k] = res.summary
-        redo = [(j, k) for j, rs in enumerate(runs)
-                for k in _redo(rs, slos, max_reject_pct)]
-        if redo:
-            full = _run(runner, [_full(groups[j][k]) for j, k in redo], progress)
-            for (j, k), res in zip(redo, full, strict=True):
-                runs[j][k] = res.summary
+        while redo := [(j, k, job) for j, rs in enumerate(runs)
+                       for k, job in _redo(rs, groups[j], slos, max_reject_pct)]:
+            again = _run(runner, [job for _, _, job in redo], progress)
+            for (j, k, _), res in zip(redo, again, strict=True):
+                runs[j][k] = merge_runs(runs[j][k], res.summary)
         for (i, r), rs in zip(batch, runs, strict=True):
             running.extend(done(i, r, rs))
 
@@ -174,6 +200,7 @@ def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
     # search -> rate, runs, jobs, (seeds run first, seeds not yet submitted)
     state: dict[int, tuple[float, list, list[SimJob], tuple[list[int], list[int]]]] = {}
     chains: list[Generator] = []
+    before: dict[tuple[int, int], dict] = {}  # (search, seed) -> its stopped run, run again
 
     def submit(key: tuple, job: SimJob) -> None:
         if progress is not None:
@@ -214,7 +241,8 @@ def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
                     continue
                 _, i, k = key
                 r, runs, jobs, (first, later) = state[i]
-                runs[k] = summary
+                runs[k] = merge_runs(before.pop((i, k)), summary) if (i, k) in before \
+                    else summary
                 if any(x is None for x in runs):
                     continue
                 if later and not _defers(runs, first, slos, max_reject_pct):
@@ -224,11 +252,12 @@ def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
                         submit((0, i, k2), job)
                     later.clear()
                     continue
-                redo = _redo(runs, slos, max_reject_pct)
+                redo = _redo(runs, jobs, slos, max_reject_pct)
                 if redo:
-                    for k2 in redo:
+                    for k2, job in redo:
+                        before[(i, k2)] = runs[k2]
                         runs[k2] = None
-                        submit((0, i, k2), _full(jobs[k2]))
+                        submit((0, i, k2), job)
                     continue
                 for j in done(i, r, runs):
                     advance(j)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
-from chunksim.sweep.early import decide, rejected_too_many, stopped
+from chunksim.sweep.early import decide, failed_keys, rejected_too_many, stopped
 from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import meets
 
@@ -79,7 +79,7 @@ def probe_summary(runs: Sequence[Mapping]) -> dict:
     ran = [s for s in runs if not deferred(s)]
     out = {"stopped": True, "completed": None, "workload": ran[0].get("workload"),
            "stopped_seeds": [k for k, s in enumerate(runs) if stopped(s) and not deferred(s)],
-           "stopped_keys": sorted({s["stopped_key"] for s in ran if stopped(s)})}
+           "stopped_keys": sorted(set().union(*(failed_keys(s) for s in ran)))}
     if len(ran) < len(runs):
         out["deferred_seeds"] = [k for k, s in enumerate(runs) if deferred(s)]
     return out
