@@ -127,3 +127,24 @@ def test_ctrl_c_of_a_profile_says_what_was_saved_and_how_to_resume(tmp_path):
     resume = next(ln for ln in err.splitlines() if ln.startswith("resume with: "))
     args = shlex.split(resume.removeprefix("resume with: "))
     assert args == ["sim", *cmd, "--resume"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="reads /proc")
+def test_ctrl_c_while_the_pool_server_imports_prints_no_traceback(tmp_path):
+    """The worker pool's server imports the simulator for a while after it starts: a
+    Ctrl-C then reaches it too (a terminal signals the whole group), and must not print
+    its traceback beside the command's one-line message."""
+    proc = subprocess.Popen([*SIM, "compare", "-n", "50", "--out", str(tmp_path / "c")],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=default_sigint)
+    try:
+        # the resource tracker, then the server
+        _wait_for(lambda: len(_descendants(proc.pid)) >= 2 or proc.poll() is not None, 30,
+                  "the pool's server")
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

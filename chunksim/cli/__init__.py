@@ -28,6 +28,11 @@ attribute is a command function or a `typer.Typer` group. A command's module (an
 imports: numpy, pandas, the simulator) loads only when that command runs or shows its
 own help; `sim --help` reads each one's summary from its source (`lazy.summary`)."""
 
+POOLED = frozenset({"compare", "capacity", "sweep"})
+"""The commands that run their simulations on a local worker pool (`sweep.runner`) unless
+told --workers 1 or --ray: `main` starts the pool's process server before loading them
+(`sweep.pool`)."""
+
 app = typer.Typer(
     name="sim",
     cls=lazy.group_class(COMMANDS),
@@ -51,6 +56,25 @@ def _main(version: bool = typer.Option(
     """chunksim: which prefill scheduling policy and chunk size should I run?"""
 
 
+def pools(args: list[str]) -> bool:
+    """Whether the command line `args` (without the program name) runs a local worker
+    pool: a `POOLED` command on a machine with more than one core, without --workers 1 or
+    --ray. A guess from the words alone, good enough to start the pool's server early (a
+    wrong guess costs one idle process, never a result)."""
+    import os
+
+    if not args or args[0] not in POOLED or (os.cpu_count() or 1) < 2:
+        return False
+    for i, a in enumerate(args):
+        if a == "--ray" or a.startswith("--ray="):
+            return False
+        value = a.removeprefix("--workers=") if a.startswith("--workers=") else (
+            args[i + 1] if a == "--workers" and i + 1 < len(args) else None)
+        if value is not None and value.strip() == "1":
+            return False
+    return True
+
+
 def main() -> None:
     """Console-script entry point: run the app; every failure ends in one line (`errors`)."""
     from chunksim.cli import errors
@@ -59,6 +83,10 @@ def main() -> None:
     args = sys.argv[1:]
     if "--help" in args or not args or args == ["workload"]:
         help_format.fold_option_names()  # rich's help code, imported only to show help
+    elif pools(args):
+        from chunksim.sweep import pool
+
+        pool.start()  # its import of the simulator runs beside this one's
     try:
         app()
     except KeyboardInterrupt:  # Ctrl-C outside a command's own handler

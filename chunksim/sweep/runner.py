@@ -9,7 +9,6 @@ rounds reuse warm workers.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -17,6 +16,7 @@ from types import TracebackType
 
 from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
+from chunksim.sweep import pool
 from chunksim.sweep.job import JobResult, SimJob, init_worker, run_job
 
 OnResult = Callable[[int, JobResult], None]
@@ -115,10 +115,10 @@ class Runner:
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # forkserver, not fork: the parent runs a progress-bar thread, and forking a
-            # threaded process can deadlock; the preload makes each worker start cheap.
-            ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(["chunksim.sweep.job"])
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx,
+            # threaded process can deadlock; its preload makes each worker start cheap
+            # (`sweep.pool`: a command may have started it already)
+            pool.start()
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=pool.context(),
                                              initializer=init_worker,
                                              initargs=(self.profile, os.getpid()))
         return self._pool

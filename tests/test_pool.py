@@ -1,0 +1,81 @@
+"""The worker pool's process server started early (`sweep.pool`, `cli.pools`): which
+command lines start it, that the pool then forks from that very server, and that Ctrl-C
+cannot reach it while it imports (read at once, before its own code ignores it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chunksim.cli import POOLED, pools
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["compare"], True),
+    (["capacity", "--slo", "p99_itl_ms=100"], True),
+    (["sweep", "--workers", "2"], True),
+    (["compare", "--workers", "1"], False),
+    (["compare", "--workers=1"], False),
+    (["capacity", "--ray", "auto"], False),
+    (["sweep", "--ray=local"], False),
+    (["run", "--policy", "budget"], False),
+    (["validate"], False),
+    ([], False),
+])
+def test_a_pool_is_guessed_from_the_command_line(monkeypatch, args, expected):
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert pools(args) is expected
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one core: workers run inline
+    assert pools(args) is False
+
+
+def test_every_pooled_command_runs_a_pool():
+    """The commands named in POOLED take --workers (and so may run a pool)."""
+    for name in POOLED:
+        source = (ROOT / "chunksim" / "cli" / f"{name}.py").read_text()
+        assert "WorkersOpt" in source and "Runner(" in source, name
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_pool_forks_from_the_server_started_early(tmp_path):
+    script = textwrap.dedent("""
+        from multiprocessing import forkserver
+        from pathlib import Path
+
+        from chunksim.sweep import pool
+        pool.start()
+        server = forkserver._forkserver._forkserver_pid
+        status = Path(f"/proc/{server}/status").read_text()
+        ignored = int(next(ln.split()[1] for ln in status.splitlines()
+                           if ln.startswith("SigIgn:")), 16)
+        print("sigint_ignored", bool(ignored & (1 << 1)))
+
+        from chunksim.latency.profile import load_profile
+        from chunksim.sim.run import RunConfig
+        from chunksim.sweep.configs import make_configs, parse_policies
+        from chunksim.sweep.job import SimJob
+        from chunksim.sweep.runner import Runner
+        from chunksim.workloads.options import WorkloadOptions
+
+        cfg = make_configs(parse_policies("budget"), [512])[0]
+        jobs = [SimJob(WorkloadOptions(num_requests=5, seed=k), RunConfig(), cfg)
+                for k in range(2)]
+        with Runner(load_profile(None), workers=2) as runner:
+            done = runner.map(jobs)
+        print("completed", [r.summary["completed"] for r in done])
+        print("same_server", forkserver._forkserver._forkserver_pid == server)
+    """)
+    res = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "sigint_ignored True" in res.stdout
+    assert "completed [5, 5]" in res.stdout
+    assert "same_server True" in res.stdout
