@@ -84,6 +84,29 @@ def test_a_lead_without_a_capacity_hands_the_lead_on():
     assert leads2.release(0) == [1]  # "at least the max rate" aims nothing either
 
 
+def test_a_search_that_fails_at_its_start_runs_alone_and_leads_nothing():
+    """`whole` rejects requests on their lengths at the start rate: it runs from the
+    start beside the group's lead (the next search), which the rest wait for; only the
+    searches before the group's lead are asked."""
+    searches = _searches(len(LONE))
+    asked = []
+
+    def fails(i):
+        asked.append(i)
+        return i == 0
+
+    leads = Leads(LONE, searches, fails_at_start=fails)
+    assert leads.start() == [0, 1] and asked == [0, 1]
+    _end(searches[0], 0.0)
+    assert leads.release(0) == []  # alone: it hands nothing on
+    _end(searches[1], 5.0)
+    assert leads.release(1) == [2] and searches[2].hint == pytest.approx(5.0, rel=0.1)
+    # without sharing nothing is asked: every search starts at once anyway
+    asked.clear()
+    assert Leads(LONE, _searches(3), share=False, fails_at_start=fails).start() == [0, 1, 2]
+    assert asked == []
+
+
 def test_without_sharing_every_search_starts_at_once():
     searches = _searches(len(LONE))
     leads = Leads(LONE, searches, share=False)

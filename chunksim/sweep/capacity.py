@@ -244,7 +244,9 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
             s.floor_fails = static_floor(s, lambda x: rejects_too_many(i, x))
         return ended(i)
 
-    leads = Leads(configs, searches, params.share)
+    leads = Leads(configs, searches, params.share, fails_at_start=lambda i: (
+        skip_rejected_rates and configs[i].fleet is None
+        and rejects_too_many(i, searches[i].next_rate())))
 
     def ended(i: int) -> list[int]:
         """Searches released by search `i` so far (`Leads.release`) that have a probe to

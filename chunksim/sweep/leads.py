@@ -7,15 +7,18 @@ where their own usually lies, so each ends in a few probes instead of a full bra
 bisection. They start once the lead's bisection has converged, while it checks the rates
 above its bracket. A lead that finds no capacity (nothing met, or the SLOs held up to the
 maximum rate) hands the lead to the next waiting search, which then runs from the start.
+A search whose first probe would fail on rejections alone (requests too long for its
+policy, KV cache or --max-model-len on some seed, `sim.build.static_rejections`) would
+lead to nothing: it runs alone from the start, beside the lead, and the next one leads.
 
-Which search leads and what hint a search gets depend on the configurations and the
-probes' verdicts only, never on which job finished first, so the probes (and the report)
-are the same whatever the number of workers.
+Which search leads and what hint a search gets depend on the configurations, the
+requests' lengths and the probes' verdicts only, never on which job finished first, so
+the probes (and the report) are the same whatever the number of workers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 from chunksim.sweep.configs import Config
 from chunksim.sweep.search import RateSearch
@@ -30,20 +33,29 @@ class Leads:
     """The order in which searches may start; `share=False` starts them all at once."""
 
     def __init__(self, configs: Sequence[Config], searches: Sequence[RateSearch],
-                 share: bool = True) -> None:
+                 share: bool = True, fails_at_start: Callable[[int], bool] | None = None
+                 ) -> None:
+        """`fails_at_start(i)`: search i's first probe fails whatever its latencies (it
+        rejects too many requests on their lengths alone): asked, in configuration order,
+        of each search before its group has a lead; such a search runs alone from the
+        start, beside the others, and does not lead."""
         self.searches = searches
         self.waiting: dict[Hashable, list[int]] = {}
         self.lead: dict[Hashable, int] = {}  # group -> its lead now
         self.first: list[int] = []
+        self.key: dict[int, Hashable] = {}
         for i, c in enumerate(configs):
             key = group_key(c) if share else i
+            if key not in self.waiting and fails_at_start is not None and share and \
+                    fails_at_start(i):
+                key = ("alone", i)
+            self.key[i] = key
             if key in self.waiting:
                 self.waiting[key].append(i)
             else:
                 self.waiting[key] = []
                 self.lead[key] = i
                 self.first.append(i)
-        self.key = {i: (group_key(c) if share else i) for i, c in enumerate(configs)}
         self.source: dict[int, int] = {}
         """Search -> the lead whose capacity it started from."""
 
