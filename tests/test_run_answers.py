@@ -134,6 +134,24 @@ def test_extrapolation_warning_counts_each_axis():
     assert extrapolation_warnings(steps, ranges, threshold=0.7) == []
 
 
+def test_a_profiles_grid_ranges_are_worked_out_once_per_profile_object(linear_profile):
+    import dataclasses
+
+    from chunksim.sim.coverage import grid_ranges, profile_ranges
+
+    first = profile_ranges(linear_profile)
+    assert first == grid_ranges(linear_profile.table)
+    first["kv_len"] = (0.0, 0.0)  # a copy: the kept ranges do not change
+    assert profile_ranges(linear_profile) == grid_ranges(linear_profile.table)
+    assert linear_profile.derived["grid_ranges"] == grid_ranges(linear_profile.table)
+    # a changed table is a new profile object, with its own ranges
+    table = linear_profile.table.copy()
+    table["kv_len"] = table["kv_len"] * 2
+    doubled = dataclasses.replace(linear_profile, table=table)
+    assert profile_ranges(doubled)["kv_len"] == tuple(
+        2 * x for x in profile_ranges(linear_profile)["kv_len"])
+
+
 # ------------------------------------------------------------------ jitter guard
 class _ExplodingSpread(LatencyModel):
     """A latency model whose jitter is absurd (a spread extrapolated without bound)."""

@@ -32,6 +32,15 @@ def grid_ranges(table) -> dict[str, tuple[float, float]]:
             "decode_count": span(main["decode_count"]), "kv_len": span(kv)}
 
 
+def profile_ranges(profile) -> dict[str, tuple[float, float]]:
+    """`grid_ranges` of a profile's table, worked out once per profile object (kept in
+    `Profile.derived`): every run of a grid or a capacity search reads the same ranges."""
+    got = profile.derived.get("grid_ranges")
+    if got is None:
+        got = profile.derived["grid_ranges"] = grid_ranges(profile.table)
+    return dict(got)
+
+
 def describe_ranges(ranges: dict[str, tuple[float, float]]) -> str:
     """`chunk_len 0–1,024, prior_len 0–4,096, decode_count 0–256, kv_len 1–16,384`."""
     return ", ".join(f"{axis} {lo:,.0f}–{hi:,.0f}" for axis, (lo, hi) in ranges.items())

@@ -13,7 +13,7 @@ from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.board import BOARD_FILES
 from chunksim.sim.build import RunConfig, build_engine, engine_parts
-from chunksim.sim.coverage import describe_ranges, grid_ranges
+from chunksim.sim.coverage import describe_ranges, profile_ranges
 from chunksim.sim.engine import SimResult
 from chunksim.sim.fleet_run import simulate_fleet
 from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
@@ -80,7 +80,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
         result.steps = steps.reset_index(drop=True)
         return result, summary
     parts = engine_parts(workload, profile, cfg)
-    ranges = grid_ranges(profile.table)
+    ranges = profile_ranges(profile)
     guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
              if parts.engine.jitter else None)
     engine = build_engine(workload, cfg, parts, schedule_log=schedule_log,

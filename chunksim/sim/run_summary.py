@@ -6,7 +6,7 @@ from __future__ import annotations
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults
 from chunksim.sim.build import EngineParts, RunConfig
-from chunksim.sim.coverage import extrapolation_warnings, grid_ranges
+from chunksim.sim.coverage import extrapolation_warnings, profile_ranges
 from chunksim.sim.engine import SimResult
 from chunksim.sim.metrics import summarize, summarize_classes
 from chunksim.sim.records import StepTotals
@@ -22,7 +22,7 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
                 profile_kind=profile.kind,
                 profile_filled_cells=latency.filled_cells,
                 policy_defaults=chosen_defaults(cfg.policy, dict(cfg.knobs), cfg.chunk, device))
-    ranges = grid_ranges(profile.table)
+    ranges = profile_ranges(profile)
     steps = result.step_totals  # the engine's own totals, or a fleet's folded here
     if steps is None:
         steps = (StepTotals.merged(result.step_parts, ranges)
