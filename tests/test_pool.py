@@ -4,6 +4,7 @@ cannot reach it while it imports (read at once, before its own code ignores it).
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -34,6 +35,9 @@ def test_a_pool_is_guessed_from_the_command_line(monkeypatch, args, expected):
     assert pools(args) is expected
     monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one core: workers run inline
     assert pools(args) is False
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # no forkserver (Windows): the pool
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    assert pools(args) is False  # reports that itself when it starts
 
 
 def test_every_pooled_command_runs_a_pool():

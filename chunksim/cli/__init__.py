@@ -58,13 +58,17 @@ def _main(version: bool = typer.Option(
 
 def pools(args: list[str]) -> bool:
     """Whether the command line `args` (without the program name) runs a local worker
-    pool: a `POOLED` command on a machine with more than one core, without --workers 1 or
-    --ray. A guess from the words alone, good enough to start the pool's server early (a
-    wrong guess costs one idle process, never a result)."""
+    pool: a `POOLED` command on a machine with more than one core that can start a
+    forkserver, without --workers 1 or --ray. A guess from the words alone, good enough
+    to start the pool's server early (a wrong guess costs one idle process, never a
+    result)."""
+    import multiprocessing
     import os
 
     if not args or args[0] not in POOLED or (os.cpu_count() or 1) < 2:
         return False
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False  # (the pool says so itself when it starts)
     for i, a in enumerate(args):
         if a == "--ray" or a.startswith("--ray="):
             return False
