@@ -28,16 +28,17 @@ def context():
     return ctx
 
 
-def start() -> None:
-    """Start the server now, if it is not running yet (a no-op after the first call)."""
+def start():
+    """Start the server now, if it is not running yet (a no-op after the first call);
+    returns the pool's context (`context`)."""
     import threading
     from multiprocessing import forkserver
 
-    context()
+    ctx = context()
     old = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or old is None:
         forkserver.ensure_running()  # (signal dispositions are set on the main thread)
-        return
+        return ctx
     # an ignored signal stays ignored in the program a process executes, and Python then
     # installs no KeyboardInterrupt handler for it; blocked meanwhile here, a Ctrl-C that
     # comes while it is ignored stays pending (Linux) and reaches this process after
@@ -50,3 +51,4 @@ def start() -> None:
         signal.signal(signal.SIGINT, old)
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    return ctx

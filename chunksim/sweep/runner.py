@@ -117,8 +117,7 @@ class Runner:
             # forkserver, not fork: the parent runs a progress-bar thread, and forking a
             # threaded process can deadlock; its preload makes each worker start cheap
             # (`sweep.pool`: a command may have started it already)
-            pool.start()
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=pool.context(),
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=pool.start(),
                                              initializer=init_worker,
                                              initargs=(self.profile, os.getpid()))
         return self._pool
