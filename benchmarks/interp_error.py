@@ -11,7 +11,6 @@ errors bound the shipped model's from above. Prints a table, then one JSON line.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 import numpy as np
@@ -34,7 +33,7 @@ def held_out_errors(profile, axis: str) -> list[float]:
         held = t[axis] == v
         if axis != "prior_len":
             held &= t.prior_len == 0
-        lat = LatencyModel(dataclasses.replace(profile, table=t[~held]))
+        lat = LatencyModel(profile.with_table(t[~held]))
         for row in t[held].itertuples(index=False):
             if axis == "kv_len" and row.decode_count == 0:
                 continue

@@ -264,8 +264,6 @@ def test_models_of_one_profile_object_share_decode_lines_and_price_alike(tmp_pat
     """The decode lines depend on the profile's grids alone: every model of one profile
     object reads the same ones, and a model of a changed table (a new profile object,
     same file hash) builds its own."""
-    import dataclasses
-
     prof = make_component_profile(tmp_path, spread=1.4)
     a, b = ComponentModel(prof), ComponentModel(prof, step_overhead_s=0.002)
     kv = np.arange(300.0, 900.0)
@@ -276,6 +274,6 @@ def test_models_of_one_profile_object_share_decode_lines_and_price_alike(tmp_pat
     assert fresh._lines is not a._lines and np.array_equal(ta, tf)
     t = prof.table.copy()
     t["median_s"] = t["median_s"] * 2.0
-    doubled = ComponentModel(dataclasses.replace(prof, table=t))
+    doubled = ComponentModel(prof.with_table(t))
     td, _ = doubled.decode_steps_s(7, kv, None, kv + 40.0)
     assert doubled._lines is not a._lines and np.all(td > ta * 1.5)

@@ -1,6 +1,5 @@
 """The latency model: exact on multilinear laws, flags extrapolation, both paths agree."""
 
-import dataclasses
 import math
 
 import numpy as np
@@ -86,7 +85,7 @@ def test_pruned_points_are_filled_and_flagged(tmp_path):
     prof = make_profile(tmp_path)
     t = prof.table
     drop = (t["decode_count"] == 256) & (t["kv_len"] == 16384)
-    lat = LatencyModel(dataclasses.replace(prof, table=t[~drop]))
+    lat = LatencyModel(prof.with_table(t[~drop]))
     assert lat.filled_cells > 0
     val, out = lat.step_s(BatchShape(0, 0, 256, 16384))
     assert out

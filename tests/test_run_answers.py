@@ -135,8 +135,6 @@ def test_extrapolation_warning_counts_each_axis():
 
 
 def test_a_profiles_grid_ranges_are_worked_out_once_per_profile_object(linear_profile):
-    import dataclasses
-
     from chunksim.sim.coverage import grid_ranges, profile_ranges
 
     first = profile_ranges(linear_profile)
@@ -147,7 +145,7 @@ def test_a_profiles_grid_ranges_are_worked_out_once_per_profile_object(linear_pr
     # a changed table is a new profile object, with its own ranges
     table = linear_profile.table.copy()
     table["kv_len"] = table["kv_len"] * 2
-    doubled = dataclasses.replace(linear_profile, table=table)
+    doubled = linear_profile.with_table(table)
     assert profile_ranges(doubled)["kv_len"] == tuple(
         2 * x for x in profile_ranges(linear_profile)["kv_len"])
 

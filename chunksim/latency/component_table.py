@@ -20,8 +20,8 @@ Every error names the file, the CSV line and the column at fault.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,10 +51,6 @@ MINIMUM = {"tokens": 1, "chunk_len": 1, "prior_len": 0, "decode_count": 1, "kv_l
 """Smallest value of each key column where it is a key."""
 RATIO_DIGITS = 6
 """kv_max / kv_len is rounded to this many digits to form the spread axis."""
-
-if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
-    import pandas as pd
-
 
 @dataclass(frozen=True)
 class Grid:
@@ -91,25 +87,26 @@ class Components:
 _Z90 = 1.2815515655446004
 
 
-def kind_of(table: pd.DataFrame, provenance: dict) -> str:
-    """`components` for a component profile, else `whole-step`."""
-    if provenance.get("format") == FORMAT or "component" in table.columns:
+def kind_of(table: Mapping[str, np.ndarray], provenance: dict) -> str:
+    """`components` for a component profile (`table`: its columns by name), else
+    `whole-step`."""
+    if provenance.get("format") == FORMAT or "component" in table:
         return "components"
     return "whole-step"
 
 
-def parse(table: pd.DataFrame, path: str) -> Components:
-    """Check `table` (read from `path`) and build the grids; ValueError naming file, CSV
-    line and column on any fault."""
-    missing = [c for c in REQUIRED if c not in table.columns]
+def parse(table: Mapping[str, np.ndarray], path: str) -> Components:
+    """Check `table` (its columns by name, as read from `path`) and build the grids;
+    ValueError naming file, CSV line and column on any fault."""
+    missing = [c for c in REQUIRED if c not in table]
     if missing:
         raise ValueError(f"component profile {path} lacks column(s) {missing}; columns "
-                         f"present: {list(table.columns)} (see docs/profile-format.md)")
-    if table.empty:
+                         f"present: {list(table)} (see docs/profile-format.md)")
+    if not len(table["component"]):
         raise ValueError(f"component profile {path} has no rows")
     rows: dict[str, list[tuple[int, tuple[float, ...], float, float]]] = {k: [] for k in KEYS}
-    names = table["component"].tolist()
-    cols = {c: table[c].tolist() for c in (*KEY_COLUMNS, "median_s", "p10_s", "p90_s")}
+    names = np.asarray(table["component"]).tolist()
+    cols = {c: np.asarray(table[c]).tolist() for c in (*KEY_COLUMNS, "median_s", "p10_s", "p90_s")}
     for i, name in enumerate(names):
         line = i + 2  # CSV line: header is line 1
 

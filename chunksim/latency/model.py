@@ -67,6 +67,11 @@ class _Axis:
         return i, (x - v[i]) / (v[i + 1] - v[i]), (x < self.lo) | (x > self.hi)
 
 
+def _rows(table: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of a table (columns by name) where `mask` holds."""
+    return {c: v[mask] for c, v in table.items()}
+
+
 class LatencyModel(StepCosts):
     """Step time from a whole-step profile: `step_s(shape)`, and a vectorized decode-only
     path."""
@@ -75,11 +80,11 @@ class LatencyModel(StepCosts):
     """Decode contexts are priced by their mean alone (the engine passes no longest)."""
 
     def __init__(self, profile: Profile, step_overhead_s: float | None = None) -> None:
-        t = profile.table
-        main = t[t["prior_len"] == 0]
-        self.chunk = _Axis(sorted(main["chunk_len"].unique()))
-        self.dec = _Axis(sorted(main["decode_count"].unique()))
-        kvs = sorted(main.loc[main["decode_count"] > 0, "kv_len"].unique()) or [0]
+        t = {c: np.asarray(v) for c, v in profile.columns.items()}
+        main = _rows(t, t["prior_len"] == 0)
+        self.chunk = _Axis(np.unique(main["chunk_len"]).tolist())
+        self.dec = _Axis(np.unique(main["decode_count"]).tolist())
+        kvs = np.unique(main["kv_len"][main["decode_count"] > 0]).tolist() or [0]
         self.kv = _Axis(kvs)
         if self.chunk.lo != 0 or self.dec.lo != 0:
             raise ValueError(
@@ -101,18 +106,17 @@ class LatencyModel(StepCosts):
         self._sig_l = self.sig.tolist()
         self._filled_l = filled.tolist()
         # prior-context correction: delta[c, p] = T(c, p) - T(c, 0), p = 0 column is 0
-        pri = t[(t["prior_len"] > 0) & (t["decode_count"] == 0)]
-        if len(pri):
-            pc = sorted(pri["chunk_len"].unique())
-            pp = [0] + sorted(pri["prior_len"].unique())
+        pri = _rows(t, (t["prior_len"] > 0) & (t["decode_count"] == 0))
+        if len(pri["prior_len"]):
+            pc = np.unique(pri["chunk_len"]).tolist()
+            pp = [0] + np.unique(pri["prior_len"]).tolist()
             delta = np.zeros((len(pc), len(pp)))
             self._lines = {}
             base = {c: self.step_s(BatchShape(prefill_tokens=int(c)), jitter_z=None)[0]
                     for c in pc}
-            for row in pri.itertuples(index=False):
-                delta[pc.index(row.chunk_len), pp.index(row.prior_len)] = (
-                    row.median_s - base[row.chunk_len]
-                )
+            for c, p, m in zip(pri["chunk_len"].tolist(), pri["prior_len"].tolist(),
+                               pri["median_s"].tolist(), strict=True):
+                delta[pc.index(c), pp.index(p)] = m - base[c]
             self.pchunk, self.pprior = _Axis(pc), _Axis(pp)
             self._delta_l = delta.tolist()
         else:
@@ -127,8 +131,8 @@ class LatencyModel(StepCosts):
         ci = {v: i for i, v in enumerate(self.chunk.values)}
         di = {v: i for i, v in enumerate(self.dec.values)}
         ki = {v: i for i, v in enumerate(self.kv.values)}
-        for c, d, k, val in zip(main["chunk_len"], main["decode_count"], main["kv_len"],
-                                main[col], strict=True):
+        for c, d, k, val in zip(main["chunk_len"].tolist(), main["decode_count"].tolist(),
+                                main["kv_len"].tolist(), main[col].tolist(), strict=True):
             if d == 0:
                 g[ci[float(c)], 0, :] = val  # decode_count 0: kv is irrelevant, broadcast
             elif float(k) in ki:

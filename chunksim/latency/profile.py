@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -20,6 +22,7 @@ from chunksim.core.errors import InputError, reading
 from chunksim.latency.component_table import FORMAT as COMPONENT_FORMAT
 from chunksim.latency.component_table import KEY_COLUMNS as COMPONENT_KEYS
 from chunksim.latency.component_table import Components, kind_of, parse
+from chunksim.latency.csv_columns import CsvError, numeric, read_columns, row_count
 
 KEY_COLUMNS = ("chunk_len", "prior_len", "decode_count", "kv_len")
 TIME_COLUMNS = ("median_s", "p10_s", "p90_s")
@@ -45,8 +48,9 @@ def engine_devices(provenance: dict) -> int:
 class Profile:
     """A measured latency table and where it came from."""
 
-    table: pd.DataFrame
-    """One row per measured point (columns of docs/profile-format.md)."""
+    columns: Mapping[str, np.ndarray]
+    """One array per column of the table (docs/profile-format.md), one entry per measured
+    point: what the latency models read (`table` is the same as a pandas DataFrame)."""
     provenance: dict
     """Device, dtype, model shape, torch version, threads, date, grid, ..."""
     path: str
@@ -56,6 +60,29 @@ class Profile:
     kind: str = "whole-step"
     """`whole-step` (chunksim-profile/1) or `components` (chunksim-components/1)."""
 
+    @classmethod
+    def of_frame(cls, table: pd.DataFrame, provenance: dict, path: str, sha256: str,
+                 kind: str = "whole-step") -> Profile:
+        """A profile of a table held as a DataFrame (measured or edited in memory)."""
+        prof = cls({c: table[c].to_numpy() for c in table.columns}, provenance, path,
+                   sha256, kind)
+        prof.__dict__["table"] = table  # the frame given, not one rebuilt from it
+        return prof
+
+    def with_table(self, table: pd.DataFrame, path: str | None = None) -> Profile:
+        """This profile with another table (an edited or scaled copy of its own): a new
+        profile object, so nothing derived from the old table carries over."""
+        return Profile.of_frame(table, self.provenance, self.path if path is None else path,
+                                self.sha256, self.kind)
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        """The columns as a pandas DataFrame, built on first use (a run reads `columns`
+        and never imports pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(dict(self.columns))
+
     @cached_property
     def components(self) -> Components:
         """A component profile's grids (`component_table.parse` of `table`), built once
@@ -63,7 +90,7 @@ class Profile:
         grids, so they are parsed once per process, not once per run. `table` is not to
         be changed after load (a changed table is a new Profile, e.g. by
         `dataclasses.replace`)."""
-        return parse(self.table, self.path)
+        return parse(self.columns, self.path)
 
     @cached_property
     def derived(self) -> dict:
@@ -153,70 +180,63 @@ def _load(path: Path) -> Profile:
                 f"{meta_path.name}; the table was edited after profiling — re-run sim profile"
             )
     try:
-        import pandas as pd  # only where a table is read: the CLI starts without it
-
-        table = pd.read_csv(path)
-    except UnicodeDecodeError:
-        raise
-    except Exception as exc:  # pandas raises several types for malformed CSV
+        table = read_columns(raw)
+    except CsvError as exc:
         raise InputError(f"profile {path} is not a readable CSV: {exc}") from None
     if kind_of(table, provenance) == "components":
-        missing = [c for c in ("component", *COMPONENT_KEYS) if c not in table.columns]
+        missing = [c for c in ("component", *COMPONENT_KEYS) if c not in table]
         if not missing:  # (a missing column is parse's to name)
             _refuse_duplicates(path, table, ("component", *COMPONENT_KEYS))
-        prof = Profile(table=table, provenance=provenance, path=str(path), sha256=sha,
+        prof = Profile(columns=table, provenance=provenance, path=str(path), sha256=sha,
                        kind="components")
         prof.components  # noqa: B018 - every fault named by file, line and column, now
         return prof
-    missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in table]
     if missing:
         raise InputError(
-            f"profile {path} lacks column(s) {missing}; columns present: {list(table.columns)} "
+            f"profile {path} lacks column(s) {missing}; columns present: {list(table)} "
             "(see docs/profile-format.md)"
         )
-    if table.empty:
+    if not row_count(table):
         raise InputError(f"profile {path} has no rows")
-    table = table.copy()
     for col in KEY_COLUMNS:
         table[col] = _column(path, table, col, integer=True, low=0, high=MAX_KEY)
     for col in TIME_COLUMNS:
         table[col] = _column(path, table, col, integer=False, low=0, high=MAX_STEP_S)
     _refuse_duplicates(path, table, KEY_COLUMNS)
-    wrong = np.flatnonzero((table["p10_s"] > table["p90_s"]).to_numpy())
+    wrong = np.flatnonzero(table["p10_s"] > table["p90_s"])
     if len(wrong):
         i = int(wrong[0])
         raise InputError(
-            f"profile {path} row {i + 2}: p10_s={table['p10_s'].iloc[i]} > "
-            f"p90_s={table['p90_s'].iloc[i]}; the 10th percentile cannot exceed the 90th "
+            f"profile {path} row {i + 2}: p10_s={table['p10_s'][i]} > "
+            f"p90_s={table['p90_s'][i]}; the 10th percentile cannot exceed the 90th "
             f"({len(wrong)} such row(s))")
     if not (table["prior_len"] == 0).any():
         raise InputError(f"profile {path} has no main-grid rows (prior_len 0); see "
                          "docs/profile-format.md")
-    return Profile(table=table, provenance=provenance, path=str(path), sha256=sha)
+    return Profile(columns=table, provenance=provenance, path=str(path), sha256=sha)
 
 
-def _refuse_duplicates(path: Path, table: pd.DataFrame, keys) -> None:
+def _refuse_duplicates(path: Path, table: dict[str, np.ndarray], keys) -> None:
     """Two rows for one grid point: which one prices the step would depend on the row
     order, so neither is taken; name both lines."""
-    dup = table.duplicated(keys, keep=False).to_numpy()
-    if not dup.any():
+    rows = list(zip(*(map(str, table[k].tolist()) for k in keys), strict=True))
+    counts = Counter(rows)
+    if len(counts) == len(rows):
         return
-    first = int(np.flatnonzero(dup)[0])
-    row = {k: table[k].iloc[first] for k in keys}
-    same = np.logical_and.reduce([(table[k] == v).to_numpy() for k, v in row.items()]) & dup
-    lines = [int(i) + 2 for i in np.flatnonzero(same)]
-    point = ", ".join(f"{k}={v}" for k, v in row.items())
-    raise InputError(f"profile {path}: lines {lines[0]} and {lines[1]} both time the grid "
-                     f"point {point} ({int(dup.sum())} rows share a point); keep one row per "
+    first = next(i for i, row in enumerate(rows) if counts[row] > 1)
+    second = rows.index(rows[first], first + 1)
+    point = ", ".join(f"{k}={table[k][first]}" for k in keys)
+    shared = sum(n for n in counts.values() if n > 1)
+    raise InputError(f"profile {path}: lines {first + 2} and {second + 2} both time the grid "
+                     f"point {point} ({shared} rows share a point); keep one row per "
                      "point (re-run sim profile, or delete the stale row)")
 
 
-def _column(path: Path, table: pd.DataFrame, col: str, integer: bool, low: float,
-            high: float) -> pd.Series:
+def _column(path: Path, table: dict[str, np.ndarray], col: str, integer: bool, low: float,
+            high: float) -> np.ndarray:
     """`col` as numbers (int64 for keys), or InputError naming the first bad row."""
-    import pandas as pd
-
-    x = pd.to_numeric(table[col], errors="coerce").to_numpy(dtype=np.float64)
+    x = numeric(table[col])
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(x) | (x > high)
         bad |= (x < low) if integer else (x <= low)
@@ -224,13 +244,13 @@ def _column(path: Path, table: pd.DataFrame, col: str, integer: bool, low: float
             bad |= x != np.round(x)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        v = table[col].iloc[i]
+        v = table[col][i]
         shown = repr(v) if isinstance(v, str) else str(v)
         need = (f"an integer in [{low:g}, {high:,.0f}]" if integer
                 else f"a number of seconds in (0, {high:g}]")
         raise InputError(f"profile {path} row {i + 2}: column {col!r} = {shown} is not "
                          f"{need} ({int(bad.sum())} such row(s))")
-    return pd.Series(x.astype(np.int64) if integer else x, index=table.index)
+    return x.astype(np.int64) if integer else x
 
 
 _PROVENANCE_TYPES = {"model": dict, "step_overhead": dict, "wake_up": dict,

@@ -329,7 +329,8 @@ def composed_model(rows: list[dict], layers: int, fixed_s: float = 0.0,
     prov = {"format": FORMAT, "components": {"layers": layers, "in_sequence_scale": scale}}
     if moe is not None:
         prov["components"]["moe"] = moe
-    return ComponentModel(Profile(table, prov, "(in memory)", "", kind="components"), 0.0)
+    return ComponentModel(Profile.of_frame(table, prov, "(in memory)", "", kind="components"),
+                          0.0)
 
 
 def _predict(model: ComponentModel, steps: list[SampleStep]) -> list[float]:

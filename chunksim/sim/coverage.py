@@ -18,18 +18,22 @@ EXTRAPOLATION_WARN_SHARE = 0.05
 
 def grid_ranges(table) -> dict[str, tuple[float, float]]:
     """Each axis's measured range, (lowest, highest), as the latency model reads the
-    table: chunk_len and decode_count over the main grid (prior_len 0), kv_len over its
-    rows with decodes, prior_len from 0 to the largest prior measured."""
-    main = table[table["prior_len"] == 0]
-    kv = main.loc[main["decode_count"] > 0, "kv_len"]
-    prior = table.loc[table["prior_len"] > 0, "prior_len"]
+    table (its columns by name, or a DataFrame): chunk_len and decode_count over the main
+    grid (prior_len 0), kv_len over its rows with decodes, prior_len from 0 to the largest
+    prior measured."""
+    prior = np.asarray(table["prior_len"])
+    main = prior == 0
+    chunk = np.asarray(table["chunk_len"])[main]
+    decodes = np.asarray(table["decode_count"])[main]
+    kv = np.asarray(table["kv_len"])[main][decodes > 0]
+    prior = prior[prior > 0]
 
-    def span(s) -> tuple[float, float]:
-        return (float(s.min()), float(s.max())) if len(s) else (0.0, 0.0)
+    def span(x) -> tuple[float, float]:
+        return (float(x.min()), float(x.max())) if len(x) else (0.0, 0.0)
 
-    return {"chunk_len": span(main["chunk_len"]),
+    return {"chunk_len": span(chunk),
             "prior_len": (0.0, float(prior.max()) if len(prior) else 0.0),
-            "decode_count": span(main["decode_count"]), "kv_len": span(kv)}
+            "decode_count": span(decodes), "kv_len": span(kv)}
 
 
 def profile_ranges(profile) -> dict[str, tuple[float, float]]:
@@ -37,7 +41,7 @@ def profile_ranges(profile) -> dict[str, tuple[float, float]]:
     `Profile.derived`): every run of a grid or a capacity search reads the same ranges."""
     got = profile.derived.get("grid_ranges")
     if got is None:
-        got = profile.derived["grid_ranges"] = grid_ranges(profile.table)
+        got = profile.derived["grid_ranges"] = grid_ranges(profile.columns)
     return dict(got)
 
 

@@ -257,9 +257,7 @@ def drift_corrected(workload: Workload, profile: Profile, cfg: RunConfig,
     for col in ("median_s", "p10_s", "p90_s", "mean_s"):
         if col in t:
             t[col] = t[col] * factor
-    scaled = Profile(table=t, provenance=profile.provenance,
-                     path=f"{profile.path} (x{factor:.3f})", sha256=profile.sha256,
-                     kind=profile.kind)
+    scaled = profile.with_table(t, path=f"{profile.path} (x{factor:.3f})")
     _, s = simulate(workload, scaled, cfg)
     metrics = compare_summaries(s, live_summary)
     key, worst = worst_abs_error(metrics)
