@@ -518,9 +518,13 @@ class EngineCore:
 
     # ------------------------------------------------------------------ results
     def request_frame(self):
-        """One row per request."""
+        """One row per request, as a pandas DataFrame."""
         import pandas as pd
 
+        return pd.DataFrame(self.request_columns())
+
+    def request_columns(self) -> dict:
+        """One row per request: its columns by name (what `request_frame` holds)."""
         specs = self.workload.requests
         ids = np.arange(len(specs))
         classes, arrival = specs.request_classes(), specs.arrival_s
@@ -530,7 +534,7 @@ class EngineCore:
         reason = [""] * len(specs)
         for rid, why in self.rejected.items():
             reason[rid] = why
-        return pd.DataFrame({
+        return {
             "request_id": ids,
             "request_class": classes,
             "arrival_s": arrival,
@@ -547,7 +551,7 @@ class EngineCore:
             "max_itl_s": self.max_itl_s,
             "rejected": rejected,
             "reject_reason": reason,
-        })
+        }
 
     def meta(self) -> dict:
         """Run facts that do not depend on the time source."""

@@ -92,8 +92,10 @@ def _until(env: simpy.Environment, t: float):
 class SimResult:
     """Everything a run produced: flat records plus what is needed to summarize them."""
 
-    requests: object
-    """pandas DataFrame, one row per request (see `EngineCore.request_frame`)."""
+    requests_table: object
+    """One row per request (`EngineCore.request_columns`): its columns by name, until
+    `requests` builds the pandas DataFrame of them (a run read for its summary alone
+    never imports pandas), or that DataFrame."""
     steps_frame: object
     """`steps`, or a function of no arguments that builds it (called on first use: a run
     read for its summary alone never builds its steps frame)."""
@@ -119,6 +121,21 @@ class SimResult:
     step_columns: object = None
     """`steps` read column by column (`records.StepColumns`) without building the frame,
     when the engine kept its StepLog (a fleet merges its engines' columns from these)."""
+
+    @property
+    def requests(self):
+        """pandas DataFrame, one row per request (`EngineCore.request_columns`)."""
+        if isinstance(self.requests_table, dict):
+            import pandas as pd
+
+            self.requests_table = pd.DataFrame(self.requests_table)
+        return self.requests_table
+
+    @property
+    def request_columns(self):
+        """The requests' columns by name (a dict of arrays, or the DataFrame once built):
+        what the summary reads."""
+        return self.requests_table
 
     @property
     def steps(self):
@@ -286,7 +303,7 @@ class Engine:
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         totals = c.steps.close()
-        return SimResult(c.request_frame(), c.steps.frame, c.gaps.values(), meta,
+        return SimResult(c.request_columns(), c.steps.frame, c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names),
                          c.schedule_log.frame() if c.schedule_log is not None else None,
                          dict(c.rejected_examples), totals, step_columns=StepColumns(c.steps))

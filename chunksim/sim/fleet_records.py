@@ -7,17 +7,23 @@ in a `replica` column, ordered by start time.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from chunksim.core.speculative import merge_spec
 from chunksim.sim.engine import SimResult
 from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import frame_of
 
+if TYPE_CHECKING:  # annotations only: a single engine's run reads no frame
+    import pandas as pd
+
 
 def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
     """One run's records from the replicas' (`dest`: each request's replica)."""
+    import pandas as pd
+
     frames = [res.requests[dest == r] for r, res in enumerate(results)]
     requests = pd.concat(frames).sort_values("request_id", kind="stable")
     requests = requests.reset_index(drop=True)

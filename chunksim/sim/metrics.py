@@ -100,26 +100,46 @@ def step_facts(steps: StepTotals) -> tuple[int, float, int, int]:
     return steps.n, steps.busy_s, steps.extrapolated, steps.peak_kv_blocks
 
 
-def _completed(requests):
-    """The rows of requests that were not rejected (the frame itself when none was: no
-    copy of a million-row table)."""
-    rejected = requests["rejected"].to_numpy()
-    return requests[~rejected] if rejected.any() else requests
+_COLUMNS = ("arrival_s", "prompt_tokens", "first_scheduled_s", "first_token_s",
+            "finish_s", "generated_tokens", "preemptions", "recomputed_tokens", "max_itl_s",
+            "rejected")
+"""The request columns a summary reads (`EngineCore.request_columns`)."""
+
+
+def _columns(requests, extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The summary's columns of `requests` (a DataFrame, or its columns by name) as
+    arrays."""
+    return {c: np.asarray(requests[c]) for c in (*_COLUMNS, *extra)}
+
+
+def _rows(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: v[mask] for c, v in cols.items()}
+
+
+def _completed(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows of requests that were not rejected (the columns themselves when none
+    was: no copy of a million-row table)."""
+    rejected = cols["rejected"]
+    return _rows(cols, ~rejected) if rejected.any() else cols
 
 
 def per_request(requests) -> dict[str, np.ndarray]:
-    """TTFT, E2EL, TPOT, scheduling delay (seconds) of the completed requests."""
-    done = _completed(requests)
-    arrival = done["arrival_s"].to_numpy()
-    ttft = done["first_token_s"].to_numpy() - arrival
-    e2el = done["finish_s"].to_numpy() - arrival
-    out_tokens = done["generated_tokens"].to_numpy()
+    """TTFT, E2EL, TPOT, scheduling delay (seconds) of the completed requests
+    (`requests`: a DataFrame, or its columns by name)."""
+    return _per_request(_completed(_columns(requests)))
+
+
+def _per_request(done: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    arrival = done["arrival_s"]
+    ttft = done["first_token_s"] - arrival
+    e2el = done["finish_s"] - arrival
+    out_tokens = done["generated_tokens"]
     multi = out_tokens > 1
     tpot = (e2el[multi] - ttft[multi]) / (out_tokens[multi] - 1)
     return {
         "ttft": ttft, "e2el": e2el, "tpot": tpot, "tpot_mask": multi,
-        "sched": done["first_scheduled_s"].to_numpy() - arrival,
-        "max_itl": done["max_itl_s"].to_numpy(),
+        "sched": done["first_scheduled_s"] - arrival,
+        "max_itl": done["max_itl_s"],
     }
 
 
@@ -129,13 +149,20 @@ def summarize(requests, steps: StepTotals, itl_s: Samples,
     """The run's summary, keys named like `vllm bench serve --save-result`. Throughputs
     divide by `duration_s` (default: first arrival to last finish of these requests).
     When no request completed, latencies, duration and busy fraction are None (there is
-    nothing to measure) and throughputs 0."""
+    nothing to measure) and throughputs 0. `requests`: a DataFrame, or its columns by
+    name."""
+    return _summarize(_columns(requests), steps, itl_s, slos, meta, duration_s)
+
+
+def _summarize(cols: dict[str, np.ndarray], steps: StepTotals, itl_s: Samples,
+               slos: Mapping[str, float] | None, meta: Mapping | None,
+               duration_s: float | None) -> dict:
     slos = dict(slos or {})
-    m = per_request(requests)
-    done = _completed(requests)
-    n_done = len(done)
-    start = float(requests["arrival_s"].min())
-    end = float(np.nanmax(done["finish_s"].to_numpy())) if n_done else start
+    done = _completed(cols)
+    m = _per_request(done)
+    n_done = len(done["arrival_s"])
+    start = float(cols["arrival_s"].min())
+    end = float(np.nanmax(done["finish_s"])) if n_done else start
     duration = max(end - start if duration_s is None else duration_s, 1e-12)
     none = n_done == 0
     in_tok = int(done["prompt_tokens"].sum())
@@ -151,7 +178,7 @@ def summarize(requests, steps: StepTotals, itl_s: Samples,
     n_steps, busy, extrapolated, peak_kv = step_facts(steps)
     summary: dict = {
         "completed": n_done,
-        "rejected": int(requests["rejected"].sum()),
+        "rejected": int(cols["rejected"].sum()),
         "total_input_tokens": in_tok,
         "total_output_tokens": out_tok,
         "duration": None if none else duration,
@@ -167,8 +194,8 @@ def summarize(requests, steps: StepTotals, itl_s: Samples,
         summary.update(_stats(family.name, values[family.name], none))
     summary.update({
         "max_decode_stall_ms": None if none else itl_s.max * 1000.0,
-        "preemptions": int(requests["preemptions"].sum()),
-        "recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+        "preemptions": int(cols["preemptions"].sum()),
+        "recomputed_tokens": int(cols["recomputed_tokens"].sum()),
         "steps": n_steps,
         "extrapolated_steps": extrapolated,
         "busy_fraction": None if none else busy / duration,
@@ -186,23 +213,26 @@ def summarize_classes(requests, itl_by_class: Mapping[str, Samples],
     """Per request-class summaries: each class's requests, its own pooled ITL, and its
     SLOs (the global ones, overridden per class); throughputs over the whole run's
     duration. Empty when there is only one class."""
-    if requests["request_class"].nunique() < 2:
+    cols = _columns(requests, ("request_class",))
+    classes = cols.pop("request_class")
+    names = sorted(set(classes.tolist()))
+    if len(names) < 2:
         return {}
     class_slos = class_slos or {}
-    unknown = set(class_slos) - set(requests["request_class"])
+    unknown = set(class_slos) - set(names)
     if unknown:
         raise ValueError(
             f"--class-slo names class(es) {sorted(unknown)} that the workload lacks; its "
-            f"classes: {sorted(set(requests['request_class']))}")
+            f"classes: {names}")
     steps0 = _EMPTY_STEPS
-    done = _completed(requests)
-    run_s = (float(np.nanmax(done["finish_s"])) if len(done) else 0.0) - float(
-        requests["arrival_s"].min())
+    done = _completed(cols)
+    run_s = (float(np.nanmax(done["finish_s"])) if len(done["finish_s"]) else 0.0) - float(
+        cols["arrival_s"].min())
     out = {}
-    for cls, part in requests.groupby("request_class", sort=True):
+    for cls in names:
         merged = {**(slos or {}), **class_slos.get(cls, {})}
-        s = summarize(part, steps0, itl_by_class.get(cls, Samples(np.zeros(0))), merged,
-                      duration_s=run_s)
+        s = _summarize(_rows(cols, classes == cls), steps0,
+                       itl_by_class.get(cls, Samples(np.zeros(0))), merged, None, run_s)
         out[str(cls)] = {k: v for k, v in s.items() if k not in _RUN_WIDE}
     return out
 

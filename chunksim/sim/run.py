@@ -81,7 +81,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
         return result, summary
     parts = engine_parts(workload, profile, cfg)
     ranges = profile_ranges(profile)
-    guard = (SpreadGuard(widest_sigma(profile.table), describe_ranges(ranges))
+    guard = (SpreadGuard(widest_sigma(profile.columns), describe_ranges(ranges))
              if parts.engine.jitter else None)
     engine = build_engine(workload, cfg, parts, schedule_log=schedule_log,
                           spread_guard=guard, progress=progress,
@@ -100,8 +100,9 @@ def nothing_completed(result: SimResult, summary: dict) -> str | None:
         return None
     parts = [f"{count} by {kind} (e.g. {result.rejected_examples.get(kind, '?')})"
              for kind, count in summary.get("rejected_reasons", {}).items()]
-    return (f"all {len(result.requests)} requests were rejected, so there is no latency to "
-            f"report: {'; '.join(parts) or 'no reason recorded'}")
+    n = len(result.request_columns["request_id"])
+    return (f"all {n} requests were rejected, so there is no latency to report"
+            f": {'; '.join(parts) or 'no reason recorded'}")
 
 
 OUTPUT_FILES = ("summary.json", *(name for fmt in OutputFormat for name in table_names(fmt)),

@@ -27,8 +27,8 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
     if steps is None:
         steps = (StepTotals.merged(result.step_parts, ranges)
                  if result.step_parts is not None else StepTotals.of(result.steps, ranges))
-    summary = summarize(result.requests, steps, result.itl_s, cfg.slos_s, meta)
-    by_class = summarize_classes(result.requests, result.itl_by_class_s, cfg.slos_s,
+    summary = summarize(result.request_columns, steps, result.itl_s, cfg.slos_s, meta)
+    by_class = summarize_classes(result.request_columns, result.itl_by_class_s, cfg.slos_s,
                                  cfg.class_slos_s)
     if by_class:
         summary["by_class"] = by_class

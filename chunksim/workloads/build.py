@@ -89,11 +89,12 @@ def _table(arrival, prompt, output, order, prefix_hashes, request_class, priorit
 
 
 def _class_codes(request_class) -> tuple[np.ndarray, tuple[str, ...]]:
-    """(code per request, sorted class names): one hash pass, no string copies."""
-    import pandas as pd
-
-    codes, uniques = pd.factorize(np.asarray(request_class, dtype=object), sort=True)
-    return codes.astype(np.int32), tuple(str(x) for x in uniques)
+    """(code per request, sorted class names): hash passes, no string copies."""
+    names = sorted(set(request_class))
+    index = {name: i for i, name in enumerate(names)}
+    codes = np.fromiter(map(index.__getitem__, request_class), dtype=np.int32,
+                        count=len(request_class))
+    return codes, tuple(str(x) for x in names)
 
 
 def _check_positive(name: str, label: str, col: np.ndarray) -> None:
