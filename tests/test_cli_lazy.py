@@ -40,3 +40,19 @@ def test_a_command_runs_and_an_unknown_one_is_refused():
     bad = runner.invoke(app, ["rnu"])
     assert bad.exit_code == 2
     assert "rnu" in bad.output
+
+
+def test_a_run_without_out_imports_no_pandas():
+    """`sim run`'s fixed cost: the profile is read, the run summarized and printed without
+    pandas, pyarrow or matplotlib (and without the pydantic of typer >= 0.29, which builds a
+    validator per option: pyproject keeps typer below it)."""
+    code = ("import sys\nsys.argv = ['sim', 'run', '-n', '3', '--json']\n"
+            "from chunksim.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pandas', 'pyarrow', 'matplotlib', 'pydantic', 'torch'))\n"
+            "print('HEAVY', heavy)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert "HEAVY []" in res.stdout, res.stdout[-500:]
+    assert json.loads(res.stdout.splitlines()[-2])["completed"] == 3

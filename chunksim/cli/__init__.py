@@ -105,6 +105,14 @@ def main() -> None:
         line, code = errors.describe(exc)
         typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
         sys.exit(code)
+    finally:
+        # The process ends here. Every object moves out of the cycle collector's reach, so
+        # the interpreter's shutdown does not walk the whole heap again (a tenth of a
+        # short run's wall time) for memory that the process's exit frees anyway. Files
+        # are closed where they are written; atexit handlers still run.
+        import gc
+
+        gc.freeze()
 
 
 if __name__ == "__main__":
