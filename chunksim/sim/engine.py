@@ -29,7 +29,7 @@ from chunksim.latency.base import StepCosts
 from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore, Inbox
 from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import StepColumns, StepLog
+from chunksim.sim.records import StepColumns, StepLog, frame_of
 from chunksim.sim.settle import SETTLE_EVERY_STEPS
 from chunksim.sim.spread_guard import SpreadGuard
 
@@ -97,8 +97,9 @@ class SimResult:
     `requests` builds the pandas DataFrame of them (a run read for its summary alone
     never imports pandas), or that DataFrame."""
     steps_frame: object
-    """`steps`, or a function of no arguments that builds it (called on first use: a run
-    read for its summary alone never builds its steps frame)."""
+    """`steps`, its columns by name, or a function of no arguments that returns either
+    (called on first use: a run read for its summary alone never builds its steps
+    frame)."""
     itl_s: Samples
     """Pooled gaps between consecutive output tokens of each request, seconds: every
     value, or past records.EXACT_GAP_SAMPLES their histogram (`quantiles.Samples`)."""
@@ -142,6 +143,8 @@ class SimResult:
         """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
         if callable(self.steps_frame):
             self.steps_frame = self.steps_frame()
+        if isinstance(self.steps_frame, dict):
+            self.steps_frame = frame_of(self.steps_frame)
         return self.steps_frame
 
     @steps.setter
@@ -149,9 +152,11 @@ class SimResult:
         self.steps_frame = frame
 
     def __getstate__(self) -> dict:
-        """Pickled with its steps frame built (not the function) and without the parts
-        it merges (the frame holds them)."""
-        self.steps  # noqa: B018
+        """Pickled with its steps (not the function that makes them) and without the
+        parts it merges (the steps hold them); one engine's steps and requests travel as
+        columns, so a worker process that returns records need not import pandas."""
+        if callable(self.steps_frame):
+            self.steps_frame = self.steps_frame()
         return {**self.__dict__, "step_parts": None, "step_columns": None}
 
 
@@ -303,7 +308,7 @@ class Engine:
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         totals = c.steps.close()
-        return SimResult(c.request_columns(), c.steps.frame, c.gaps.values(), meta,
+        return SimResult(c.request_columns(), c.steps.columns, c.gaps.values(), meta,
                          c.gaps.by_class(c.class_names),
                          c.schedule_log.frame() if c.schedule_log is not None else None,
                          dict(c.rejected_examples), totals, step_columns=StepColumns(c.steps))

@@ -286,12 +286,16 @@ class StepLog:
 
     def frame(self):
         """The kept rows (every step unless thinned or streamed to a sink)."""
+        return frame_of(self.columns())
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The kept rows, one array per column: what `frame` holds."""
         self.close()
         if not self.kept:
-            return frame_of({k: np.zeros(0, dtype=t) for k, t in STEP_COLUMNS.items()})
+            return {k: np.zeros(0, dtype=t) for k, t in STEP_COLUMNS.items()}
         if len(self.kept) == 1:
-            return frame_of(self.kept[0])
-        return frame_of({k: np.concatenate([p[k] for p in self.kept]) for k in STEP_COLUMNS})
+            return dict(self.kept[0])
+        return {k: np.concatenate([p[k] for p in self.kept]) for k in STEP_COLUMNS}
 
 
 class StepColumns:
