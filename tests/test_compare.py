@@ -67,7 +67,8 @@ def test_cli_writes_every_report_file(linear_profile, tmp_path):
     out = tmp_path / "report"
     res = cli.invoke(app, ["compare", "--profile", linear_profile.path, *SMALL_ARGS,
                            "--policies", "whole,chunk,budget", "--chunks", "512,2048",
-                           "--workers", "1", "--goodput", "itl=50", "--out", str(out)],
+                           "--workers", "1", "--goodput", "itl=50", "--svg",
+                           "--out", str(out)],
                      env={"COLUMNS": "160"})
     assert res.exit_code == 0, res.output
     # 4 req/s is far below saturation: the throughput bars are dropped, with a sentence
@@ -109,8 +110,10 @@ def test_reproduce_line_resolves_every_default(linear_profile, tmp_path):
     out = tmp_path / "r"
     res = cli.invoke(app, ["compare", "--profile", linear_profile.path, *SMALL_ARGS,
                            "--policies", "budget", "--chunks", "512", "--workers", "1",
-                           "--seeds", "4", "--no-svg", "--out", str(out)])
+                           "--seeds", "4", "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert not list(out.glob("*.svg"))  # SVGs only when asked (--svg)
+    assert "href='step_timeline.png'" in (out / "report.html").read_text()
     md = (out / "report.md").read_text()
     line = md.split("## Reproduce")[1]
     # flags never typed appear with their defaults, so a changed default cannot drift it

@@ -66,7 +66,9 @@ def capacity(
         "--max-gpus", min=1, rich_help_panel="Fleet", help=(
             "With --target-rate: the most GPUs tried (default 64)."))] = None,
     fleet: FleetOpt = None,
-    svg: Annotated[bool, typer.Option("--svg/--no-svg", help="Also write SVG plots.")] = True,
+    svg: Annotated[bool, typer.Option("--svg/--no-svg", help=(
+        "Also write every plot as SVG, for papers (drawing them takes about as long again "
+        "as the PNGs)."))] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help=(
         "Write report.md/.html with the verdict (off: data and plots only)."))] = True,
     profile: ProfileOpt = None,

@@ -59,7 +59,8 @@ def compare(
             "Chunk size of the chunked policies in the step timeline (default: the median of "
             "--chunks)."))] = None,
     svg: Annotated[bool, typer.Option("--svg/--no-svg", help=(
-        "Also write every plot as SVG (for papers)."))] = True,
+        "Also write every plot as SVG, for papers (drawing them takes about as long again "
+        "as the PNGs; the report links each figure to its SVG when there is one)."))] = False,
     report: Annotated[bool, typer.Option("--report/--no-report", help=(
         "Draw the plots and write report.md/.html (off: tables only)."))] = True,
     profile: ProfileOpt = None,
