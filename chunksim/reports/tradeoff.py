@@ -34,7 +34,7 @@ def _place(ax, points: list[tuple[float, float, str]], fontsize: float = 7.5) ->
     """Annotate (x, y, text) points, pushing labels apart vertically in display space so
     no two overlap (greedy, bottom to top)."""
     fig = ax.figure
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # limits and ticks as drawn, nothing rasterized
     trans = ax.transData
     h = fontsize * 1.35 * fig.dpi / 72  # a label's height in pixels
     disp = sorted(((trans.transform((x, y)), x, y, t) for x, y, t in points),
