@@ -1,12 +1,11 @@
 """A CSV table read into one numpy array per column, without pandas.
 
-A profile is read by every run, and pandas' import alone costs more than most short runs
-(`sim run`'s fixed cost); the reader of the standard library and numpy read the small
-tables of docs/profile-format.md in a few milliseconds. Columns are typed as
+A profile is read by every run, and importing pandas alone costs more than the rest of a
+short run (`sim run`'s fixed cost); the standard library's csv reader and numpy read the
+small tables of docs/profile-format.md in a few milliseconds. Columns are typed as
 `pandas.read_csv` types them: whole numbers -> int64, numbers (with blanks or NA markers
 as NaN) -> float64, true/false -> bool, anything else -> object (its cells as written,
-NA cells as NaN).
-Numbers are parsed by Python's `float`, which rounds correctly.
+NA cells as NaN). Numbers are parsed by Python's `float`, which rounds correctly.
 """
 
 from __future__ import annotations
@@ -97,14 +96,16 @@ def numeric(col: np.ndarray) -> np.ndarray:
         return col.astype(np.float64)
     out = np.empty(len(col))
     for i, v in enumerate(col):
-        f = _float(v) if isinstance(v, str) else None
-        if f is None and not isinstance(v, str):
-            try:
-                f = float(v)
-            except (TypeError, ValueError):
-                f = None
+        f = _float(v) if isinstance(v, str) else _any_float(v)
         out[i] = math.nan if f is None else f
     return out
+
+
+def _any_float(v) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def row_count(columns: dict[str, np.ndarray]) -> int:

@@ -85,11 +85,11 @@ class Profile:
 
     @cached_property
     def components(self) -> Components:
-        """A component profile's grids (`component_table.parse` of `table`), built once
+        """A component profile's grids (`component_table.parse` of `columns`), built once
         per profile object: every engine of a grid or a capacity search reads the same
-        grids, so they are parsed once per process, not once per run. `table` is not to
-        be changed after load (a changed table is a new Profile, e.g. by
-        `dataclasses.replace`)."""
+        grids, so they are parsed once per process, not once per run. Neither `columns`
+        nor `table` is to be changed after load (a changed table is a new Profile:
+        `with_table`)."""
         return parse(self.columns, self.path)
 
     @cached_property
