@@ -1,5 +1,6 @@
 """Time to answer: the README's `sim compare` example, its `sim capacity` example and its
-`sim capacity --gpus 4` example, plus `sim --help`, timed on the code of a base commit
+`sim capacity --gpus 4` example, plus `sim --help` and the fixed cost of `sim run` (`sim
+run -n 1`: one request, everything but the simulation), timed on the code of a base commit
 (checked out with `git worktree`) and on this checkout, in one run, one after the other
 per command so both sides see the same machine load.
 
@@ -95,10 +96,13 @@ def main() -> None:
         for tree in sides.values():
             sim(tree, ["--help"])  # warm the bytecode and page caches
         startup = {s: [] for s in sides}
+        fixed = {s: [] for s in sides}
         for _ in range(args.startup_repeats):
             for s, tree in sides.items():
                 startup[s].append(sim(tree, ["--help"]))
-        rows = {"cli_startup": {s: statistics.median(v) for s, v in startup.items()}}
+                fixed[s].append(sim(tree, ["run", "-n", "1"]))
+        rows = {"cli_startup": {s: statistics.median(v) for s, v in startup.items()},
+                "run_fixed": {s: statistics.median(v) for s, v in fixed.items()}}
         equal = True
         for kind in kinds:
             walls, answers = {}, {}
@@ -137,6 +141,7 @@ def main() -> None:
         "capacity_gpus4_s": (round(rows["capacity_gpus4"]["after"], 2)
                              if "capacity_gpus4" in rows else None),
         "cli_startup_s": round(rows["cli_startup"]["after"], 3),
+        "run_fixed_s": round(rows["run_fixed"]["after"], 3),
         "answers_equal": equal,
         "before": {k: round(r["before"], 2) for k, r in rows.items()},
     }))
