@@ -19,17 +19,25 @@ def test_each_summary_is_the_first_paragraph_of_the_commands_own_help():
         assert lazy.summary(module, name) == cmd.help.split("\n\n")[0], name
 
 
-def test_top_level_help_lists_every_command_without_importing_them():
-    code = ("import sys\nsys.argv = ['sim', '--help']\nfrom chunksim.cli import main\n"
+def _run_in_fresh_interpreter(argv: list[str], heavy: str, env=None) -> str:
+    """stdout of `sim ARGV` run by `cli.main` in a new interpreter, then a line `HEAVY
+    [...]`: the modules it imported that `heavy` (a Python expression on a module name
+    `m`) picks."""
+    code = (f"import sys\nsys.argv = {['sim', *argv]!r}\nfrom chunksim.cli import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in sys.modules if m in ('numpy', 'pandas', 'simpy') or "
-            "m.startswith(('chunksim.sim', 'chunksim.cli.run', 'chunksim.cli.capacity')))\n"
-            "print('HEAVY', heavy)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"COLUMNS": "200", "TERM": "dumb", "PATH": ""}, check=True)
-    assert "HEAVY []" in res.stdout, res.stdout[-500:]
+            f"print('HEAVY', sorted(m for m in sys.modules if {heavy}))\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, check=True).stdout
+
+
+def test_top_level_help_lists_every_command_without_importing_them():
+    out = _run_in_fresh_interpreter(
+        ["--help"], "m in ('numpy', 'pandas', 'simpy') or "
+        "m.startswith(('chunksim.sim', 'chunksim.cli.run', 'chunksim.cli.capacity'))",
+        env={"COLUMNS": "200", "TERM": "dumb", "PATH": ""})
+    assert "HEAVY []" in out, out[-500:]
     for name in COMMANDS:
-        assert f" {name} " in res.stdout, name
+        assert f" {name} " in out, name
 
 
 def test_a_command_runs_and_an_unknown_one_is_refused():
@@ -46,13 +54,8 @@ def test_a_run_without_out_imports_no_pandas():
     """`sim run`'s fixed cost: the profile is read, the run summarized and printed without
     pandas, pyarrow or matplotlib (and without the pydantic of typer >= 0.29, which builds a
     validator per option: pyproject keeps typer below it)."""
-    code = ("import sys\nsys.argv = ['sim', 'run', '-n', '3', '--json']\n"
-            "from chunksim.cli import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('pandas', 'pyarrow', 'matplotlib', 'pydantic', 'torch'))\n"
-            "print('HEAVY', heavy)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    assert "HEAVY []" in res.stdout, res.stdout[-500:]
-    assert json.loads(res.stdout.splitlines()[-2])["completed"] == 3
+    out = _run_in_fresh_interpreter(
+        ["run", "-n", "3", "--json"],
+        "m.split('.')[0] in ('pandas', 'pyarrow', 'matplotlib', 'pydantic', 'torch')")
+    assert "HEAVY []" in out, out[-500:]
+    assert json.loads(out.splitlines()[-2])["completed"] == 3
