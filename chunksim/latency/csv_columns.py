@@ -35,7 +35,7 @@ class CsvError(ValueError):
 def read_columns(raw: bytes) -> dict[str, np.ndarray]:
     """The table in `raw` (UTF-8, a header line first), column by column. Blank lines are
     skipped; a row shorter than the header is padded with missing cells; a longer one,
-    a repeated or empty header name, or no header at all raises CsvError."""
+    or no header at all, raises CsvError."""
     text = raw.decode("utf-8-sig")
     try:
         lines = [(n, row) for n, row in enumerate(csv.reader(io.StringIO(text, newline="")),
@@ -44,13 +44,7 @@ def read_columns(raw: bytes) -> dict[str, np.ndarray]:
         raise CsvError(str(exc)) from None
     if not lines:
         raise CsvError("no header line (the file is empty)")
-    header = [h.strip() for h in lines[0][1]]
-    seen: set[str] = set()
-    for name in header:
-        if not name or name in seen:
-            which = "an empty" if not name else "a repeated"
-            raise CsvError(f"line {lines[0][0]}: header has {which} column name {name!r}")
-        seen.add(name)
+    header = _names([h.strip() for h in lines[0][1]])
     width = len(header)
     cells: list[list[str]] = [[] for _ in header]
     for n, row in lines[1:]:
@@ -60,6 +54,20 @@ def read_columns(raw: bytes) -> dict[str, np.ndarray]:
         for col, cell in zip(cells, row, strict=True):
             col.append(cell)
     return {name: typed(col) for name, col in zip(header, cells, strict=True)}
+
+
+def _names(header: list[str]) -> list[str]:
+    """Column names as pandas gives them: an empty one is `Unnamed: i` (a table written
+    with its index), a repeated one gets `.1`, `.2`, ..."""
+    out: list[str] = []
+    for i, name in enumerate(header):
+        name = name or f"Unnamed: {i}"
+        base, k = name, 0
+        while name in out:
+            k += 1
+            name = f"{base}.{k}"
+        out.append(name)
+    return out
 
 
 def typed(cells: list[str]) -> np.ndarray:
