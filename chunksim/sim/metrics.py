@@ -213,11 +213,12 @@ def summarize_classes(requests, itl_by_class: Mapping[str, Samples],
     """Per request-class summaries: each class's requests, its own pooled ITL, and its
     SLOs (the global ones, overridden per class); throughputs over the whole run's
     duration. Empty when there is only one class."""
-    cols = _columns(requests, ("request_class",))
-    classes = cols.pop("request_class")
-    names = sorted(set(classes.tolist()))
-    if len(names) < 2:
+    raw = requests["request_class"]
+    names = sorted(set(raw.tolist() if hasattr(raw, "tolist") else raw))
+    if len(names) < 2:  # (known from a set of the names: no array of a million strings)
         return {}
+    cols = _columns(requests)
+    classes = np.asarray(raw)
     class_slos = class_slos or {}
     unknown = set(class_slos) - set(names)
     if unknown:
