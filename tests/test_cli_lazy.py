@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from chunksim.cli import COMMANDS, app, lazy
@@ -50,12 +51,15 @@ def test_a_command_runs_and_an_unknown_one_is_refused():
     assert "rnu" in bad.output
 
 
-def test_a_run_without_out_imports_no_pandas():
-    """`sim run`'s fixed cost: the profile is read, the run summarized and printed without
-    pandas, pyarrow or matplotlib (and without the pydantic of typer >= 0.29, which builds a
-    validator per option: pyproject keeps typer below it)."""
+@pytest.mark.parametrize("fleet", [[], ["--profile", "llama-3.1-8b-h200-vllm", "--pd", "1:1"],
+                                   ["--replicas", "2"]])
+def test_a_run_without_out_imports_no_pandas(fleet):
+    """`sim run`'s fixed cost: the profile is read, the run (one engine or a fleet's,
+    merged) summarized and printed without pandas, pyarrow or matplotlib (and without the
+    pydantic of typer >= 0.29, which builds a validator per option: pyproject keeps typer
+    below it). A capacity search's workers, which run such probes, never import them."""
     out = _run_in_fresh_interpreter(
-        ["run", "-n", "3", "--json"],
+        ["run", "-n", "3", "--json", *fleet],
         "m.split('.')[0] in ('pandas', 'pyarrow', 'matplotlib', 'pydantic', 'torch')")
     assert "HEAVY []" in out, out[-500:]
     assert json.loads(out.splitlines()[-2])["completed"] == 3

@@ -7,26 +7,16 @@ in a `replica` column, ordered by start time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from chunksim.core.speculative import merge_spec
 from chunksim.sim.engine import SimResult
 from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import frame_of
-
-if TYPE_CHECKING:  # annotations only: a single engine's run reads no frame
-    import pandas as pd
 
 
 def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
     """One run's records from the replicas' (`dest`: each request's replica)."""
-    import pandas as pd
-
-    frames = [res.requests[dest == r] for r, res in enumerate(results)]
-    requests = pd.concat(frames).sort_values("request_id", kind="stable")
-    requests = requests.reset_index(drop=True)
+    requests = _served_rows([res.request_columns for res in results], dest)
     requests["replica"] = dest
     parts = [_columns(res) for res in results]
     itl = Samples.pool([res.itl_s for res in results])
@@ -36,15 +26,39 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
                      merged_meta([res.meta for res in results]), by_class, step_parts=parts)
 
 
+def _served_rows(tables: list, dest: np.ndarray) -> dict[str, np.ndarray]:
+    """Each request's row from the table of the replica that served it (`dest`), in
+    request order: every replica's table has a row for every request of the workload
+    (`EngineCore.request_columns`), so a column is replica 0's with the others' rows laid
+    over it where `dest` names them."""
+    out = {}
+    for name in tables[0]:
+        col = _array(tables[0][name]).copy()
+        for r in range(1, len(tables)):
+            mine = dest == r
+            if mine.any():
+                col[mine] = _array(tables[r][name])[mine]
+        out[name] = col
+    return out
+
+
+def _array(col) -> np.ndarray:
+    """A column as an array; text as objects, not fixed-width strings, so that a longer
+    one laid over it stays whole."""
+    arr = np.asarray(col)
+    return arr.astype(object) if arr.dtype.kind == "U" else arr
+
+
 def _columns(res: SimResult):
     """An engine's steps as the merge reads them: its columns, unbuilt, where it kept
     them (`SimResult.step_columns`), else its frame."""
     return res.step_columns if res.step_columns is not None else res.steps
 
 
-def merge_steps(frames: list) -> pd.DataFrame:
+def merge_steps(frames: list) -> dict[str, np.ndarray]:
     """Every replica's steps (frames or `records.StepColumns`) with a `replica` column,
-    by start time (ties: replica)."""
+    by start time (ties: replica), as columns by name (`SimResult.steps` makes the
+    frame of them when read)."""
     # one stable argsort and one take per column (as concat + sort_values, without
     # copying every replica's frame first)
     order = np.argsort(np.concatenate([np.asarray(f["start_s"]) for f in frames]),
@@ -53,7 +67,7 @@ def merge_steps(frames: list) -> pd.DataFrame:
             for c in frames[0].columns}
     cols["replica"] = np.repeat(np.arange(len(frames), dtype=np.int64),
                                 [len(f) for f in frames])[order]
-    return frame_of(cols)
+    return cols
 
 
 def merged_meta(metas: list[dict]) -> dict:
@@ -70,17 +84,19 @@ def replica_rows(results: list[SimResult], dest: np.ndarray, duration_s: float,
     preemptions, P99 TTFT and ITL."""
     rows = []
     for r, res in enumerate(results):
-        req = res.requests[(dest == r) & ~res.requests["rejected"].to_numpy()]
-        ttft = (req["first_token_s"] - req["arrival_s"]).to_numpy() * 1000.0
+        cols = res.request_columns
+        done = (dest == r) & ~np.asarray(cols["rejected"])
+        ttft = (np.asarray(cols["first_token_s"])[done]
+                - np.asarray(cols["arrival_s"])[done]) * 1000.0
         steps = _columns(res)
         busy = float(np.asarray(steps["duration_s"]).sum())
         rows.append({
             label: r,
             "requests": int((dest == r).sum()),
-            "completed": len(req),
+            "completed": int(done.sum()),
             "busy_fraction": busy / max(duration_s or 0.0, 1e-12),
             "steps": len(steps),
-            "preemptions": int(req["preemptions"].sum()),
+            "preemptions": int(np.asarray(cols["preemptions"])[done].sum()),
             "p99_ttft_ms": float(np.percentile(ttft, 99)) if len(ttft) else 0.0,
             "p99_itl_ms": (float(res.itl_s.percentile([99])[0]) if len(res.itl_s)
                            else 0.0) * 1000.0,
@@ -100,16 +116,17 @@ def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult
     p = merge_results(prefill, pdest)
     has_d = ddest >= 0
     d = merge_results(decode, np.where(has_d, ddest, 0)) if decode else None
-    req = p.requests.drop(columns="replica")
+    req = dict(p.request_columns)
+    del req["replica"]
     req["output_tokens"] = output_tokens
     if d is not None:
-        dr = d.requests
+        dr = d.request_columns
         for col in ("finish_s", "generated_tokens", "max_itl_s"):
             req[col] = np.where(has_d, dr[col], req[col])
         for col in ("computed_tokens", "recomputed_tokens", "cached_tokens", "preemptions"):
             req[col] = req[col] + np.where(has_d, dr[col], 0)
-        rej = has_d & dr["rejected"].to_numpy()
-        req["rejected"] = req["rejected"].to_numpy() | rej
+        rej = has_d & dr["rejected"]
+        req["rejected"] = req["rejected"] | rej
         req["reject_reason"] = np.where(rej, dr["reject_reason"], req["reject_reason"])
     req["prefill_replica"] = pdest
     req["decode_replica"] = ddest

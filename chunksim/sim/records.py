@@ -178,11 +178,13 @@ class StepTotals:
 
     @classmethod
     def of(cls, steps, ranges: dict[str, tuple[float, float]] | None = None) -> StepTotals:
-        """The totals of a steps frame (a fleet's merged steps, a live run's), folded as
-        the engine folds its own."""
+        """The totals of a steps frame or its columns by name (a fleet's merged steps, a
+        live run's), folded as the engine folds its own."""
         totals = cls(ranges)
-        if len(steps):
-            totals.add({k: steps[k].to_numpy() for k in steps.columns})
+        names = steps.columns if hasattr(steps, "columns") else list(steps)
+        cols = {k: np.asarray(steps[k]) for k in names}
+        if len(cols["start_s"]):
+            totals.add(cols)
         totals._close_block()
         return totals
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import numpy as np
+
 from chunksim import atomic
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
@@ -70,14 +72,16 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
         result, summary = simulate_fleet(workload, profile, cfg, settle_slos_ms)
         if steps_keep == 1 and steps_sink is None:
             return result, summary  # every step, merged when first read
-        steps = result.steps
+        merged = result.steps_frame  # the merged steps' columns, or a frame of them
+        merged = merged() if callable(merged) else merged
+        steps = {k: np.asarray(merged[k]) for k in merged}
         if steps_keep != 1:
-            steps = steps.iloc[::steps_keep] if steps_keep else steps.iloc[:0]
+            steps = {k: v[::steps_keep] if steps_keep else v[:0] for k, v in steps.items()}
         if steps_sink is not None:
-            if len(steps):
-                steps_sink({k: steps[k].to_numpy() for k in steps.columns})
-            steps = steps.iloc[:0]
-        result.steps = steps.reset_index(drop=True)
+            if len(steps["start_s"]):
+                steps_sink(steps)
+            steps = {k: v[:0] for k, v in steps.items()}
+        result.steps = steps
         return result, summary
     parts = engine_parts(workload, profile, cfg)
     ranges = profile_ranges(profile)
