@@ -148,3 +148,82 @@ def test_ctrl_c_while_the_pool_server_imports_prints_no_traceback(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+_EXEC_CTRL_C = """
+import sys
+from chunksim.cli import errors
+try:
+    exec("raise KeyboardInterrupt")  # as a Ctrl-C landing in a dataclass's generated code
+except KeyboardInterrupt:
+    pass
+if sys.argv[1] == "forget":
+    errors.forget_interrupt_mark()
+sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_handled_after_exec_code_keeps_the_chosen_exit_status(tmp_path):
+    """Run as `python -m` (as `python -m chunksim.cli` runs), CPython kills itself with
+    SIGINT at exit once a KeyboardInterrupt ended code run by `exec` of a string, however
+    it was handled: `forget_interrupt_mark` keeps 130."""
+    (tmp_path / "exec_ctrl_c.py").write_text(_EXEC_CTRL_C)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+
+    def status(arg):
+        return subprocess.run([sys.executable, "-m", "exec_ctrl_c", arg], cwd=tmp_path,
+                              env=env, preexec_fn=default_sigint,
+                              capture_output=True).returncode
+
+    assert status("keep") == -signal.SIGINT  # what the mark does unless forgotten
+    assert status("forget") == 130
+
+
+_UNRAISABLE_CTRL_C = """
+import signal, sys, time
+from chunksim.cli import errors
+errors.install_signal_handlers()
+
+class Dropped:
+    def __del__(self):  # a Ctrl-C landing here is "ignored" by Python: printed, lost
+        signal.raise_signal(signal.SIGINT)
+
+try:
+    Dropped()
+    time.sleep(5)
+    print("lost")
+except KeyboardInterrupt:
+    print("delivered")
+"""
+
+
+def test_a_ctrl_c_landing_where_python_ignores_errors_is_delivered_again():
+    res = subprocess.run([sys.executable, "-c", _UNRAISABLE_CTRL_C], cwd=ROOT, text=True,
+                         preexec_fn=default_sigint, capture_output=True, timeout=60)
+    assert res.stdout.strip() == "delivered"
+    assert res.stderr == ""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LINUX, reason="reads /proc")
+@pytest.mark.parametrize("delay_s", [0.0, 0.2, 0.5, 0.9, 1.4])
+def test_ctrl_c_at_any_moment_of_a_compare_ends_it_quietly(tmp_path, delay_s):
+    """Wherever a Ctrl-C lands (imports, worker start-up, runs, results in transit,
+    figures), the command ends at once with its one line and status 130 (or, done
+    already, 0): no traceback from it or its workers, no hang, no death by SIGINT."""
+    proc = subprocess.Popen([*SIM, "compare", "-n", "50", "--out", str(tmp_path / "c")],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=default_sigint)
+    try:
+        _wait_for(lambda: len(_descendants(proc.pid)) >= 2 or proc.poll() is not None, 30,
+                  "the pool's server")
+        time.sleep(delay_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130), err
+    assert "Traceback" not in err and "Exception" not in err, err
+    if proc.returncode == 130:
+        assert err.strip().splitlines()[-1].startswith("interrupted: "), err

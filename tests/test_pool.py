@@ -83,3 +83,53 @@ def test_the_pool_forks_from_the_server_started_early(tmp_path):
     assert "sigint_ignored True" in res.stdout
     assert "completed [5, 5]" in res.stdout
     assert "same_server True" in res.stdout
+
+
+@pytest.mark.slow
+def test_stopping_the_pool_at_once_ends_its_manager_thread_mid_result(linear_profile,
+                                                                      monkeypatch):
+    """A worker terminated in the middle of sending a result leaves part of it in the
+    result pipe: stopping the pool at once must still end the pool's manager thread (the
+    interpreter's exit waits for it), and print nothing."""
+    import struct
+    import threading
+
+    from chunksim.sim.run import RunConfig
+    from chunksim.sweep.compare import run_comparison
+    from chunksim.sweep.configs import make_configs, parse_policies
+    from chunksim.sweep.runner import Runner
+    from chunksim.workloads import WorkloadKind, WorkloadOptions
+
+    printed = []
+    monkeypatch.setattr(threading, "excepthook", printed.append)
+    runner = Runner(linear_profile, 2)
+    run_comparison(make_configs(parse_policies("chunk,budget"), [256]),
+                   WorkloadOptions(workload=WorkloadKind.POISSON, duration_s=2.0), RunConfig(),
+                   runner, keep_records=False)
+    pool = runner._pool
+    manager = pool._executor_manager_thread
+    # a header promising 1000 bytes, and 10 of them: the manager thread reads on, blocked
+    os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1000) + b"x" * 10)
+    runner.close(interrupted=True)
+    manager.join(timeout=10)
+    assert not manager.is_alive()
+    assert printed == []
+    assert threading.excepthook == printed.append  # put back once the thread ended
+
+
+def test_a_ctrl_c_inside_sigint_held_is_raised_as_the_block_ends():
+    import signal
+
+    from chunksim.sweep.pool import sigint_held
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not handled by Python in this process")
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_held():
+            signal.raise_signal(signal.SIGINT)
+            reached.append("after the signal")
+    assert reached == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with sigint_held():  # no Ctrl-C: nothing raised
+        pass

@@ -85,18 +85,21 @@ def main() -> None:
 
     errors.install_signal_handlers()
     args = sys.argv[1:]
-    if "--help" in args or not args or args == ["workload"]:
-        help_format.fold_option_names()  # rich's help code, imported only to show help
-    elif pools(args):
-        from chunksim.sweep import pool
-
-        pool.start()  # its import of the simulator runs beside this one's
     try:
+        if "--help" in args or not args or args == ["workload"]:
+            help_format.fold_option_names()  # rich's help code, imported only to show help
+        elif pools(args):
+            from chunksim.sweep import pool
+
+            pool.start()  # its import of the simulator runs beside this one's
         app()
     except KeyboardInterrupt:  # Ctrl-C outside a command's own handler
         errors.interrupted_exit()
     except SystemExit as exc:  # typer turns Ctrl-C into a silent exit 130: say what holds
-        if exc.code == errors.INTERRUPTED_EXIT:
+        # (or a Ctrl-C came and some code swallowed it: the command did not stop for it,
+        # but the exit says it was interrupted)
+        if exc.code == errors.INTERRUPTED_EXIT or (exc.code in (0, None)
+                                                   and errors.sigint_seen()):
             errors.interrupted_exit()
         raise
     except Exception as exc:  # noqa: BLE001 - the last line of defence, one line each
@@ -106,6 +109,7 @@ def main() -> None:
         typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
         sys.exit(code)
     finally:
+        errors.forget_interrupt_mark()
         # The process ends here. Every object moves out of the cycle collector's reach, so
         # the interpreter's shutdown does not walk the whole heap again (a tenth of a
         # short run's wall time) for memory that the process's exit frees anyway. Files

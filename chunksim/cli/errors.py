@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import _thread
 import os
 import re
 import signal
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from chunksim.cli.interrupts import INTERRUPTED_EXIT
 
-__all__ = ["INTERRUPTED_EXIT", "describe", "install_signal_handlers", "interrupted_exit",
-           "os_error_line", "raised_by_chunksim", "sigint_seen"]
+__all__ = ["INTERRUPTED_EXIT", "describe", "forget_interrupt_mark", "install_signal_handlers",
+           "interrupted_exit", "os_error_line", "raised_by_chunksim", "sigint_seen"]
 INPUT_EXIT = 2
 """Bad input, or a file system that refused: the line says what to change."""
 BUG_EXIT = 1
@@ -44,14 +45,38 @@ def _on_sigterm(signum, frame) -> None:
     raise SystemExit(TERMINATED_EXIT)
 
 
+def _on_unraisable(args) -> None:
+    """A Ctrl-C that lands in code whose errors Python only prints (a weakref callback,
+    a `__del__`) would be lost, its traceback printed: deliver it again instead, to the
+    code that runs next."""
+    if (args.exc_type is not None and issubclass(args.exc_type, KeyboardInterrupt)
+            and not sys.is_finalizing()):
+        # from another thread: signalled from here, the handler would run in this hook
+        _thread.start_new_thread(_thread.interrupt_main, ())
+        return
+    sys.__unraisablehook__(args)
+
+
 def install_signal_handlers() -> None:
     """Ctrl-C raises KeyboardInterrupt as usual, remembering that it came (a library
     interrupted mid-call may turn it into another error); SIGTERM exits through the
     same clean-up."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
+        sys.unraisablehook = _on_unraisable
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def forget_interrupt_mark() -> None:
+    """Let the process end with the status the command chose after a Ctrl-C it handled.
+
+    CPython marks a KeyboardInterrupt that ends code run by `exec` of a string as
+    unhandled (dataclasses build their methods that way, so a Ctrl-C during an import can
+    land there), however the program handles it later; run as `python -m chunksim.cli`,
+    the interpreter then kills itself with SIGINT at exit instead of returning the status.
+    Each such `exec` clears the mark first."""
+    exec("")
 
 
 def sigint_seen() -> bool:

@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 PRELOAD = ("chunksim.sweep.job",)
 """What the server imports before it forks any worker: everything a job runs."""
@@ -31,7 +34,6 @@ def context():
 def start():
     """Start the server now, if it is not running yet (a no-op after the first call);
     returns the pool's context (`context`)."""
-    import threading
     from multiprocessing import forkserver
 
     ctx = context()
@@ -52,3 +54,26 @@ def start():
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     return ctx
+
+
+@contextmanager
+def sigint_held() -> Iterator[None]:
+    """Hold a Ctrl-C that comes inside the block and raise it as the block ends.
+
+    Submitting a job may start a worker: the parent writes the new process its start-up
+    data and then records it among the pool's processes. Interrupted in between, the
+    half-started worker prints a traceback (its data cut short, or the pool's locks
+    already gone) and escapes the pool's clean-up. A no-op off the main thread, or when
+    Python code does not handle SIGINT."""
+    old = signal.getsignal(signal.SIGINT)
+    hold = callable(old) and threading.current_thread() is threading.main_thread()
+    frames: list = []
+    if hold:
+        signal.signal(signal.SIGINT, lambda signum, frame: frames.append(frame))
+    try:
+        yield
+    finally:
+        if hold:
+            signal.signal(signal.SIGINT, old)
+            if frames:
+                old(signal.SIGINT, frames[0])

@@ -10,13 +10,14 @@ rounds reuse warm workers.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
 from types import TracebackType
 
 from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
-from chunksim.sweep import pool
+from chunksim.sweep import pool as sweep_pool
 from chunksim.sweep.job import JobResult, SimJob, init_worker, run_job
 
 OnResult = Callable[[int, JobResult], None]
@@ -24,6 +25,40 @@ OnResult = Callable[[int, JobResult], None]
 
 def default_workers() -> int:
     return os.cpu_count() or 1
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's workers and let its manager thread end, so the interpreter's
+    exit (which waits for that thread) does not hang and prints nothing."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+    if manager is None:
+        return
+    previous = threading.excepthook
+
+    def quiet(args: threading.ExceptHookArgs) -> None:
+        # CPython before 3.12 fails a cancelled job's future once more as the pool
+        # breaks (InvalidStateError, gh-107219): nothing is lost, nothing to print
+        if not (args.thread is manager and args.exc_type is InvalidStateError):
+            previous(args)
+
+    threading.excepthook = quiet
+    if results is not None:
+        # a worker stopped in the middle of sending a result leaves part of it in the
+        # queue, and the manager thread would wait for the rest forever: with the last
+        # write end closed it reads the end of the pipe instead
+        results._writer.close()
+    # let the manager thread finish closing its wakeup pipe too: the interpreter's exit
+    # hook writes to that pipe, and racing its close prints a traceback
+    manager.join(timeout=5)
+    if not manager.is_alive():
+        threading.excepthook = previous
 
 
 class Runner:
@@ -47,28 +82,22 @@ class Runner:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close(interrupted=exc_type is not None and issubclass(exc_type,
-                                                                   KeyboardInterrupt))
+        # whatever ends the block early (Ctrl-C, or the command's own message for it, or an
+        # error) leaves nobody to wait for the running jobs: stop them at once
+        self.close(interrupted=exc_type is not None)
 
     def close(self, interrupted: bool = False) -> None:
-        """Stop the pool: after the running jobs finish, or (`interrupted`, Ctrl-C) at
-        once, terminating the workers."""
+        """Stop the pool: after the running jobs finish, or (`interrupted`: Ctrl-C, an
+        error) at once, terminating the workers."""
         if self._pool is not None:
             if interrupted:
-                procs = list((getattr(self._pool, "_processes", None) or {}).values())
-                manager = getattr(self._pool, "_executor_manager_thread", None)
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                for p in procs:
-                    p.terminate()
-                for p in procs:
-                    p.join(timeout=5)
-                if manager is not None:
-                    # let the pool's manager thread finish closing its wakeup pipe: the
-                    # interpreter's exit hook writes to that pipe, and racing its close
-                    # there prints a traceback (CPython's concurrent.futures.process)
-                    manager.join(timeout=5)
+                _stop_now(self._pool)
             else:
-                self._pool.shutdown(wait=True, cancel_futures=True)
+                try:
+                    self._pool.shutdown(wait=True, cancel_futures=True)
+                except BaseException:  # Ctrl-C while waiting for the last jobs
+                    _stop_now(self._pool)
+                    raise
             self._pool = None
 
     @property
@@ -110,22 +139,25 @@ class Runner:
     def submit(self, job: SimJob) -> Future:
         """Start one job on the local pool (`pooled` runners only): for callers that pick
         the next jobs from the results so far, as each comes in (a capacity search)."""
-        return self._local_pool().submit(run_job, job)
+        pool = self._local_pool()
+        with sweep_pool.sigint_held():
+            return pool.submit(run_job, job)
 
     def _local_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             # forkserver, not fork: the parent runs a progress-bar thread, and forking a
             # threaded process can deadlock; its preload makes each worker start cheap
             # (`sweep.pool`: a command may have started it already)
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=pool.start(),
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=sweep_pool.start(),
                                              initializer=init_worker,
                                              initargs=(self.profile, os.getpid()))
         return self._pool
 
     def _pool_completed(self, jobs: Sequence[SimJob]) -> Iterator[tuple[int, JobResult]]:
         pool = self._local_pool()
-        futures: dict[Future, int] = {pool.submit(run_job, job): i
-                                      for i, job in enumerate(jobs)}
+        with sweep_pool.sigint_held():
+            futures: dict[Future, int] = {pool.submit(run_job, job): i
+                                          for i, job in enumerate(jobs)}
         pending = set(futures)
         try:
             while pending:
