@@ -135,6 +135,14 @@ def test_ctrl_c_while_the_pool_server_imports_prints_no_traceback(tmp_path):
     """The worker pool's server imports the simulator for a while after it starts: a
     Ctrl-C then reaches it too (a terminal signals the whole group), and must not print
     its traceback beside the command's one-line message."""
+    code, err = _compare_interrupted(tmp_path, 0.0)
+    assert code == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+def _compare_interrupted(tmp_path, delay_s: float) -> tuple[int, str]:
+    """Ctrl-C to a `sim compare`'s process group `delay_s` after its pool's server
+    started (unless it ended first): its exit status and stderr."""
     proc = subprocess.Popen([*SIM, "compare", "-n", "50", "--out", str(tmp_path / "c")],
                             cwd=ROOT, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
@@ -143,11 +151,12 @@ def test_ctrl_c_while_the_pool_server_imports_prints_no_traceback(tmp_path):
         # the resource tracker, then the server
         _wait_for(lambda: len(_descendants(proc.pid)) >= 2 or proc.poll() is not None, 30,
                   "the pool's server")
+        time.sleep(delay_s)
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    return proc.returncode, err
 
 
 _EXEC_CTRL_C = """
@@ -211,19 +220,8 @@ def test_ctrl_c_at_any_moment_of_a_compare_ends_it_quietly(tmp_path, delay_s):
     """Wherever a Ctrl-C lands (imports, worker start-up, runs, results in transit,
     figures), the command ends at once with its one line and status 130 (or, done
     already, 0): no traceback from it or its workers, no hang, no death by SIGINT."""
-    proc = subprocess.Popen([*SIM, "compare", "-n", "50", "--out", str(tmp_path / "c")],
-                            cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=default_sigint)
-    try:
-        _wait_for(lambda: len(_descendants(proc.pid)) >= 2 or proc.poll() is not None, 30,
-                  "the pool's server")
-        time.sleep(delay_s)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode in (0, 130), err
+    code, err = _compare_interrupted(tmp_path, delay_s)
+    assert code in (0, 130), err
     assert "Traceback" not in err and "Exception" not in err, err
-    if proc.returncode == 130:
+    if code == 130:
         assert err.strip().splitlines()[-1].startswith("interrupted: "), err
