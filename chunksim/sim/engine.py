@@ -141,10 +141,15 @@ class SimResult:
     @property
     def steps(self):
         """pandas DataFrame, one row per step (records.STEP_COLUMNS)."""
+        if isinstance(self.steps_data(), dict):
+            self.steps_frame = frame_of(self.steps_frame)
+        return self.steps_frame
+
+    def steps_data(self):
+        """The steps as held: their columns by name, or their frame once built (the
+        function that makes them is called here, once)."""
         if callable(self.steps_frame):
             self.steps_frame = self.steps_frame()
-        if isinstance(self.steps_frame, dict):
-            self.steps_frame = frame_of(self.steps_frame)
         return self.steps_frame
 
     @steps.setter
@@ -155,8 +160,7 @@ class SimResult:
         """Pickled with its steps (not the function that makes them) and without the
         parts it merges (the steps hold them); one engine's steps and requests travel as
         columns, so a worker process that returns records need not import pandas."""
-        if callable(self.steps_frame):
-            self.steps_frame = self.steps_frame()
+        self.steps_data()
         return {**self.__dict__, "step_parts": None, "step_columns": None}
 
 

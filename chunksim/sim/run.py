@@ -72,8 +72,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
         result, summary = simulate_fleet(workload, profile, cfg, settle_slos_ms)
         if steps_keep == 1 and steps_sink is None:
             return result, summary  # every step, merged when first read
-        merged = result.steps_frame  # the merged steps' columns, or a frame of them
-        merged = merged() if callable(merged) else merged
+        merged = result.steps_data()  # the merged steps' columns, or a frame of them
         steps = {k: np.asarray(merged[k]) for k in merged}
         if steps_keep != 1:
             steps = {k: v[::steps_keep] if steps_keep else v[:0] for k, v in steps.items()}
