@@ -97,6 +97,9 @@ def test_the_rule_on_hand_built_requests():
     assert is_decode(r) and not is_decode(r, admitted_now=True)
     r.kv_carried = True
     assert is_decode(r, admitted_now=True)  # P/D: arrives with the prompt's KV
+    r.num_computed_tokens, r.num_output_tokens = 9, 0
+    assert is_decode(r, admitted_now=True)  # ... all but the last token's: a decode row
+    assert not is_decode(r)  # once running, the rule for running requests applies
     r.num_preemptions = 1
     assert not is_decode(r, admitted_now=True)  # preempted: recomputes as a prompt
     r.num_computed_tokens = 4  # a recompute in progress is prompt work, even one token

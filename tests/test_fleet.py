@@ -319,7 +319,7 @@ def test_bad_fleet_input_gets_a_clear_error(args, message):
 
 
 # ------------------------------------------------------------------ P/D disaggregation
-def test_a_lone_request_under_pd_pays_its_prefill_then_transfer_plus_one_decode(
+def test_a_lone_request_under_pd_pays_its_prefill_transfer_and_one_step_to_ttft(
         linear_profile):
     from chunksim.core.shape import StepShape
     from chunksim.latency.model import LatencyModel
@@ -332,30 +332,35 @@ def test_a_lone_request_under_pd_pays_its_prefill_then_transfer_plus_one_decode(
     r = res.requests.iloc[0]
     pre = res.steps[res.steps.replica == 0]
     dec = res.steps[res.steps.replica == 1]
-    # TTFT: its prefill steps (3 chunks of <= 1024 tokens), back to back from its arrival
+    # its prefill steps (3 chunks of <= 1024 tokens), back to back from its arrival
     assert list(pre.prefill_tokens) == [1024, 1024, 952]
-    assert r.first_token_s - r.arrival_s == pytest.approx(pre.duration_s.sum(), abs=1e-12)
-    assert r.first_token_s == pre.start_s.iloc[-1] + pre.duration_s.iloc[-1]
+    assert pre.start_s.iloc[0] == r.arrival_s
+    prefill_end = pre.start_s.iloc[-1] + pre.duration_s.iloc[-1]
     # the transfer: prompt KV bytes over 400 Gb/s plus 5 us
     transfer = r.kv_transfer_s
     assert transfer == pytest.approx(prompt * 2048 / (400e9 / 8) + 5e-6, rel=1e-12)
     assert r.kv_bytes == prompt * 2048
     assert s["kv_transfer"]["transfers"] == 1
     assert s["kv_transfer"]["kv_bytes_moved"] == prompt * 2048
-    # the decode instance starts the moment the KV lands, and its first step is a decode
-    # priced as the profile prices one decode at context `prompt`
-    first = dec.iloc[0]
-    assert first.start_s == r.first_token_s + transfer
-    assert (first.decodes, first.prefill_tokens) == (1, 0)
+    # the decode instance starts the moment the KV lands; its first step computes the
+    # prompt's last token (vLLM recomputes it), a decode row, and samples the first token:
+    # TTFT ends there; then one decode a token. Each step is priced as the profile prices
+    # one decode at its context.
     lat = LatencyModel(linear_profile)
-    shape = StepShape(0, 0, 0.0, 1, float(prompt), False)
-    one_decode = sum(lat.step_s(b, None)[0] for b in shape.batch_shapes()) + lat.overhead(1)
-    assert first.duration_s == one_decode
-    gaps = np.sort(res.itl_s)
-    assert gaps[-1] == pytest.approx(transfer + one_decode, rel=0, abs=1e-15)
-    assert r.max_itl_s == gaps[-1]
+    one_decode = [sum(lat.step_s(b, None)[0] for b in StepShape(
+        0, 0, 0.0, 1, float(prompt - 1 + j), False).batch_shapes()) + lat.overhead(1)
+        for j in range(4)]
+    first = dec.iloc[0]
+    assert first.start_s == prefill_end + transfer
+    assert list(dec.decodes) == [1, 1, 1, 1] and dec.prefill_tokens.sum() == 0
+    assert list(dec.tokens_emitted) == [1, 1, 1, 1]
+    assert list(dec.duration_s) == pytest.approx(one_decode, rel=1e-12)
+    assert r.first_token_s == first.start_s + first.duration_s
+    assert s["p99_ttft_ms"] == pytest.approx((r.first_token_s - r.arrival_s) * 1000.0)
+    assert np.sort(res.itl_s) == pytest.approx(np.sort(one_decode[1:]), rel=1e-12)
     assert (r.generated_tokens, r.prefill_replica, r.decode_replica) == (4, 0, 0)
-    assert len(dec) == 3  # tokens 2, 3, 4
+    # the prompt's last token is computed twice: by the prefill and by the decode instance
+    assert r.computed_tokens == prompt + 1 + 3
 
 
 PD_ST = st.sampled_from(["1:1", "1:2", "2:1", "2:3"])
@@ -392,16 +397,21 @@ def test_pd_loses_and_repeats_nothing(linear_profile, reqs, pd_, router, drouter
     assert done.prefill_replica.between(0, p - 1).all()
     assert done.decode_replica[multi].between(0, d - 1).all()
     assert (done.kv_bytes[multi] == done.prompt_tokens[multi] * 2048).all()
-    # every token computed once per round, by the prefill or the decode instance
+    # every token computed once per round, by the prefill or the decode instance, but
+    # the prompt's last, which a decode instance computes again to sample the first token
     assert (done.computed_tokens + done.cached_tokens
-            == done.prompt_tokens + done.output_tokens - 1 + done.recomputed_tokens).all()
-    assert int(res.steps.tokens_emitted.sum()) == int(done.output_tokens.sum())
+            == done.prompt_tokens + done.output_tokens - 1 + multi
+            + done.recomputed_tokens).all()
+    # a prefill instance samples one token a request; the decode instance's are the ones
+    # the client sees
+    assert int(res.steps.tokens_emitted.sum()) == int(done.output_tokens.sum() + multi.sum())
     assert int(res.steps.prefill_tokens.sum() + res.steps.decodes.sum()) == int(
         r.computed_tokens.sum())
-    # prefill instances never decode; the second token comes after the transfer lands
+    # prefill instances never decode; the first token comes after the transfer lands
     assert res.steps[res.steps.replica < p].decodes.sum() == 0
     assert len(res.itl_s) == int((done.output_tokens - 1).sum())
-    assert (done.max_itl_s[multi] >= done.kv_transfer_s[multi]).all()
+    ttft = done.first_token_s - done.arrival_s
+    assert (ttft[multi] > done.kv_transfer_s[multi]).all()
     assert (res.steps.kv_blocks_used <= kv_blocks).all()
 
 

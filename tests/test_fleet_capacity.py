@@ -33,8 +33,9 @@ soon as requests overlap; a P/D decode instance only decodes (and the KV hop ove
 of a ~2 KB/token profile costs microseconds): P/D clearly wins."""
 STALL_SLO = {"max_decode_stall_ms": 100.0, "p99_ttft_ms": 1000.0}
 """With 2e8 KV bytes per token (0.44 ms per prompt token over NVLink), every P/D
-handoff stalls its request for hundreds of ms, past the bound at any rate, while a
-colocated replica's longest gap is one step: P/D clearly loses."""
+handoff holds its request's first token back for hundreds of ms (the decode instance
+makes it), past the TTFT bound at any rate, while a colocated replica's TTFT is its
+prefill and its longest gap one step: P/D clearly loses."""
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +60,16 @@ def test_pd_wins_when_interference_breaks_the_itl_bound(linear_profile):
 
 
 @pytest.mark.slow
-def test_pd_loses_when_the_kv_hop_stalls_every_request(heavy_kv_profile):
+def test_pd_loses_when_the_kv_hop_delays_every_first_token(heavy_kv_profile):
     ranked = _splits(heavy_kv_profile, STALL_SLO)
     assert [e.config.fleet for e in ranked] == [FleetSpec(replicas=2), FleetSpec(pd=(1, 1))]
     col, pd_ = ranked
     assert col.max_rate > 0 and pd_.max_rate == 0
-    # why: every probe of P/D stalled past the bound, by about the transfer
-    assert all(p.summary["max_decode_stall_ms"] > 100 for p in pd_.probes)
+    # why: the transfer lands before the first token, so P/D's runs miss the TTFT bound;
+    # their gaps, all made on the decode instance, stay short
+    full = [p.summary for p in pd_.probes if not p.summary.get("stopped")]
+    assert full and all(s["p99_ttft_ms"] > STALL_SLO["p99_ttft_ms"] for s in full)
+    assert all(s["max_decode_stall_ms"] < STALL_SLO["max_decode_stall_ms"] for s in full)
 
 
 def test_split_ranking_orders_by_capacity_then_ttft_then_configuration():

@@ -42,8 +42,9 @@ class Request:
     class_idx: int = 0
     """Index of its request class in the engine's sorted class list (for per-class ITL)."""
     kv_carried: bool = False
-    """It arrived with its prompt's KV and first token from a prefill instance (P/D): its
-    first admission computes nothing of the prompt and its first step is a decode."""
+    """It arrived with its prompt's KV, all but the last token's, from a prefill instance
+    (P/D): its first admission computes none of it, and its first step is a decode that
+    computes the last prompt token and samples the first output token."""
     block_keys: tuple | None = None
     """Prefix-cache identities of its shareable prompt blocks (set by the cache on first use)."""
     num_spec_tokens: int = 0
@@ -85,11 +86,13 @@ def is_decode(req: Request, admitted_now: bool = False) -> bool:
     step. A prompt's 1-token tail is prompt work until its first token is out. A request
     admitted by this step runs a prompt (vLLM V0 runs a resumed request as one, and the
     prefill-only steps of `whole prefill-first` and `chunk alternate` take it as one), unless
-    it arrived with KV carried from a P/D prefill instance and was never preempted.
+    it arrived with KV carried from a P/D prefill instance and was never preempted: its
+    one-token query over that KV is a decode row (vLLM's attention runs it as one).
 
     The simulator's hot loops inline it (`EngineCore.begin_step`, `fast_forward.steady`, the
     budget and chunk policies); tests/test_decode_rule.py and the policy tests check that
     those copies agree with it."""
+    if admitted_now:
+        return req.kv_carried and not req.num_preemptions
     return req.num_output_tokens > 0 and (
-        (req.kv_carried and not req.num_preemptions) if admitted_now
-        else req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens == 1)
+        req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens == 1)

@@ -370,9 +370,9 @@ class EngineCore:
                         "hit: the plan saw another cache than the engine (a bug)")
             c = req.num_computed_tokens
             # request.is_decode(req, is_new), inlined (tests/test_decode_rule.py)
-            decode = req.num_output_tokens > 0 and (
-                (req.kv_carried and not req.num_preemptions) if is_new
-                else c + 1 == req.spec.prompt_tokens + req.num_output_tokens)
+            decode = ((req.kv_carried and not req.num_preemptions) if is_new
+                      else req.num_output_tokens > 0
+                      and c + 1 == req.spec.prompt_tokens + req.num_output_tokens)
             # a running decode also takes its lookahead slots (vLLM allocate_slots)
             g = n + lookahead if lookahead and decode and not is_new else n
             if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do

@@ -109,10 +109,12 @@ def replica_rows(results: list[SimResult], dest: np.ndarray, duration_s: float,
 def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult],
              ddest: np.ndarray, transfer_s: np.ndarray, kv_bytes: np.ndarray,
              output_tokens: np.ndarray) -> SimResult:
-    """One run's records from a P/D fleet's: each request's prefill-instance row (TTFT)
-    and decode-instance row (the rest), with `prefill_replica`, `decode_replica` (-1:
-    none, a one-token request or one rejected before), `kv_transfer_s`, `kv_bytes`. Steps
-    number the instances prefill first: replica P + j is decode instance j."""
+    """One run's records from a P/D fleet's: each request's prefill-instance row (its
+    scheduling delay; TTFT too for a one-token request) and decode-instance row (its tokens,
+    the first included), with `prefill_replica`, `decode_replica` (-1: none, a one-token
+    request or one rejected before), `kv_transfer_s`, `kv_bytes`. Computed tokens add up
+    both (the decode instance recomputes the prompt's last token). Steps number the
+    instances prefill first: replica P + j is decode instance j."""
     p = merge_results(prefill, pdest)
     has_d = ddest >= 0
     d = merge_results(decode, np.where(has_d, ddest, 0)) if decode else None
@@ -121,7 +123,7 @@ def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult
     req["output_tokens"] = output_tokens
     if d is not None:
         dr = d.request_columns
-        for col in ("finish_s", "generated_tokens", "max_itl_s"):
+        for col in ("first_token_s", "finish_s", "generated_tokens", "max_itl_s"):
             req[col] = np.where(has_d, dr[col], req[col])
         for col in ("computed_tokens", "recomputed_tokens", "cached_tokens", "preemptions"):
             req[col] = req[col] + np.where(has_d, dr[col], 0)

@@ -1,22 +1,29 @@
-"""Prefill/decode disaggregation (`--pd P:D`), as DistServe and Splitwise split a model's
-serving: P prefill instances run prompts under the policy and emit each request's first
-token (its TTFT ends there); the request's KV then moves to one of D decode instances,
-which makes the rest of its tokens.
+"""Prefill/decode disaggregation (`--pd P:D`) as vLLM V1 serves it (instances with a KV
+connector such as `NixlConnector` behind its disaggregated-serving proxy; DistServe and
+Splitwise split a model's serving the same way): P prefill instances run each prompt
+under the policy as a one-token request; its KV then moves to one of D decode instances,
+which makes every token the client sees, the first included (TTFT ends there, not at the
+prefill).
 
 How a handoff is modelled:
-- The prefill pool is a `Fleet` over the workload with every output cut to its first
-  token; a request that wants one token never leaves it.
-- When a request's first token is out, the decode router (reading the decode instances'
-  state at that moment) picks its decode instance, and its prompt's KV starts over the
+- The prefill pool is a `Fleet` over the workload with every output cut to one token
+  (vLLM's proxy sends the prefill `max_tokens=1` and drops its token); a request that
+  wants one token never leaves it, and its TTFT ends at the prefill.
+- When the prefill's token is out, the decode router (reading the decode instances'
+  state at that moment) picks the decode instance, and the prompt's KV starts over the
   link: transfer = prompt tokens x the profile's kv_bytes_per_token / bandwidth +
   latency. The prefill instance frees the blocks at once (the KV is copied out as the
   step ends); transfers overlap with compute on both sides and with each other (no link
   contention).
-- The KV lands in the decode instance's waiting queue; the decode instance admits it
-  when its blocks are free, without computing it (`KVCache.carry`: to the policy it is a
-  request whose prompt is all cached), and its first step there is a decode. The second
-  token therefore comes one transfer plus any queueing plus one decode step after the
-  first: the first ITL shows the handoff.
+- The KV lands in the decode instance's waiting queue; the decode instance admits the
+  request when its blocks are free, holding all but the last prompt token's KV without
+  computing it (`KVCache.carry`: to the policy, a prefix hit). As vLLM's scheduler does
+  when the remote KV covers the whole prompt (`_update_waiting_for_remote_kv`), its
+  first step there computes that last token, a one-token query over the carried KV
+  priced as a decode row, and samples the first token; then it decodes. So the first
+  token comes one prefill, one transfer, any queueing at the decode instance and one
+  step after the arrival: a decode instance that falls behind shows in TTFT, as a client
+  of the proxy sees it.
 
 Bulk decode stays exact: a decode instance's stretch ends before the earliest moment a
 prefill step can end (the decode router may read it then), and its own next landing
@@ -39,7 +46,7 @@ from chunksim.sim.routers import Router
 
 
 class DecodeInbox(Inbox):
-    """A decode instance's inbox: requests whose KV has landed, first token included."""
+    """A decode instance's inbox: requests whose prompt KV has landed."""
 
     def __init__(self, pd: Disaggregated, replica: int) -> None:
         super().__init__([])
@@ -62,12 +69,10 @@ class DecodeInbox(Inbox):
         return pulled >= len(self.specs) and self.pd.closed_for(self.replica)
 
     def prepare(self, req: Request) -> None:
-        """The request arrives with its prompt's KV and its first token."""
-        rid = req.request_id
-        req.num_output_tokens = 1
+        """The request arrives with its prompt's KV, less the last token's, which its
+        first step computes to sample the first token (the prefill's is dropped)."""
         req.kv_carried = True
-        req.first_token_s = req.last_token_s = float(self.pd.first_token_s[rid])
-        self.engine.core.kv.carry(req, req.spec.prompt_tokens)
+        self.engine.core.kv.carry(req, req.spec.prompt_tokens - 1)
 
 
 def first_tokens(workload: Workload) -> Workload:
@@ -94,7 +99,6 @@ class Disaggregated:
         self.decode_router = decode_router
         self.kv_bytes_per_token = kv_bytes_per_token
         self.link = (link_bytes_per_s, link_latency_s)
-        self.first_token_s = np.full(n, np.nan)
         self.transfer_s = np.full(n, np.nan)
         self.kv_bytes = np.zeros(n, dtype=np.int64)
         self.ddest = np.full(n, -1, dtype=np.int64)
@@ -104,11 +108,10 @@ class Disaggregated:
 
     # ------------------------------------------------------------------ handoff
     def _handoff(self, req: Request, end_s: float) -> None:
-        """A prefill instance emitted `req`'s first token at `end_s`: pick its decode
-        instance and start the KV transfer."""
+        """A prefill instance finished `req`'s prompt (its one token) at `end_s`: pick
+        its decode instance and start the KV transfer."""
         rid = req.request_id
         spec = self.workload.requests[rid]
-        self.first_token_s[rid] = end_s
         if spec.output_tokens <= 1:
             return
         views = self.decoders

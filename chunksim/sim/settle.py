@@ -90,8 +90,9 @@ def needed_above(n: int, pct: float) -> int:
 
 class SloWatch:
     """Watches the engines of one run (`attach`) and raises `Settled` from `check` once a
-    bound has failed for good. `ttft_engines` hold the first tokens (a P/D fleet's
-    prefill pool); with `whole` False (P/D) only TTFT and scheduling delay are watched."""
+    bound has failed for good. `first_engines` are where requests are first scheduled (a
+    P/D fleet's prefill pool); with `whole` False (P/D) only TTFT and scheduling delay are
+    watched."""
 
     def __init__(self, slos_ms: Mapping[str, float], workload) -> None:
         specs = workload.requests
@@ -123,7 +124,7 @@ class SloWatch:
     def attach(self, engines: Sequence, first_engines: Sequence | None = None,
                lone: bool = False) -> None:
         """Watch these engines (each checks every SETTLE_EVERY_STEPS of its steps);
-        `first_engines`: where first tokens are made, when not the same (P/D)."""
+        `first_engines`: where requests are first scheduled, when not the same (P/D)."""
         self.engines = list(engines)
         self.first_engines = list(first_engines) if first_engines is not None else []
         self.whole = first_engines is None
@@ -157,6 +158,9 @@ class SloWatch:
                 n = self.total_gaps - int(self.gaps_of[list(rejected)].sum()) if rejected \
                     else self.total_gaps
                 missed = self._itl_missed(bound, now)
+            elif series == "ttft" and not self.whole:
+                n = n_req
+                missed = self._pd_ttft_missed(bound, now, rejected)
             else:
                 n = n_req
                 missed = self._missed(first if series != "e2el" else self.engines, series,
@@ -190,6 +194,25 @@ class SloWatch:
                 if (t - req.spec.arrival_s) * 1000.0 > limit:
                     missed += 1
         return missed
+
+    def _pd_ttft_missed(self, bound_ms: float, now: float, rejected: set[int]) -> int:
+        """P/D: requests whose TTFT is certainly above the bound by `now`. A request's first
+        token comes from its decode instance (from its prefill instance if it wants one
+        token); until it is out, its TTFT is at least `now` less its arrival."""
+        limit = bound_ms * (1.0 + _MARGIN)
+        first = np.full(len(self.arrival), np.nan)
+        for e in self.engines:  # each holds NaN for the requests it never finished
+            np.fmin(first, e.core.first_token_s, out=first)
+            for req in _in_flight(e.core):  # (a preempted one waits with its tokens)
+                if req.first_token_s >= 0:
+                    first[req.spec.request_id] = req.first_token_s
+        one = self.gaps_of == 0
+        for e in self.first_engines:
+            first[one] = np.fmin(first[one], e.core.first_token_s[one])
+        if rejected:
+            first[list(rejected)] = -np.inf  # not counted: neither made nor waiting
+        ttft_ms = (np.where(np.isnan(first), now, first) - self.arrival) * 1000.0
+        return int(np.count_nonzero(ttft_ms > limit))
 
     def _itl_missed(self, bound_ms: float, now: float) -> int | None:
         """Token gaps certainly above the bound: the recorded ones, and (a lone engine)
