@@ -133,3 +133,43 @@ def test_a_ctrl_c_inside_sigint_held_is_raised_as_the_block_ends():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     with sigint_held():  # no Ctrl-C: nothing raised
         pass
+
+
+_CTRL_C_AS_THE_POOL_STARTS = """
+import os, signal, sys, threading, time
+from multiprocessing import forkserver
+from chunksim.sweep import pool
+
+if sys.argv[1] == "again":
+    pool.start()  # a command's first start
+if sys.argv[1] != "first":
+    threading.Thread(target=threading.Event().wait, daemon=True).start()  # numpy's, say
+start_server = forkserver.ensure_running
+
+
+def ensure_running():  # a Ctrl-C comes as the server (and the resource tracker) starts
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)  # (a thread that may take the signal has the time to)
+    start_server()
+
+
+forkserver.ensure_running = ensure_running
+try:
+    pool.start()
+    time.sleep(0.3)
+    print("lost")
+except KeyboardInterrupt:
+    print("delivered")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux signal delivery")
+@pytest.mark.parametrize("when", ["first", "threads", "again"])
+def test_a_ctrl_c_as_the_pool_starts_is_never_lost(when):
+    """A Ctrl-C that comes while the pool's server starts reaches the command: on a first
+    start (the resource tracker's own start unblocks SIGINT while the server's start has
+    it ignored), with another thread running (it would take the signal while ignored and
+    drop it), and on a later start."""
+    res = subprocess.run([sys.executable, "-c", _CTRL_C_AS_THE_POOL_STARTS, when], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "delivered", res.stdout + res.stderr

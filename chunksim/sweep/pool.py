@@ -15,6 +15,7 @@ the parent stops the pool and its workers (`runner.Runner.close`).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from contextlib import contextmanager
 
 PRELOAD = ("chunksim.sweep.job",)
 """What the server imports before it forks any worker: everything a job runs."""
+_STARTED_BY = [0]
+"""The process that started the server with SIGINT ignored (0: none yet)."""
 
 
 def context():
@@ -34,16 +37,24 @@ def context():
 def start():
     """Start the server now, if it is not running yet (a no-op after the first call);
     returns the pool's context (`context`)."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     ctx = context()
     old = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or old is None:
-        forkserver.ensure_running()  # (signal dispositions are set on the main thread)
+    if (_STARTED_BY[0] == os.getpid() or old is None or _other_threads()
+            or threading.current_thread() is not threading.main_thread()):
+        # Started before, it runs (or restarts, if it died) and no signal is touched: the
+        # dance below would lose a Ctrl-C once this process has other threads (numpy's,
+        # a progress bar's), as one that does not block SIGINT takes it and, while SIGINT
+        # is ignored, drops it. (Dispositions are set on the main thread only.)
+        forkserver.ensure_running()
         return ctx
     # an ignored signal stays ignored in the program a process executes, and Python then
     # installs no KeyboardInterrupt handler for it; blocked meanwhile here, a Ctrl-C that
-    # comes while it is ignored stays pending (Linux) and reaches this process after
+    # comes while it is ignored stays pending (Linux) and reaches this process after. The
+    # resource tracker starts first: starting it unblocks SIGINT again, which would drop a
+    # Ctrl-C that came meanwhile.
+    resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hasattr(
         signal, "pthread_sigmask") else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -53,7 +64,17 @@ def start():
         signal.signal(signal.SIGINT, old)
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    _STARTED_BY[0] = os.getpid()
     return ctx
+
+
+def _other_threads() -> bool:
+    """Whether this process runs threads besides this one (native ones included, where
+    /proc tells)."""
+    try:
+        return len(os.listdir("/proc/self/task")) > 1
+    except OSError:
+        return threading.active_count() > 1
 
 
 @contextmanager
