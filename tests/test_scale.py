@@ -110,6 +110,29 @@ def test_small_step_buffers_thinning_and_sinks_give_the_same_rows(monkeypatch,
     pd.testing.assert_frame_equal(pd.concat(got, ignore_index=True), full.steps)
 
 
+@pytest.mark.parametrize("fleet", ["replicas", "pd"])
+def test_a_fleet_keeps_none_some_or_all_of_its_merged_steps(linear_profile, fleet):
+    """A fleet's --steps none keeps no rows without merging them, with the merged steps'
+    columns and types; every choice leaves the summary as it is."""
+    from dataclasses import replace
+
+    from chunksim.sim.fleet_config import FleetConfig
+
+    fc = FleetConfig(replicas=3) if fleet == "replicas" else FleetConfig(pd="1:2")
+    cfg = replace(RunConfig(chunk=256), fleet=fc)
+    w = _chat(90)
+    full, s_full = simulate(w, linear_profile, cfg)
+    whole = full.steps
+    assert len(whole) == s_full["steps"] > 0
+    none, s_none = simulate(w, linear_profile, cfg, steps_keep=0)
+    assert s_none == s_full and len(none.steps) == 0
+    assert list(none.steps.columns) == list(whole.columns)
+    assert list(none.steps.dtypes) == list(whole.dtypes)
+    third, s_third = simulate(w, linear_profile, cfg, steps_keep=3)
+    assert s_third == s_full
+    pd.testing.assert_frame_equal(third.steps, whole.iloc[::3].reset_index(drop=True))
+
+
 def test_step_totals_match_the_frame(linear_profile):
     res, s = _frames(linear_profile)
     log = StepLog(capacity=5)

@@ -43,3 +43,37 @@ def test_merged_totals_are_the_merged_frames(sizes, seed, ranged):
     assert got.extrapolated == want.extrapolated
     assert got.peak_kv_blocks == want.peak_kv_blocks
     assert got.beyond == want.beyond
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=5),
+       seed=st.integers(0, 10_000), capacity=st.integers(1, 200))
+def test_folded_part_totals_give_the_same_totals(sizes, seed, capacity):
+    """Each part's totals folded as its StepLog recorded them (in buffers of any size)
+    stand for reading its rows again: the merge gives the same totals to the bit."""
+    from chunksim.sim.records import StepColumns, StepLog, StepRow
+
+    parts, folded = [], []
+    for k, n in enumerate(sizes):
+        frame = _part(seed + k, n)
+        log = StepLog(capacity=capacity, ranges=RANGES)
+        for row in frame.itertuples(index=False):
+            log.append(StepRow(*row))
+        folded.append(log.close())
+        parts.append(StepColumns(log))
+    want = StepTotals.merged(parts, RANGES)
+    got = StepTotals.merged(parts, RANGES, folded)
+    assert (got.n, got.busy_s, got.extrapolated, got.peak_kv_blocks, got.beyond) == (
+        want.n, want.busy_s, want.extrapolated, want.peak_kv_blocks, want.beyond)
+
+
+def test_folded_totals_that_do_not_match_are_not_used():
+    """Totals over other ranges, or of other rows, are ignored: the rows are read."""
+    parts = [_part(1, 50), _part(2, 80)]
+    want = StepTotals.merged(parts, RANGES)
+    wrong_rows = [StepTotals.of(_part(3, 51), RANGES), StepTotals.of(parts[1], RANGES)]
+    other_ranges = [StepTotals.of(p, None) for p in parts]
+    for folded in (wrong_rows, other_ranges, wrong_rows[:1]):
+        got = StepTotals.merged(parts, RANGES, folded)
+        assert (got.extrapolated, got.peak_kv_blocks, got.beyond) == (
+            want.extrapolated, want.peak_kv_blocks, want.beyond)

@@ -119,6 +119,9 @@ class SimResult:
     """A fleet's: its engines' steps (`records.StepColumns`, or frames), which `steps`
     merges by start time (the summary folds its totals from these without building the
     merged frame); None for one engine."""
+    step_part_totals: list | None = None
+    """With `step_parts`: each part's own `records.StepTotals`, in the same order (the
+    summary takes their counts and extremes as they are)."""
     step_columns: object = None
     """`steps` read column by column (`records.StepColumns`) without building the frame,
     when the engine kept its StepLog (a fleet merges its engines' columns from these)."""
@@ -161,7 +164,8 @@ class SimResult:
         parts it merges (the steps hold them); one engine's steps and requests travel as
         columns, so a worker process that returns records need not import pandas."""
         self.steps_data()
-        return {**self.__dict__, "step_parts": None, "step_columns": None}
+        return {**self.__dict__, "step_parts": None, "step_part_totals": None,
+                "step_columns": None}
 
 
 class _Noise:

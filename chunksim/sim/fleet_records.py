@@ -12,6 +12,7 @@ import numpy as np
 from chunksim.core.speculative import merge_spec
 from chunksim.sim.engine import SimResult
 from chunksim.sim.quantiles import Samples
+from chunksim.sim.records import STEP_COLUMNS
 
 
 def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
@@ -23,7 +24,8 @@ def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:
     by_class = {c: Samples.pool([res.itl_by_class_s[c] for res in results])
                 for c in results[0].itl_by_class_s}
     return SimResult(requests, lambda: merge_steps(parts), itl,
-                     merged_meta([res.meta for res in results]), by_class, step_parts=parts)
+                     merged_meta([res.meta for res in results]), by_class, step_parts=parts,
+                     step_part_totals=[res.step_totals for res in results])
 
 
 def _served_rows(tables: list, dest: np.ndarray) -> dict[str, np.ndarray]:
@@ -67,6 +69,13 @@ def merge_steps(frames: list) -> dict[str, np.ndarray]:
             for c in frames[0].columns}
     cols["replica"] = np.repeat(np.arange(len(frames), dtype=np.int64),
                                 [len(f) for f in frames])[order]
+    return cols
+
+
+def no_steps() -> dict[str, np.ndarray]:
+    """`merge_steps`' columns without rows: the steps of a fleet that keeps none."""
+    cols = {c: np.zeros(0, dtype=t) for c, t in STEP_COLUMNS.items()}
+    cols["replica"] = np.zeros(0, dtype=np.int64)
     return cols
 
 
@@ -139,7 +148,8 @@ def merge_pd(prefill: list[SimResult], pdest: np.ndarray, decode: list[SimResult
     by_class = {c: Samples.pool([r.itl_by_class_s[c] for r in prefill + decode])
                 for c in prefill[0].itl_by_class_s}
     meta = merged_meta([r.meta for r in prefill + decode])
-    return SimResult(req, lambda: merge_steps(parts), itl, meta, by_class, step_parts=parts)
+    return SimResult(req, lambda: merge_steps(parts), itl, meta, by_class, step_parts=parts,
+                     step_part_totals=[r.step_totals for r in prefill + decode])
 
 
 def transfer_stats(transfer_s: np.ndarray, kv_bytes: np.ndarray) -> dict:

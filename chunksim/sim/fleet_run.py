@@ -27,11 +27,13 @@ from chunksim.sim.build import (
     engine_parts,
     kv_bytes_per_token,
 )
+from chunksim.sim.coverage import profile_ranges
 from chunksim.sim.engine import Engine, SimResult
 from chunksim.sim.fleet import Fleet
 from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
 from chunksim.sim.offload import offload_meta
 from chunksim.sim.pd import Disaggregated, first_tokens
+from chunksim.sim.records import StepLog
 from chunksim.sim.routers import make_router
 from chunksim.sim.run_summary import summarize_run
 from chunksim.sim.settle import SloWatch
@@ -64,15 +66,16 @@ def simulate_fleet(workload: Workload, profile: Profile, cfg: RunConfig,
         return _simulate_pd(workload, profile, cfg, parts, settle_slos_ms)
     n = f.replica_count
     token_times = None
+    log = _step_log(profile)
     if f.groups is None:
-        engines = [build_engine(workload, cfg, parts) for _ in range(n)]
+        engines = [build_engine(workload, cfg, parts, step_log=log) for _ in range(n)]
     else:
         engines, latencies, names = [], [], []
         for name, count in f.groups:
             prof = group_profile(name)
             group_parts = engine_parts(workload, prof, cfg)
             for _ in range(count):
-                engines.append(build_engine(workload, cfg, group_parts))
+                engines.append(build_engine(workload, cfg, group_parts, step_log=log))
                 latencies.append(group_parts.latency)
                 names.append(prof.label)
         token_times = _token_times(latencies)
@@ -110,6 +113,14 @@ def simulate_fleet(workload: Workload, profile: Profile, cfg: RunConfig,
     return result, summary
 
 
+def _step_log(profile: Profile):
+    """Each engine's StepLog: every step kept (the fleet merges them), its totals folded
+    over the grid of `profile` (the fleet's, as the summary reads coverage against it), so
+    the summary takes each engine's counts as folded rather than reading its rows again."""
+    ranges = profile_ranges(profile)
+    return lambda: StepLog(ranges=ranges)
+
+
 def _pool_kv_meta(result: SimResult, engines: list[Engine]) -> None:
     """The fleet's prefix-cache hit rate and CPU-tier keys, over every engine's cache."""
     if result.meta.get("prefix_caching"):
@@ -136,8 +147,9 @@ def _simulate_pd(workload: Workload, profile: Profile, cfg: RunConfig, parts: En
     p, d = f.pd_counts
     per_token = kv_bytes_per_token(profile, f"--pd {f.pd}", "to time KV transfers")
     prompts = first_tokens(workload)
-    prefill = [build_engine(prompts, cfg, parts) for _ in range(p)]
-    decode = [build_engine(workload, cfg, parts) for _ in range(d)]
+    log = _step_log(profile)
+    prefill = [build_engine(prompts, cfg, parts, step_log=log) for _ in range(p)]
+    decode = [build_engine(workload, cfg, parts, step_log=log) for _ in range(d)]
     seed = cfg.engine.seed
     prouter = make_router(f.router or "round-robin", p, seed, f.prefix_load_cap)
     drouter = make_router(f.decode_router or "least-tokens", d, seed + 1, f.prefix_load_cap,

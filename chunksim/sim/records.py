@@ -121,17 +121,24 @@ class StepTotals:
 
     def _add_rest(self, cols) -> None:
         """Fold what does not depend on the rows' order (`cols`: columns or a frame)."""
-        self.extrapolated += int(np.count_nonzero(cols["extrapolated"]))
-        self.peak_kv_blocks = max(self.peak_kv_blocks, int(cols["kv_blocks_used"].max()))
+        beyond = {}
         if self.ranges is not None:
             from chunksim.sim.coverage import beyond_grid
 
-            for axis, (above, hi, below, lo) in beyond_grid(cols, self.ranges).items():
-                b = self.beyond.setdefault(axis, [0, -np.inf, 0, np.inf])
-                b[0] += above
-                b[1] = max(b[1], hi)
-                b[2] += below
-                b[3] = min(b[3], lo)
+            beyond = beyond_grid(cols, self.ranges)
+        self._fold(int(np.count_nonzero(cols["extrapolated"])),
+                   int(cols["kv_blocks_used"].max()), beyond)
+
+    def _fold(self, extrapolated: int, peak_kv_blocks: int, beyond) -> None:
+        """Fold the order-free totals of some rows: counts add, extremes extend."""
+        self.extrapolated += extrapolated
+        self.peak_kv_blocks = max(self.peak_kv_blocks, peak_kv_blocks)
+        for axis, (above, hi, below, lo) in beyond.items():
+            b = self.beyond.setdefault(axis, [0, -np.inf, 0, np.inf])
+            b[0] += above
+            b[1] = max(b[1], hi)
+            b[2] += below
+            b[3] = min(b[3], lo)
 
     def _close_block(self) -> None:
         if self._dur:
@@ -153,21 +160,31 @@ class StepTotals:
         return self.n
 
     @classmethod
-    def merged(cls, parts: list, ranges: dict[str, tuple[float, float]] | None = None
-               ) -> StepTotals:
+    def merged(cls, parts: list, ranges: dict[str, tuple[float, float]] | None = None,
+               folded: list[StepTotals] | None = None) -> StepTotals:
         """The totals of `parts` (step frames, or `StepColumns`) merged by start time,
         ties in part order, as `of` folds their merged frame (`fleet_records.merge_steps`):
         only the busy time's sum depends on the order, so only the durations are put in
-        it."""
+        it. `folded`: each part's own totals over the same `ranges` (its engine's, folded
+        as it recorded), whose counts and extremes are taken as they are rather than
+        read again from the rows."""
         totals = cls(ranges)
-        parts = [f for f in parts if len(f)]
-        if parts:
-            start = np.concatenate([np.asarray(f["start_s"]) for f in parts])
+        if folded is not None and (len(folded) != len(parts) or any(
+                t.ranges != ranges or t.n != len(f) for t, f in zip(folded, parts, strict=True))):
+            folded = None  # not these parts' totals over these ranges: read the rows
+        keep = [i for i, f in enumerate(parts) if len(f)]
+        if keep:
+            start = np.concatenate([np.asarray(parts[i]["start_s"]) for i in keep])
             order = np.argsort(start, kind="stable")
             totals._add_durations(
-                np.concatenate([np.asarray(f["duration_s"]) for f in parts])[order])
-            for f in parts:  # counts, extremes: the same whatever the order
-                totals._add_rest({k: np.asarray(f[k]) for k in totals._rest_columns()})
+                np.concatenate([np.asarray(parts[i]["duration_s"]) for i in keep])[order])
+            for i in keep:  # counts, extremes: the same whatever the order
+                if folded is not None:
+                    f = folded[i]
+                    totals._fold(f.extrapolated, f.peak_kv_blocks, f.beyond)
+                else:
+                    totals._add_rest({k: np.asarray(parts[i][k])
+                                      for k in totals._rest_columns()})
         totals._close_block()
         return totals
 

@@ -17,6 +17,7 @@ from chunksim.sim.board import BOARD_FILES
 from chunksim.sim.build import RunConfig, build_engine, engine_parts
 from chunksim.sim.coverage import describe_ranges, profile_ranges
 from chunksim.sim.engine import SimResult
+from chunksim.sim.fleet_records import no_steps
 from chunksim.sim.fleet_run import simulate_fleet
 from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records import StepLog
@@ -72,6 +73,9 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
         result, summary = simulate_fleet(workload, profile, cfg, settle_slos_ms)
         if steps_keep == 1 and steps_sink is None:
             return result, summary  # every step, merged when first read
+        if steps_keep == 0 and steps_sink is None:  # none kept: nothing to merge
+            result.steps = no_steps()
+            return result, summary
         merged = result.steps_data()  # the merged steps' columns, or a frame of them
         steps = {k: np.asarray(merged[k]) for k in merged}
         if steps_keep != 1:

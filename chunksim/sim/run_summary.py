@@ -25,7 +25,7 @@ def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,
     ranges = profile_ranges(profile)
     steps = result.step_totals  # the engine's own totals, or a fleet's folded here
     if steps is None:
-        steps = (StepTotals.merged(result.step_parts, ranges)
+        steps = (StepTotals.merged(result.step_parts, ranges, result.step_part_totals)
                  if result.step_parts is not None else StepTotals.of(result.steps, ranges))
     summary = summarize(result.request_columns, steps, result.itl_s, cfg.slos_s, meta)
     by_class = summarize_classes(result.request_columns, result.itl_by_class_s, cfg.slos_s,
