@@ -11,7 +11,7 @@ eight times the tokens. Budget policy, 2048 tokens, the bundled default profile.
 A linear fleet costs ~8x the single run; the goal is a ratio <= 10 (router and merging
 overhead small). The fleet's replicas, each with a smaller batch, run more steps than
 one engine does, so the ratio is also split into the steps ratio and the cost per step.
-Prints a table, then one JSON line.
+Prints a table and the process's peak RSS (the fleet's run), then one JSON line.
 
     python benchmarks/fleet_speed.py [--profile NAME] [--repeats 1]
 """
@@ -34,7 +34,7 @@ from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.build import workload_from_arrays
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_speed import AZURE_CONV, real_trace, synthetic  # noqa: E402  the same hour
+from sim_speed import AZURE_CONV, _peak_rss_mb, real_trace, synthetic  # noqa: E402  the same hour
 
 SCALE = 8
 
@@ -92,11 +92,13 @@ def main() -> None:
     per_step = ratio / steps_ratio
     print(f"ratio {ratio:.2f} (goal <= 10; {SCALE} = linear)")
     print(f"steps ratio {steps_ratio:.2f}; cost per step {per_step:.2f}x one engine's")
+    rss = _peak_rss_mb()  # the process's peak: the fleet's run, the larger of the two
+    print(f"peak RSS {rss:.0f} MB (the fleet's run, its steps kept as a run keeps them)")
     sys.stdout.flush()
     print(json.dumps({"wall_s_fleet8": round(fleet["wall_s"], 3),
                       "wall_s_single": round(single["wall_s"], 3), "ratio": round(ratio, 3),
                       "steps_ratio": round(steps_ratio, 3),
-                      "per_step_ratio": round(per_step, 3),
+                      "per_step_ratio": round(per_step, 3), "peak_rss_mb": round(rss),
                       "workload": name, "profile_sha256": profile.sha256}))
 
 
