@@ -59,7 +59,10 @@ def test_the_told_requests_leave_in_running_order():
     reqs = [Request(request_spec(i, 10, 3)) for i in range(6)]
     for r in reqs[1::2]:
         r.num_output_tokens = 3  # 1, 3 and 5 have all their tokens
+        r.num_computed_tokens = 12  # all but the last sampled token
     core.running = list(reqs)
+    core.work_in = 6 * (10 + 3 - 1)  # the work the six came with
+    core.running_computed = 3 * 12
     core.kv, core.finishing, core.on_retire = kv, [], None
     order = []
     core._record = lambda req, end_s: order.append(req.request_id)
@@ -68,3 +71,5 @@ def test_the_told_requests_leave_in_running_order():
     assert order == [1, 3, 5]
     assert [r.request_id for r in core.running] == [0, 2, 4]
     assert [r.request_id for r in core.finishing] == [1, 3, 5]
+    # what the three left came with, and nothing computed: the work the core still holds
+    assert (core.work_in, core.running_computed) == (3 * 12, 0)

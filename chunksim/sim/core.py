@@ -152,11 +152,15 @@ class EngineCore:
         self.finished = 0
         """Requests that completed so far."""
         self.empty_preempt_steps = 0
-        self.version = 0
-        """Bumped by every change to the held requests that records no step: a step's
-        admissions (with their prefix hits), a queue change, preemptions (they requeue)
-        and KV loads (`Replica.outstanding_tokens` reuses its sum until this, the step
-        count, the arrivals pulled or the deliveries move)."""
+        self.work_in = 0
+        """Tokens still to compute and to sample of the requests held (running, waiting,
+        loading) as they arrived: the sum of their prompt + output - 1."""
+        self.running_computed = 0
+        """The running requests' computed tokens, summed (a waiting request has computed
+        none: a request gets its prefix hit or carried KV as it is admitted, and a
+        preempted one loses all it computed). `work_in - running_computed` is the work
+        they hold, in tokens, which a router reads (`fleet.Replica.outstanding_tokens`);
+        a bulk stretch adds its tokens as it settles its requests."""
         self.finishing: list[Request] = []
         """Async scheduling: requests that finished in the step in flight, holding their
         seats and blocks until its output is processed (`release_finishing`)."""
@@ -203,6 +207,7 @@ class EngineCore:
                 req = Request(spec, class_idx=self.class_of[spec.request_class])
                 inbox.prepare(req)
                 self._enqueue(req)
+                self.work_in += spec.prompt_tokens + spec.output_tokens - 1
             else:
                 kind, self.rejected[spec.request_id] = rejection
                 self.rejected_kinds[kind] = self.rejected_kinds.get(kind, 0) + 1
@@ -234,7 +239,6 @@ class EngineCore:
     def _enqueue(self, req: Request, front: bool = False) -> None:
         """New arrivals join the back; preempted requests the front (vLLM V1's prepend) —
         or, under an ordered discipline (priority, SJF), their place in its order."""
-        self.version += 1
         key = self.queue.key
         if key is not None:
             insort(self.waiting, req, key=key)
@@ -297,6 +301,7 @@ class EngineCore:
                 log.add(self.steps.n, victim.request_id, KIND_PREEMPTED, 0, -1, computed, 0,
                         held, self.kv.free_blocks - free)
             self.recomputed[victim.request_id] += victim.num_computed_tokens
+            self.running_computed -= victim.num_computed_tokens
             victim.num_computed_tokens = 0
             victim.num_spec_tokens = 0  # its drafts go with its KV
             victim.num_preemptions += 1
@@ -307,7 +312,6 @@ class EngineCore:
         step's slots and register the blocks they will fill (vLLM V1's `allocate_slots`:
         a later entry of the same step hits them). Returns the step's shape."""
         self.preempt(plan)
-        self.version += 1  # admissions take their prefix hits before the step records
         waiting = self.waiting
         admitted = plan.admitted
         for req in admitted:
@@ -362,6 +366,7 @@ class EngineCore:
             is_new = pos >= first_new if new is None else req in new
             if is_new:
                 kv.admit(req)  # its prefix hits, as earlier entries left the cache
+                self.running_computed += req.num_computed_tokens
                 self.cached[req.request_id] += req.num_cached_tokens
                 if n > req.num_remaining:
                     raise RuntimeError(
@@ -429,6 +434,7 @@ class EngineCore:
         k = self.spec_k
         split = self.gaps.split  # (one class: the gaps' classes are not kept)
         accepted = 0  # drafts accepted in this step (speculative decoding)
+        given_back = 0  # computed tokens of rejected drafts
         for req, n in plan.scheduled:
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
@@ -439,6 +445,7 @@ class EngineCore:
                 # verified drafts (scheduled past the request's own tokens): the first m
                 # are accepted, plus the token sampled after them; the rejected ones give
                 # back their computed-token count (vLLM: num_computed_tokens -= rejected)
+                given_back += c
                 drafts = c - spec.prompt_tokens - req.num_output_tokens
                 m = self.acceptance.draw(drafts)
                 c -= drafts - m
@@ -447,6 +454,7 @@ class EngineCore:
                     out = spec.output_tokens - 1
                     c = spec.prompt_tokens + out
                 req.num_computed_tokens = c
+                given_back -= c
                 accepted += out - req.num_output_tokens
                 req.num_output_tokens = out  # the m accepted; the sampled one follows
             if c == spec.prompt_tokens + out:  # req.num_tokens
@@ -471,6 +479,9 @@ class EngineCore:
                         0, min(k, cap - 1 - req.num_tokens))
         if gaps:
             self.gaps.extend(gaps, classes)
+        # every entry computed its scheduled tokens (prefill and decode rows: the shape's
+        # two counts), less the drafts it had rejected
+        self.running_computed += shape.prefill_tokens + shape.decodes - given_back
         self.steps.append(StepRow(
             start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
             prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,
@@ -496,6 +507,9 @@ class EngineCore:
         for i in reversed(at):
             del keep[i]
         for req in done:  # in running order
+            spec = req.spec
+            self.work_in -= spec.prompt_tokens + spec.output_tokens - 1
+            self.running_computed -= req.num_computed_tokens
             if defer_free:
                 self.finishing.append(req)
             else:

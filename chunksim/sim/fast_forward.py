@@ -141,12 +141,14 @@ class DecodeStretch:
             i += 1
         return i - self.first
 
-    def settle(self, upto: int | None = None) -> None:
+    def settle(self, upto: int | None = None) -> int:
         """Bring the own counters of the running requests before index `upto` (default:
         all, the stretch's end) up to date, and their computed-token counts: the one place
-        a stretch writes back to requests."""
+        a stretch writes back to requests. Returns the tokens they gained (the caller
+        adds them to `EngineCore.running_computed`)."""
         reqs, ctx, d, computed = self.reqs, self.ctx, self.done, self.computed
         end, run_max, bs = self.end, self.run_max, self.bs
+        total = 0
         for i in range(self.first, len(reqs) if upto is None else upto):
             req = reqs[i]
             c = ctx[i] + d
@@ -154,12 +156,14 @@ class DecodeStretch:
             if not gained:
                 continue
             req.num_computed_tokens = c
+            total += gained
             req.num_output_tokens += gained
             req.num_blocks = -(-c // bs)
             req.last_token_s = end
             computed[req.spec.request_id] += gained
             if run_max > req.max_itl_s:
                 req.max_itl_s = run_max
+        return total
 
     def drop(self, m: int, running: list[Request]) -> None:
         """Forget the first m of those running (they finished); `running` is what is
@@ -338,14 +342,14 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
         if woken < engine.wake_steps:
             engine.since_wake = min(engine.wake_steps, woken + k)
         if live:
-            st.settle()
+            c.running_computed += st.settle()
         budget -= k
         if (k < k_left or budget <= 0 or not st.n
                 or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
             break
         first_segment = False
     if not live:
-        st.settle()
+        c.running_computed += st.settle()
         engine.busy_until = t
         if not engine.ahead:
             yield env.timeout(t - now)
@@ -367,7 +371,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     n = st.n
     end = float(times[k])
     if core.schedule_log is not None:  # in batch order, from the requests' own counters
-        st.settle()
+        core.running_computed += st.settle()
         reqs = core.running
         ctx = np.array([r.num_computed_tokens for r in reqs], dtype=np.int64)
         held = np.array([r.num_blocks for r in reqs], dtype=np.int64)
@@ -413,7 +417,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     st.advance(k, end)
     if retire:
         m = st.finishing()
-        st.settle(st.first + m)
+        core.running_computed += st.settle(st.first + m)
         # the first m of those running (sorted by tokens left) are exactly the finished
         core.retire(end, st.reqs[st.first : st.first + m])
         st.drop(m, core.running)

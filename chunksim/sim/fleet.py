@@ -75,7 +75,6 @@ class Replica:
         self.engine = engine
         self.inbox = inbox
         self.token_time = token_time
-        self._held: tuple | None = None  # (state key, token sum): `outstanding_tokens`
 
     def relative_token_time(self) -> float:
         return self.token_time
@@ -87,27 +86,9 @@ class Replica:
 
     def outstanding_tokens(self) -> int:
         c = self.engine.core
-        # the requests' counters change only with a step (a bulk segment's as it is
-        # applied), a change that records none (`version`), a pull or a delivery: between
-        # them a router's reads reuse the sum, less what a segment in flight has decoded
-        key = (c.version, c.steps.n, c.next_arrival, len(self.inbox.specs))
-        held = self._held
-        if held is None or held[0] != key:
-            held = self._held = (key, self._outstanding_tokens())
-        return held[1] - self.engine.decoded_by()
-
-    def _outstanding_tokens(self) -> int:
-        c = self.engine.core
-        work = 0
-        for req in c.running:
-            s = req.spec
-            work += s.prompt_tokens + s.output_tokens - 1 - req.num_computed_tokens
-        for req in c.waiting:
-            s = req.spec
-            work += s.prompt_tokens + s.output_tokens - 1 - req.num_computed_tokens
-        for req in c.loading:
-            s = req.spec
-            work += s.prompt_tokens + s.output_tokens - 1
+        # the held requests' work as the core counts it (`EngineCore.work_in`), less what
+        # a segment in flight has decoded, plus what was delivered but not pulled yet
+        work = c.work_in - c.running_computed - self.engine.decoded_by()
         specs = self.inbox.specs
         for j in range(c.next_arrival, len(specs)):
             work += specs[j].prompt_tokens + specs[j].output_tokens - 1

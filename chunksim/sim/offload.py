@@ -87,7 +87,6 @@ class Offloads:
         load.start_s = now
         load.end_s = self.link_free_s + kv.latency_s
         core.waiting.remove(req)
-        core.version += 1
         self.blocks_loaded += blocks
         loads = self.loads
         i = len(loads)
