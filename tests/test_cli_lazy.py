@@ -33,7 +33,8 @@ def _run_in_fresh_interpreter(argv: list[str], heavy: str, env=None) -> str:
 
 def test_top_level_help_lists_every_command_without_importing_them():
     out = _run_in_fresh_interpreter(
-        ["--help"], "m in ('numpy', 'pandas', 'simpy') or "
+        ["--help"], "m in ('numpy', 'pandas', 'simpy', 'importlib.metadata', "
+        "'multiprocessing') or "
         "m.startswith(('chunksim.sim', 'chunksim.cli.run', 'chunksim.cli.capacity'))",
         env={"COLUMNS": "200", "TERM": "dumb", "PATH": ""})
     assert "HEAVY []" in out, out[-500:]
@@ -57,9 +58,11 @@ def test_a_run_without_out_imports_no_pandas(fleet):
     """`sim run`'s fixed cost: the profile is read, the run (one engine or a fleet's,
     merged) summarized and printed without pandas, pyarrow or matplotlib (and without the
     pydantic of typer >= 0.29, which builds a validator per option: pyproject keeps typer
-    below it). A capacity search's workers, which run such probes, never import them."""
+    below it). A capacity search's workers, which run such probes, never import them, nor
+    multiprocessing (pooled commands only)."""
     out = _run_in_fresh_interpreter(
         ["run", "-n", "3", "--json", *fleet],
-        "m.split('.')[0] in ('pandas', 'pyarrow', 'matplotlib', 'pydantic', 'torch')")
+        "m.split('.')[0] in ('pandas', 'pyarrow', 'matplotlib', 'pydantic', 'torch', "
+        "'multiprocessing')")
     assert "HEAVY []" in out, out[-500:]
     assert json.loads(out.splitlines()[-2])["completed"] == 3

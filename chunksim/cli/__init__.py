@@ -62,11 +62,12 @@ def pools(args: list[str]) -> bool:
     forkserver, without --workers 1 or --ray. A guess from the words alone, good enough
     to start the pool's server early (a wrong guess costs one idle process, never a
     result)."""
-    import multiprocessing
     import os
 
     if not args or args[0] not in POOLED or (os.cpu_count() or 1) < 2:
         return False
+    import multiprocessing  # (a tenth of `sim run`'s start-up: only for pooled commands)
+
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return False  # (the pool says so itself when it starts)
     for i, a in enumerate(args):

@@ -18,9 +18,10 @@ def make_console() -> Console:
     (it is as wide as its widest row)."""
     import sys
 
+    # emoji off: a name like `:zap:` in a workload or class prints as written
     if sys.stdout.isatty():
-        return Console()
-    return Console(width=UNBOUNDED_WIDTH, soft_wrap=True)
+        return Console(emoji=False)
+    return Console(width=UNBOUNDED_WIDTH, soft_wrap=True, emoji=False)
 
 
 
