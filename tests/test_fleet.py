@@ -436,6 +436,57 @@ def test_pd_fast_forward_changes_nothing(linear_profile, reqs, pd_, drouter, kv_
                                   b.steps[["replica", "decodes", "prefill_tokens"]])
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("pd_, drouter", [("2:2", "least-tokens"), ("1:3", "round-robin"),
+                                          ("1:2", "least-requests")])
+@pytest.mark.parametrize("jitter", [False, True])
+@pytest.mark.parametrize("seats, kv_blocks", [(48, 1500), (6, 160)])
+def test_pd_decode_stretches_take_in_landings_and_change_nothing(
+        linear_profile, monkeypatch, pd_, drouter, jitter, seats, kv_blocks):
+    """A decode instance's bulk stretch takes in the requests that land while it runs,
+    when the policy would admit them all (`fast_forward.join_step`): under routers that
+    read nothing a segment leaves inexact it does so often, and every record is what
+    stepping gives (two request classes, prefix caching with shared prefixes, jitter;
+    few seats and KV blocks, where many landings must wait and requests are preempted)."""
+    from chunksim.sim import fast_forward
+
+    rng = np.random.default_rng(11)
+    n = 240
+    w = build([(float(g), int(p), int(o)) for g, p, o in zip(
+        rng.exponential(0.002, n), rng.integers(16, 400, n), rng.integers(2, 80, n),
+        strict=True)], prefixed=True)
+    w = replace(w, requests=tuple(replace(s, request_class="chat" if i % 3 else "batch")
+                                  for i, s in enumerate(w.requests)))
+    taken = []
+    join = fast_forward.join_step
+
+    def counting(*args):
+        end = yield from join(*args)
+        taken.append(end is not None)
+        return end
+
+    monkeypatch.setattr(fast_forward, "join_step", counting)
+    runs = []
+    for ff in (True, False):
+        cfg = replace(config("budget", None, 512, seats, kv_blocks, jitter, ff=ff),
+                      fleet=FleetConfig(pd=pd_, router="least-tokens", decode_router=drouter))
+        runs.append(simulate(w, linear_profile, cfg))
+    (a, sa), (b, sb) = runs
+    assert sum(taken) >= 100 if seats > 8 else sum(taken) < len(taken), taken
+    assert sa["completed"] == n
+    ints = ["replica", "prefill_tokens", "decodes", "tokens_emitted", "kv_blocks_used",
+            "running", "waiting", "preempted", "extrapolated"]
+    pd.testing.assert_frame_equal(a.steps[ints], b.steps[ints])
+    np.testing.assert_allclose(a.steps.duration_s, b.steps.duration_s, rtol=0, atol=0)
+    np.testing.assert_allclose(a.steps.start_s, b.steps.start_s, rtol=1e-12)
+    pd.testing.assert_frame_equal(a.requests, b.requests, rtol=1e-12)
+    np.testing.assert_allclose(np.sort(a.itl_s), np.sort(b.itl_s), rtol=1e-9)
+    for cls in ("chat", "batch"):
+        np.testing.assert_allclose(np.sort(a.itl_by_class_s[cls]),
+                                   np.sort(b.itl_by_class_s[cls]),
+                                   rtol=1e-9)
+
+
 def _counted_tokens(rep) -> int:
     """A replica's outstanding tokens by their definition, counted afresh from every
     request it holds: tokens still to compute, prompt and output, the last sampled token

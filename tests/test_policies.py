@@ -697,3 +697,47 @@ def test_the_ledger_sees_blocks_earlier_entries_of_the_plan_register():
     plan = plan_of(TokenBudgetPolicy(max_num_batched_tokens=1000,
                                      long_prefill_token_threshold=32), kv2, [p], [w])
     assert plan.scheduled == ((p, 32), (w, 32))
+
+
+# ------------------------------------------------------------ the bulk decode's admissions
+@settings(max_examples=300, deadline=None)
+@given(running=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 20)), max_size=8),
+       landed=st.lists(st.integers(1, 90), min_size=1, max_size=6),
+       budget=st.integers(1, 14), seats=st.integers(1, 14), partial=st.integers(0, 4),
+       blocks=st.integers(1, 80), reserve=st.booleans(), chunked=st.booleans(),
+       caching=st.booleans(), prompt=st.sampled_from([None, 1, 3, 40]))
+def test_admits_decodes_is_what_plan_does(running, landed, budget, seats, partial, blocks,
+                                          reserve, chunked, caching, prompt):
+    """`TokenBudgetPolicy.admits_decodes` (which lets a bulk decode take in requests that
+    land with their prompt's KV, P/D) says True exactly when `plan` on the same state
+    schedules every running decode for one token, preempts nothing and admits every
+    landed request for one token; its ledger has the decodes' slots already taken. (A
+    plain prompt queued last, `prompt` tokens, is admitted for all of them or part.)"""
+    from chunksim.core.ledger import KVLedger
+
+    pol = TokenBudgetPolicy(max_num_batched_tokens=budget, max_num_seqs=seats,
+                            max_num_partial_prefills=partial, reserve_full_prompt=reserve,
+                            enable_chunked_prefill=chunked)
+    kv = kv_cache(400, prefix_block_tokens=16 if caching else None)
+    run = [decoding_request(kv, request_spec(i, p, o + 1), outputs=o)
+           for i, (p, o) in enumerate(running)]
+    waiting = []
+    for j, p in enumerate(landed):
+        req = waiting_request(request_spec(100 + j, p + 1, 8))
+        req.kv_carried = True
+        kv.carry(req, p)  # all of the prompt's KV but its last token's (sim.pd)
+        waiting.append(req)
+    if prompt is not None:
+        waiting.append(waiting_request(request_spec(200, prompt, 8)))
+    kv.take(kv.free_blocks - blocks)  # leave `blocks` free
+    bs = kv.block_size
+    slots = sum(r.num_computed_tokens % bs == 0 for r in run)  # decodes opening a block
+    plan = plan_of(pol, kv, run, waiting)
+    expected = (not plan.preempted and plan.admitted == tuple(waiting)
+                and plan.scheduled == tuple((r, 1) for r in (*run, *waiting)))
+    ledger = KVLedger(kv)
+    if slots > ledger.free:
+        assert not expected
+        return
+    ledger.free -= slots
+    assert pol.admits_decodes(len(run), waiting, ledger) == expected

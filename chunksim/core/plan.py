@@ -85,6 +85,15 @@ class Policy(Protocol):
         """Return the next step's plan; an empty plan means nothing can run now."""
         ...
 
+    def admits_decodes(self, running: int, waiting, ledger) -> bool:
+        """Whether `plan`, on a state whose `running` requests all decode one token (their
+        KV slots for it already taken from `ledger`, a `core.ledger.KVLedger`) and whose
+        waiting queue is `waiting` (requests that need exactly one new token: their
+        prompt's KV was carried in), would schedule every decode, preempt nothing and
+        admit every waiting request for one token. A policy with `bulk_decode` may say
+        so to let the engine's bulk decode take such requests in; False is always safe."""
+        ...
+
     def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
         """Why a request of this size can never run under this policy (None if it can)."""
         ...

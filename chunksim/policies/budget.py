@@ -215,20 +215,41 @@ class TokenBudgetPolicy(PolicyBase):
 
         admitted: list = []
         if not preempted:
-            chunked = self.enable_chunked_prefill
-            seats = self.max_num_seqs - len(running) - state.held_seats
-            for req in state.waiting:
-                if budget <= 0 or seats <= 0 or partial >= max_partial:
-                    break
-                remaining = req.num_remaining - ledger.cached(req)
-                if not chunked and remaining > budget:
-                    continue  # vLLM: skipped this step, keeps its place at the head
-                want = min(self._cap(req, remaining), budget)
-                if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
-                    break
-                partial += 1
-                scheduled.append((req, want))
-                admitted.append(req)
-                budget -= want
-                seats -= 1
+            self._admit(state.waiting, ledger, budget,
+                        self.max_num_seqs - len(running) - state.held_seats, partial,
+                        max_partial, scheduled, admitted)
         return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
+
+    def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
+               max_partial: int, scheduled: list, admitted: list) -> None:
+        """The waiting loop of `plan`: admit from `waiting` in order while the budget
+        left, the seats left, the prefill cap and the KV (`ledger`) allow."""
+        chunked = self.enable_chunked_prefill
+        for req in waiting:
+            if budget <= 0 or seats <= 0 or partial >= max_partial:
+                break
+            remaining = req.num_remaining - ledger.cached(req)
+            if not chunked and remaining > budget:
+                continue  # vLLM: skipped this step, keeps its place at the head
+            want = min(self._cap(req, remaining), budget)
+            if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
+                break
+            partial += 1
+            scheduled.append((req, want))
+            admitted.append(req)
+            budget -= want
+            seats -= 1
+
+    def admits_decodes(self, running: int, waiting, ledger: KVLedger) -> bool:
+        """Whether `plan`, on `running` requests that all decode one token and whose KV
+        slots for it are already taken from `ledger`, admits every one of `waiting` for
+        exactly one token (requests whose prompt's KV was carried in, P/D): its running
+        loop schedules every decode (one budget token each) and preempts nothing, then
+        its waiting loop runs on what they leave. The engine's bulk decode takes such
+        requests in without planning each step (`sim.fast_forward`)."""
+        scheduled: list = []  # (more decodes than the budget: it admits nothing)
+        admitted: list = []
+        self._admit(waiting, ledger, self.max_num_batched_tokens - running,
+                    self.max_num_seqs - running, 0,
+                    self.max_num_partial_prefills or 1 << 30, scheduled, admitted)
+        return len(admitted) == len(waiting) and all(n == 1 for _, n in scheduled)

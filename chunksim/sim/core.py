@@ -85,6 +85,13 @@ class Inbox:
         """Nothing after the first `pulled` requests will ever come."""
         return pulled >= len(self.specs)
 
+    def delivers_decodes(self) -> bool:
+        """Whether its requests come with their prompt's KV, ready to decode (a P/D decode
+        instance's), and the engine reads its state live (`live_reads`): a bulk decode
+        stretch may then take them in as they land, where the policy would admit them
+        (`fast_forward.join_step`)."""
+        return False
+
     def prepare(self, req: Request) -> None:
         """Give `req` the state it brings along before it is queued (none here)."""
 

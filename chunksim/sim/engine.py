@@ -275,6 +275,8 @@ class Engine:
         # catches up only to sleep
         self.ahead = inbox is None
         self.live = inbox is not None and inbox.live_reads()
+        self.joins = self.bulk and self.live and inbox.delivers_decodes()
+        """A bulk stretch may take in requests that land ready to decode (P/D)."""
         self.segment: list | None = None  # live reads: [times, steps, requests] in flight
         if inbox is None:
             env.process(self._arrivals(env))
@@ -370,7 +372,8 @@ class Engine:
             # plan is the decode-all the bulk path runs (policy.bulk_decode), unless its
             # KV does not fit, which `stretch` checks before anything runs
             decoding, self.decoding = self.decoding, False
-            if (decoding and not c.waiting and (offload is None or not offload.loads)
+            if (decoding and (not c.waiting or self.joins)
+                    and (offload is None or not offload.loads)
                     and (yield from fast_forward.stretch(self, env, now, vetted=False))):
                 now = self.busy_until if ahead else env.now
                 continue

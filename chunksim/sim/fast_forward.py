@@ -14,12 +14,14 @@ gaps one by one as stepping would, so the pooled gaps keep stepping's order.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
+from chunksim.core.ledger import KVLedger
 from chunksim.core.plan import Plan
 from chunksim.core.request import Request
 
@@ -165,6 +167,27 @@ class DecodeStretch:
                 req.max_itl_s = run_max
         return total
 
+    def insert(self, req: Request, ctx: int) -> None:
+        """Take in `req` between segments (it joined the batch, `join_step`) at context
+        `ctx`, which its own counters show, holding exactly the blocks that fill (so the
+        growth stays periodic); it finishes after the tokens its counters leave."""
+        d = self.done
+        left = req.spec.output_tokens - req.num_output_tokens + d
+        c = ctx - d  # stored as the others: context at the stretch's start, less `done`
+        at = bisect_right(self.left, left, self.first)
+        self.reqs.insert(at, req)
+        self.ctx.insert(at, c)
+        self.left.insert(at, left)
+        suffix = self.suffix_max
+        suffix.insert(at, max(c, suffix[at]) if at < len(suffix) else c)
+        i = at - 1
+        while i >= self.first and suffix[i] < c:
+            suffix[i] = c
+            i -= 1
+        self.n += 1
+        self.ctx_sum += ctx
+        self.phase[(-ctx) % self.bs] += 1
+
     def drop(self, m: int, running: list[Request]) -> None:
         """Forget the first m of those running (they finished); `running` is what is
         left."""
@@ -240,7 +263,11 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
     reads its state ends the stretch before the step that would end at or after the
     next read; False if that left nothing to run in bulk (the caller steps instead).
     `vetted`: the policy planned the first step; else the stretch starts only if that
-    step's KV fits (False otherwise: the policy must plan it, and preempt)."""
+    step's KV fits (False otherwise: the policy must plan it, and preempt).
+
+    Where requests land ready to decode (`Engine.joins`, a P/D decode instance), a step
+    boundary at which they wait does not end the stretch when the policy would admit
+    them all: that step takes them in (`join_step`), and so may the stretch's first."""
     c = engine.core
     t = now
     arrival = c.next_arrival_s
@@ -254,15 +281,31 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
         st.singles += engine.wake_steps - engine.since_wake
     latency = engine.latency
     live = engine.live
+    joins = engine.joins
     spread = latency.prices_spread
     overhead = latency.overhead(st.n)
+    if c.waiting:  # (the engine starts a stretch with requests waiting only if `joins`)
+        end = yield from join_step(engine, env, st, t, True)
+        if end is None:
+            return False
+        t, first_segment = end, False
+        budget -= 1
+        if not st.n:
+            return True
     while True:
         if live and not first_segment:
             # as a step boundary: take what the router sent by now, stop if anything
-            # waits, else bound the segment by what it has sent for later
+            # waits (unless it joins), else bound the segment by what it has sent for later
             c.pull_arrivals(t)
             if c.waiting:
-                break
+                end = (yield from join_step(engine, env, st, t, False)) if joins else None
+                if end is None:
+                    break
+                t = end
+                budget -= 1
+                if budget <= 0 or not st.n:
+                    break
+                continue
             arrival = c.next_arrival_s
         n = st.n
         k_left = st.steps_left()
@@ -344,9 +387,11 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
         if live:
             c.running_computed += st.settle()
         budget -= k
-        if (k < k_left or budget <= 0 or not st.n
-                or (arrival is not None and arrival <= t) or (read is not None and read <= t)):
+        if budget <= 0 or not st.n:
             break
+        if not joins and (k < k_left or (arrival is not None and arrival <= t)
+                          or (read is not None and read <= t)):
+            break  # (with joins: the next boundary takes in what came, or ends it)
         first_segment = False
     if not live:
         c.running_computed += st.settle()
@@ -354,6 +399,118 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
         if not engine.ahead:
             yield env.timeout(t - now)
     return True
+
+
+def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: float,
+              first_segment: bool):
+    """One decode step of the stretch `st` at `t` that also takes in every waiting
+    request, when each landed with its prompt's KV (a P/D decode instance's) and the
+    policy would admit them all for the one token that samples their first
+    (`Policy.admits_decodes`): what `EngineCore.begin_step` and `end_step` do for that
+    step, in the same order (the running decodes' new blocks, then each newcomer's
+    admission, slot and registered blocks), without a pass over the running requests.
+    Returns the step's end, or None, before anything ran, when the step is not such a
+    step: the stretch ends and the policy plans it. On a stretch's first step each
+    running request's gap runs from its own last token, as in `apply_run`."""
+    c = engine.core
+    kv = c.kv
+    waiting = c.waiting
+    if (st.singles > first_segment or not st.periodic or c.schedule_log is not None
+            or c.offload is not None or engine.since_wake < engine.wake_steps):
+        return None
+    carried = kv.carried
+    for req in waiting:
+        if (not req.kv_carried or req.num_preemptions or req.request_id not in carried
+                or req.spec.output_tokens < 2):
+            return None
+    run_blocks = st.phase[0]  # the running decodes whose token opens a block
+    if run_blocks > kv.free_blocks:
+        return None  # (the policy preempts)
+    ledger = KVLedger(kv)
+    ledger.free -= run_blocks
+    if not c.policy.admits_decodes(st.n, waiting, ledger):
+        return None
+    # admit, as begin_step: the running decodes' blocks first (their own counters catch
+    # up as they settle), then each newcomer in queue order
+    kv.take(run_blocks)
+    news = list(waiting)
+    waiting.clear()
+    running = c.running
+    members = len(running)
+    bs, caching = kv.block_size, kv.prefix_caching
+    ctx_new = 0
+    longest = st.longest() if members else 0
+    for req in news:
+        running.append(req)
+        kv.admit(req)  # its carried KV
+        ctx = req.num_computed_tokens
+        c.running_computed += ctx
+        c.cached[req.request_id] += req.num_cached_tokens
+        if -(-(ctx + 1) // bs) > req.num_blocks:
+            kv.grow(req, 1)
+        if caching and req.block_keys != ():
+            kv.commit(req, ctx + 1)
+        if req.first_scheduled_s < 0:
+            req.first_scheduled_s = t
+        ctx_new += ctx
+        if ctx > longest:
+            longest = ctx
+    # price it as the step path would: every row a decode, the newcomers' at their
+    # carried context
+    n = members + len(news)
+    kv_mean = np.array([(st.ctx_sum + ctx_new) / n])
+    latency = engine.latency
+    z = engine.noise.range(c.steps.n, 1) if engine.noise is not None else None
+    sp = (np.array([float(longest)]),) if latency.prices_spread else ()
+    fwd, out = latency.decode_steps_s(n, kv_mean, z, *sp)
+    if z is not None and engine.guard is not None:
+        median, _ = latency.decode_steps_s(n, kv_mean, None, *sp)
+        engine.guard.check_run(c.steps.n, fwd, median, z)
+    overhead = latency.overhead(n)
+    dur = fwd + overhead if overhead else fwd  # the step path's float ops
+    step_s = float(dur[0])
+    end = t + step_s
+    times = np.array([t, end])
+    engine.segment = [times, 1, n]  # readers see its tokens once it ends (`decoded_by`)
+    engine.busy_until = end
+    yield env.timeout(step_s)  # (a delivery cannot cut a one-step segment)
+    engine.segment = None
+    # apply, as end_step: the members' gaps (a stretch's first: each from its own last
+    # token, one by one in batch order), the newcomers' first tokens
+    if first_segment:
+        add = c.gaps.add
+        for req in running[:members]:
+            g0 = end - req.last_token_s
+            add(g0, req.class_idx)
+            if g0 > req.max_itl_s:
+                req.max_itl_s = g0
+        st.singles -= 1
+    else:
+        gap = times[1:] - times[:1]
+        c.gaps.add_run(gap, st.running() if c.gaps.split else members)
+        if float(gap[0]) > st.run_max:
+            st.run_max = float(gap[0])
+    computed = c.computed
+    for req in news:
+        req.num_computed_tokens += 1
+        computed[req.request_id] += 1
+        req.num_output_tokens = 1
+        req.first_token_s = req.last_token_s = end
+    c.running_computed += len(news)  # (the members' tokens count as they settle)
+    c.steps.extend_decodes(times[:1], dur, n, kv_mean,
+                           np.array([kv.num_blocks - kv.free_blocks]), out)
+    c.last_prefill = False
+    st.advance(1, end)
+    for req in news:
+        st.insert(req, req.num_computed_tokens)
+    m = st.finishing()
+    if m:
+        c.running_computed += st.settle(st.first + m)
+        c.retire(end, st.reqs[st.first : st.first + m])
+        st.drop(m, c.running)
+    c.running_computed += st.settle()
+    st.run_max = 0.0
+    return end
 
 
 def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,

@@ -25,9 +25,13 @@ How a handoff is modelled:
   step after the arrival: a decode instance that falls behind shows in TTFT, as a client
   of the proxy sees it.
 
-Bulk decode stays exact: a decode instance's stretch ends before the earliest moment a
-prefill step can end (the decode router may read it then), and its own next landing
-bounds it as an arrival does.
+Bulk decode stays exact. Where the decode router reads only what a bulk segment keeps
+exact (least-requests, least-tokens) or nothing at all, a decode instance runs its
+stretches live (`core.Inbox.live_reads`): a landing cuts the segment in flight after its
+step, and the requests that landed join the stretch when the policy admits them all
+(`fast_forward.join_step`). Under any other router a decode instance's stretch ends
+before the earliest moment a prefill step can end (the decode router may read it then),
+and its own next landing bounds it as an arrival does.
 """
 
 from __future__ import annotations
@@ -63,7 +67,13 @@ class DecodeInbox(Inbox):
         return self.pd.next_landing(self.replica)
 
     def next_read_s(self) -> float | None:
-        return self.pd.next_handoff_s()
+        return None if self.pd.decode_live else self.pd.next_handoff_s()
+
+    def live_reads(self) -> bool:
+        return self.pd.decode_live
+
+    def delivers_decodes(self) -> bool:
+        return self.pd.decode_live
 
     def closed(self, pulled: int) -> bool:
         return pulled >= len(self.specs) and self.pd.closed_for(self.replica)
@@ -97,6 +107,11 @@ class Disaggregated:
         for rep in self.decoders:
             rep.inbox.engine = rep.engine
         self.decode_router = decode_router
+        self.decode_live = (len(decode) == 1 or not decode_router.reads_state
+                            or decode_router.reads_mid_stretch)
+        """The decode router reads nothing a bulk segment leaves inexact (or nothing at
+        all): a decode instance's stretch runs through handoffs, a landing cuts it after
+        the step in flight, and landed requests join it (`fast_forward.join_step`)."""
         self.kv_bytes_per_token = kv_bytes_per_token
         self.link = (link_bytes_per_s, link_latency_s)
         self.transfer_s = np.full(n, np.nan)
