@@ -36,11 +36,15 @@ def _batch(prompts_outputs_done):
 
 @given(st.lists(st.tuples(st.integers(1, 300), st.integers(2, 60), st.integers(1, 59)),
                 min_size=1, max_size=12),
-       st.lists(st.integers(1, 40), min_size=1, max_size=6))
-def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances):
+       st.lists(st.integers(1, 40), min_size=1, max_size=6),
+       st.lists(st.lists(st.tuples(st.integers(1, 300), st.integers(2, 60)), max_size=3),
+                max_size=6))
+def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances, joins):
+    """... and so after requests join it between advances (`DecodeStretch.insert`, each
+    one decoding, with the blocks its context fills)."""
     rows = [(p, o, min(d, o - 1)) for p, o, d in rows]
     kv, reqs = _batch(rows)
-    computed = [0] * len(reqs)
+    computed = [0] * (len(reqs) + 20)
     s = DecodeStretch(list(reqs), BS, computed)
     # by hand: each running request's context and tokens left, in batch order
     ctx = {r.request_id: r.num_computed_tokens for r in reqs}
@@ -76,6 +80,13 @@ def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances):
             assert computed[r.request_id] == ctx[r.request_id] - start[r.request_id]
         running = [r for r in running if left[r.request_id] > 0]
         s.drop(m, running)
+        for p, o in (joins.pop(0) if joins else ()):
+            new = decoding_request(kv, request_spec(len(reqs), p, o), outputs=1)
+            reqs.append(new)
+            running.append(new)
+            ctx[new.request_id] = start[new.request_id] = new.num_computed_tokens
+            left[new.request_id] = o - 1
+            s.insert(new, new.num_computed_tokens)
     s.settle()
     for r in reqs:
         assert r.num_computed_tokens == ctx[r.request_id]
