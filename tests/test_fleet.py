@@ -491,7 +491,8 @@ def _counted_tokens(rep) -> int:
     """A replica's outstanding tokens by their definition, counted afresh from every
     request it holds: tokens still to compute, prompt and output, the last sampled token
     aside (a waiting request's computed tokens counted too: none, if the core's sum is
-    right), less what a bulk segment in flight has decoded."""
+    right), less what a bulk segment in flight has decoded and what the stretch in flight
+    has computed that the requests' own counters do not show yet."""
     c = rep.engine.core
     work = 0
     for req in (*c.running, *c.waiting):
@@ -501,7 +502,8 @@ def _counted_tokens(rep) -> int:
         work += req.spec.prompt_tokens + req.spec.output_tokens - 1
     for s in rep.inbox.specs[c.next_arrival:]:
         work += s.prompt_tokens + s.output_tokens - 1
-    return work - rep.engine.decoded_by()
+    st = rep.engine.stretch
+    return work - rep.engine.decoded_by() - (st.unsettled() if st is not None else 0)
 
 
 def _checked_token_sums(mp: pytest.MonkeyPatch) -> dict:

@@ -278,6 +278,9 @@ class Engine:
         self.joins = self.bulk and self.live and inbox.delivers_decodes()
         """A bulk stretch may take in requests that land ready to decode (P/D)."""
         self.segment: list | None = None  # live reads: [times, steps, requests] in flight
+        self.stretch = None
+        """The bulk stretch in flight (`fast_forward.DecodeStretch`), None outside one: its
+        requests' own counters catch up as they finish or it ends."""
         if inbox is None:
             env.process(self._arrivals(env))
         self.process = env.process(self._engine(env))
@@ -298,8 +301,9 @@ class Engine:
                 self.process.interrupt()
 
     def decoded_by(self) -> int:
-        """Tokens the bulk segment in flight has computed by now (its steps that ended)
-        that the requests' own counters do not show yet, 0 outside one (live reads)."""
+        """Tokens the bulk segment in flight has computed by now (its steps that ended),
+        which `EngineCore.running_computed` counts only once it ends, 0 outside one (live
+        reads)."""
         seg = self.segment
         if seg is None:
             return 0

@@ -14,7 +14,7 @@ gaps one by one as stepping would, so the pooled gaps keep stepping's order.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -50,8 +50,9 @@ class DecodeStretch:
     (every `block_size` steps after): a decoding request holds exactly the blocks its
     context fills, so the growth of the whole batch is periodic (`growth`)."""
 
-    __slots__ = ("reqs", "ctx", "left", "first", "n", "done", "bs", "computed", "run_max",
-                 "end", "ctx_sum", "suffix_max", "phase", "periodic", "singles")
+    __slots__ = ("reqs", "ctx", "left", "since", "first", "n", "done", "bs", "computed",
+                 "peak_at", "peak", "end", "ctx_sum", "suffix_max", "phase", "periodic",
+                 "singles")
 
     def __init__(self, running: list[Request], block_size: int,
                  computed: list[int]) -> None:
@@ -61,6 +62,9 @@ class DecodeStretch:
         reqs = self.reqs = [running[i] for i in order]
         ctx = self.ctx = [r.num_computed_tokens for r in reqs]
         self.left = [lefts[i] for i in order]
+        self.since = [0] * len(reqs)
+        """The step (a `done` count) from which each one's gaps are the batch's: 0, or
+        the step after it joined (`insert`)."""
         self.first = 0
         self.n = len(reqs)
         self.done = 0
@@ -71,7 +75,9 @@ class DecodeStretch:
             suffix[i] = acc
         self.suffix_max = suffix
         self.ctx_sum = sum(ctx)
-        self.run_max = 0.0  # largest gap so far, after each request's first
+        self.peak_at: list[int] = []
+        self.peak: list[float] = []
+        """The largest common gap from step `peak_at[j]` on is `peak[j]` (`note_gaps`)."""
         self.end = -1.0  # end of the last step applied
         phase = [0] * bs
         periodic = True
@@ -143,14 +149,31 @@ class DecodeStretch:
             i += 1
         return i - self.first
 
-    def settle(self, upto: int | None = None) -> int:
+    def note_gaps(self, step: int, largest: float) -> None:
+        """The batch's gaps from step `step` (a `done` count) on, shared by every request
+        running then, reach `largest` (kept as a staircase: each entry the largest gap
+        from its step on)."""
+        at, peak = self.peak_at, self.peak
+        while peak and peak[-1] <= largest:
+            at.pop()
+            peak.pop()
+        at.append(step)
+        peak.append(largest)
+
+    def largest_gap_since(self, step: int) -> float:
+        """The largest of the batch's gaps from step `step` on (0 if none)."""
+        j = bisect_left(self.peak_at, step)
+        return self.peak[j] if j < len(self.peak) else 0.0
+
+    def settle(self, upto: int | None = None) -> None:
         """Bring the own counters of the running requests before index `upto` (default:
         all, the stretch's end) up to date, and their computed-token counts: the one place
-        a stretch writes back to requests. Returns the tokens they gained (the caller
-        adds them to `EngineCore.running_computed`)."""
-        reqs, ctx, d, computed = self.reqs, self.ctx, self.done, self.computed
-        end, run_max, bs = self.end, self.run_max, self.bs
-        total = 0
+        a stretch writes back to requests. (`EngineCore.running_computed` counts their
+        tokens as each segment is applied.)"""
+        reqs, ctx, d, computed, since = self.reqs, self.ctx, self.done, self.computed, \
+            self.since
+        end, bs = self.end, self.bs
+        last, largest = -1, 0.0
         for i in range(self.first, len(reqs) if upto is None else upto):
             req = reqs[i]
             c = ctx[i] + d
@@ -158,14 +181,22 @@ class DecodeStretch:
             if not gained:
                 continue
             req.num_computed_tokens = c
-            total += gained
             req.num_output_tokens += gained
             req.num_blocks = -(-c // bs)
             req.last_token_s = end
             computed[req.spec.request_id] += gained
-            if run_max > req.max_itl_s:
-                req.max_itl_s = run_max
-        return total
+            if since[i] != last:
+                last = since[i]
+                largest = self.largest_gap_since(last)
+            if largest > req.max_itl_s:
+                req.max_itl_s = largest
+
+    def unsettled(self) -> int:
+        """Tokens those running computed in the stretch that their own counters do not
+        show yet (`settle`)."""
+        d = self.done
+        return sum(self.ctx[i] + d - self.reqs[i].num_computed_tokens
+                   for i in range(self.first, len(self.reqs)))
 
     def insert(self, req: Request, ctx: int) -> None:
         """Take in `req` between segments (it joined the batch, `join_step`) at context
@@ -178,6 +209,7 @@ class DecodeStretch:
         self.reqs.insert(at, req)
         self.ctx.insert(at, c)
         self.left.insert(at, left)
+        self.since.insert(at, d)
         suffix = self.suffix_max
         suffix.insert(at, max(c, suffix[at]) if at < len(suffix) else c)
         i = at - 1
@@ -268,6 +300,13 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
     Where requests land ready to decode (`Engine.joins`, a P/D decode instance), a step
     boundary at which they wait does not end the stretch when the policy would admit
     them all: that step takes them in (`join_step`), and so may the stretch's first."""
+    try:
+        return (yield from _stretch(engine, env, now, vetted))
+    finally:
+        engine.stretch = None
+
+
+def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
     c = engine.core
     t = now
     arrival = c.next_arrival_s
@@ -276,7 +315,7 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
         return False  # the first step would likely cross the read: just step
     first_segment = True
     budget = MAX_BULK_STEPS
-    st = DecodeStretch(c.running, c.kv.block_size, c.computed)
+    st = engine.stretch = DecodeStretch(c.running, c.kv.block_size, c.computed)
     if engine.since_wake < engine.wake_steps:  # stepping ran these and the next alone
         st.singles += engine.wake_steps - engine.since_wake
     latency = engine.latency
@@ -384,8 +423,6 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
                       retire=k == k_left, st=st)
         if woken < engine.wake_steps:
             engine.since_wake = min(engine.wake_steps, woken + k)
-        if live:
-            c.running_computed += st.settle()
         budget -= k
         if budget <= 0 or not st.n:
             break
@@ -393,8 +430,8 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
                           or (read is not None and read <= t)):
             break  # (with joins: the next boundary takes in what came, or ends it)
         first_segment = False
+    st.settle()
     if not live:
-        c.running_computed += st.settle()
         engine.busy_until = t
         if not engine.ahead:
             yield env.timeout(t - now)
@@ -488,15 +525,14 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
     else:
         gap = times[1:] - times[:1]
         c.gaps.add_run(gap, st.running() if c.gaps.split else members)
-        if float(gap[0]) > st.run_max:
-            st.run_max = float(gap[0])
+        st.note_gaps(st.done, float(gap[0]))
     computed = c.computed
     for req in news:
         req.num_computed_tokens += 1
         computed[req.request_id] += 1
         req.num_output_tokens = 1
         req.first_token_s = req.last_token_s = end
-    c.running_computed += len(news)  # (the members' tokens count as they settle)
+    c.running_computed += n
     c.steps.extend_decodes(times[:1], dur, n, kv_mean,
                            np.array([kv.num_blocks - kv.free_blocks]), out)
     c.last_prefill = False
@@ -505,11 +541,9 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
         st.insert(req, req.num_computed_tokens)
     m = st.finishing()
     if m:
-        c.running_computed += st.settle(st.first + m)
+        st.settle(st.first + m)
         c.retire(end, st.reqs[st.first : st.first + m])
         st.drop(m, c.running)
-    c.running_computed += st.settle()
-    st.run_max = 0.0
     return end
 
 
@@ -528,7 +562,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     n = st.n
     end = float(times[k])
     if core.schedule_log is not None:  # in batch order, from the requests' own counters
-        core.running_computed += st.settle()
+        st.settle()
         reqs = core.running
         ctx = np.array([r.num_computed_tokens for r in reqs], dtype=np.int64)
         held = np.array([r.num_blocks for r in reqs], dtype=np.int64)
@@ -539,9 +573,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
     # gaps between consecutive ends (the first segment's first gap is per request)
     gaps = times[2 : k + 1] - times[1:k] if first_segment else times[1 : k + 1] - times[:k]
     if k > 1 or not first_segment:
-        m = float(gaps.max())
-        if m > st.run_max:
-            st.run_max = m
+        st.note_gaps(st.done + first_segment, float(gaps.max()))
     if first_segment:  # the first step's gap depends on each one's last token
         e0 = float(times[1])
         add = core.gaps.add
@@ -572,9 +604,10 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
                               out[:k])
     core.last_prefill = False
     st.advance(k, end)
+    core.running_computed += n * k  # every one of them computed k tokens
     if retire:
         m = st.finishing()
-        core.running_computed += st.settle(st.first + m)
+        st.settle(st.first + m)
         # the first m of those running (sorted by tokens left) are exactly the finished
         core.retire(end, st.reqs[st.first : st.first + m])
         st.drop(m, core.running)
