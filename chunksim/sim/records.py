@@ -469,10 +469,10 @@ class GapLog:
         if cls is not None:
             single = single[np.asarray(self.single_cls, dtype=int) == cls]
         parts.append(single)
-        for g, counts in self.runs:  # each run's gaps once per request (as np.tile)
+        for g, counts in self.runs:  # each run's gaps once per request
             w = sum(counts) if cls is None else counts[cls]
             if w:
-                parts.extend([g] * w)
+                parts.append(np.tile(g, w))
         return Samples(np.concatenate(parts))
 
     def by_class(self, names: list[str]) -> dict:
