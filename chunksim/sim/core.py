@@ -168,7 +168,7 @@ class EngineCore:
         none: a request gets its prefix hit or carried KV as it is admitted, and a
         preempted one loses all it computed). `work_in - running_computed` is the work
         they hold, in tokens, which a router reads (`fleet.Replica.outstanding_tokens`);
-        a bulk stretch adds its tokens as it settles its requests."""
+        a bulk stretch adds each segment's tokens as it applies it."""
         self.finishing: list[Request] = []
         """Async scheduling: requests that finished in the step in flight, holding their
         seats and blocks until its output is processed (`release_finishing`)."""
@@ -373,9 +373,7 @@ class EngineCore:
         for pos, (req, n) in enumerate(sched[start:] if start else sched, start):
             is_new = pos >= first_new if new is None else req in new
             if is_new:
-                kv.admit(req)  # its prefix hits, as earlier entries left the cache
-                self.running_computed += req.num_computed_tokens
-                self.cached[req.request_id] += req.num_cached_tokens
+                self.take_hits(req)  # as earlier entries left the cache
                 if n > req.num_remaining:
                     raise RuntimeError(
                         f"policy {self.policy.name} planned {n} tokens for request "
@@ -426,6 +424,13 @@ class EngineCore:
         return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass,
                          tuple(chunks), kv_max, prefill_logits, len(self.running),
                          len(waiting), kv.used_blocks)
+
+    def take_hits(self, req: Request) -> None:
+        """Admit `req` into the KV cache with its prefix hits (or its carried KV) and
+        count them: computed without a step, cached for its record."""
+        self.kv.admit(req)
+        self.running_computed += req.num_computed_tokens
+        self.cached[req.request_id] += req.num_cached_tokens
 
     def end_step(self, plan: Plan, shape: StepShape, start_s: float, end_s: float,
                  extrapolated: bool = False, duration_s: float | None = None,

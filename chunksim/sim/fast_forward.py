@@ -479,10 +479,8 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
     longest = st.longest() if members else 0
     for req in news:
         running.append(req)
-        kv.admit(req)  # its carried KV
+        c.take_hits(req)  # its carried KV
         ctx = req.num_computed_tokens
-        c.running_computed += ctx
-        c.cached[req.request_id] += req.num_cached_tokens
         if -(-(ctx + 1) // bs) > req.num_blocks:
             kv.grow(req, 1)
         if caching and req.block_keys != ():
