@@ -17,7 +17,7 @@ from factories import (
     waiting_request,
     workload,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chunksim.core.kv_cache import blocks_for
@@ -739,5 +739,85 @@ def test_admits_decodes_is_what_plan_does(running, landed, budget, seats, partia
     if slots > ledger.free:
         assert not expected
         return
-    ledger.free -= slots
+    ledger.take_decodes(slots)
     assert pol.admits_decodes(len(run), waiting, ledger) == expected
+
+
+# ------------------------------------------------------- the bulk decode's mixed steps
+@settings(max_examples=400, deadline=None)
+# the decodes' new blocks evict two cached blocks a queued prompt would have hit
+@example(decodes=[(16, 1)] * 3, tail=[], queued=[(128, 2)], family="budget", budget=300,
+         chunk=1, seats=14, partial=0, threshold=0, blocks=0, reserve=True, chunked=True,
+         caching=True)
+@given(decodes=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 20)), max_size=8),
+       tail=st.lists(st.tuples(st.integers(1, 120), st.integers(0, 119), st.integers(0, 3)),
+                     max_size=4),
+       queued=st.lists(st.tuples(st.integers(1, 200), st.integers(-1, 2)), max_size=4),
+       family=st.sampled_from(["budget", "chunk-mixed", "chunk-two-pass", "chunk-alternate"]),
+       budget=st.integers(1, 300), chunk=st.integers(1, 100), seats=st.integers(1, 14),
+       partial=st.integers(0, 3), threshold=st.sampled_from([0, 7, 50]),
+       blocks=st.integers(0, 60), reserve=st.booleans(), chunked=st.booleans(),
+       caching=st.booleans())
+def test_tail_plan_is_what_plan_does_after_the_decodes(decodes, tail, queued, family, budget,
+                                                       chunk, seats, partial, threshold,
+                                                       blocks, reserve, chunked, caching):
+    """`tail_plan` (which lets the engine's bulk decode carry on through prefills) gives,
+    on a state whose running list is one-token decodes then a tail (prompts mid-prefill,
+    a prompt's 1-token tail, decodes), exactly `plan`'s entries after the decodes and its
+    admissions, whenever `plan` schedules every decode and preempts nothing; and None
+    exactly when it does not (or, for `alternate`, always). Its ledger has the decodes'
+    slots already taken (`KVLedger.take_decodes`)."""
+    from chunksim.core.ledger import KVLedger
+
+    if family == "budget":
+        if not chunked:
+            threshold = 0
+        pol = TokenBudgetPolicy(max_num_batched_tokens=budget, max_num_seqs=seats,
+                                max_num_partial_prefills=partial, reserve_full_prompt=reserve,
+                                enable_chunked_prefill=chunked,
+                                long_prefill_token_threshold=threshold)
+    else:
+        pol = FixedChunkPolicy(chunk=chunk, variant=family[len("chunk-"):],
+                               prefill_budget=budget, max_num_seqs=seats)
+    kv = kv_cache(400, prefix_block_tokens=16 if caching else None)
+    # prefixes to share: the decodes' (registered), the first tail prompt's (registered
+    # as its chunks are scheduled: a later admission in the same plan may hit them)
+    families = (tuple(range(1, 9)), tuple(range(500, 508)), tuple(range(700, 708)))
+    run = [decoding_request(kv, request_spec(i, p, o + 1, hashes=families[0][: p // 16]),
+                            outputs=o) for i, (p, o) in enumerate(decodes)]
+    rest = []
+    for j, (p, done, outs) in enumerate(tail):
+        own = families[1] if j == 0 else tuple(1000 * (j + 1) + k for k in range(8))
+        spec = request_spec(50 + j, p, outs + 2, hashes=own[: p // 16])
+        if outs:  # a decode of the tail (it came after a prompt still mid-prefill)
+            rest.append(decoding_request(kv, spec, outputs=outs))
+        else:
+            rest.append(running_request(kv, spec, computed=min(done, p - 1)))
+    waiting = [waiting_request(request_spec(100 + j, p, 8,
+                                            hashes=families[f][: p // 16] if f >= 0
+                                            else ()))
+               for j, (p, f) in enumerate(queued)]
+    # a finished request's blocks stay cached (LRU) among the free ones: new blocks evict
+    # them once `blocks` uncached ones are gone, the decodes' first (a hit may be lost)
+    finished_request(kv, request_spec(300, 128, 2, hashes=families[2]))
+    finished_request(kv, request_spec(301, 128, 2, hashes=tuple(range(900, 908))))
+    kv.take(max(0, getattr(kv, "uncached_free", kv.free_blocks) - blocks))
+    bs = kv.block_size
+    slots = sum(r.num_computed_tokens % bs == 0 for r in run)  # decodes opening a block
+    plan = plan_of(pol, kv, run + rest, waiting)
+    n = len(run)
+    expected = (not plan.preempted and plan.scheduled[:n] == tuple((r, 1) for r in run)
+                and family != "chunk-alternate")
+    ledger = KVLedger(kv)
+    if slots > ledger.free:
+        assert not expected
+        return
+    ledger.take_decodes(slots)
+    got = pol.tail_plan(n, rest, waiting, ledger)
+    if not expected:
+        assert got is None
+        return
+    assert got is not None
+    assert got.scheduled == plan.scheduled[n:]
+    assert got.admitted == plan.admitted and got.two_pass == plan.two_pass
+    assert got.preempted == ()

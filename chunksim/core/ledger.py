@@ -68,6 +68,19 @@ class KVLedger:
             self._grown.append((req, need, new_tokens))  # (else replaying it does nothing)
         return True
 
+    def take_decodes(self, blocks: int) -> None:
+        """Reserve the new blocks of a plan's leading one-token decodes (`blocks`, all
+        that open one), as their `try_grow` calls in batch order would: a decode fills no
+        shareable block, so only the free pool (and, with a prefix cache, which cached
+        blocks leave it) changes. The caller checks that they fit."""
+        self.free -= blocks
+        if not blocks:
+            return
+        if self._overlay is not None:
+            _grow_overlay(self._overlay, None, blocks, 1)
+        elif self._grown is not None:
+            self._grown.append((None, blocks, 1))
+
     def cached(self, req: Request) -> int:
         """Prefix-cache hit in tokens of waiting `req` (costs no token budget), counting
         the blocks earlier entries of this plan register."""
@@ -120,13 +133,14 @@ class KVLedger:
         self.preempted = True
 
 
-def _grow_overlay(ov, req: Request, need: int, new_tokens: int) -> None:
-    """Replay on `ov` what `KVLedger.try_grow` reserved for running `req`."""
+def _grow_overlay(ov, req: Request | None, need: int, new_tokens: int) -> None:
+    """Replay on `ov` what `KVLedger.try_grow` reserved for running `req` (None: the
+    decodes of `KVLedger.take_decodes`)."""
     if need > ov.uncached:
         ov.allocate(need)
     elif need:
         ov.uncached -= need
-    if req.block_keys:  # shareable blocks: those this step fills get registered
+    if req is not None and req.block_keys:  # shareable blocks: those this step fills get registered
         ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
 
 

@@ -94,6 +94,19 @@ class Policy(Protocol):
         so to let the engine's bulk decode take such requests in; False is always safe."""
         ...
 
+    def tail_plan(self, decodes: int, tail: Sequence[Request], waiting,
+                  ledger) -> Plan | None:
+        """What `plan` schedules after the running list's first `decodes` requests, on a
+        state where those are one-token decodes (their KV slots for it already taken from
+        `ledger`) followed by the running requests `tail` (in running order, any kind),
+        and whose waiting queue is `waiting`: the tail's entries then the admissions, in
+        batch order, as a Plan that preempts nothing. None unless `plan` would schedule
+        every one of the decodes and preempt nothing (or the policy cannot say). A policy
+        with `bulk_decode` may answer so that the engine's bulk decode carries on through
+        prefills without planning each step over every running request
+        (`sim.fast_forward.mixed_step`); None is always safe."""
+        ...
+
     def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:
         """Why a request of this size can never run under this policy (None if it can)."""
         ...

@@ -240,6 +240,48 @@ class TokenBudgetPolicy(PolicyBase):
             budget -= want
             seats -= 1
 
+    def tail_plan(self, decodes: int, tail, waiting, ledger: KVLedger) -> Plan | None:
+        """`plan`'s entries after its first `decodes` running requests, when those are
+        one-token decodes whose KV slots are already taken from `ledger` and the rest of
+        the running list is `tail` (see `Policy.tail_plan`): the budget left after the
+        decodes goes to the tail in order, then to admissions (`_admit`). None where
+        `plan` would not schedule every decode (more of them than the budget) or would
+        preempt (a tail entry's KV does not fit)."""
+        budget = self.max_num_batched_tokens - decodes
+        if budget < 0:
+            return None
+        scheduled: list[tuple] = []
+        partial = 0
+        max_partial = self.max_num_partial_prefills or 1 << 30
+        block_size = ledger.block_size
+        for req in tail:  # plan's running loop, without a victim to look for
+            if budget <= 0:
+                break
+            rem = req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
+            if rem > 1 or not req.num_output_tokens:
+                if partial >= max_partial:
+                    continue
+                partial += 1
+                want = self._cap(req, rem) if rem > 1 else 1
+                if want > budget:
+                    want = budget
+            else:
+                if req.num_spec_tokens:
+                    return None
+                want = 1
+                if req.num_computed_tokens < req.num_blocks * block_size:
+                    scheduled.append((req, 1))
+                    budget -= 1
+                    continue
+            if not ledger.try_grow(req, want):
+                return None
+            scheduled.append((req, want))
+            budget -= want
+        admitted: list = []
+        self._admit(waiting, ledger, budget, self.max_num_seqs - decodes - len(tail),
+                    partial, max_partial, scheduled, admitted)
+        return Plan(tuple(scheduled), tuple(admitted))
+
     def admits_decodes(self, running: int, waiting, ledger: KVLedger) -> bool:
         """Whether `plan`, on `running` requests that all decode one token and whose KV
         slots for it are already taken from `ledger`, admits every one of `waiting` for

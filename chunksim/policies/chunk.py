@@ -113,15 +113,54 @@ class FixedChunkPolicy(PolicyBase):
             i += 1
         admitted: list = []
         if prefills and not preempted:
-            seats = self.max_num_seqs - len(running) - state.held_seats
-            for req in state.waiting:
-                if budget <= 0 or seats <= 0:
-                    break
-                want = min(self.chunk, req.num_remaining - ledger.cached(req), budget)
-                if not ledger.try_admit(req, want):
-                    break
-                scheduled.append((req, want))
-                admitted.append(req)
-                budget -= want
-                seats -= 1
+            self._admit(state.waiting, ledger, budget,
+                        self.max_num_seqs - len(running) - state.held_seats, scheduled,
+                        admitted)
         return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), self.variant == "two-pass")
+
+    def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, scheduled: list,
+               admitted: list) -> None:
+        """The waiting loop of `_plan`: admit in order, a chunk each, while the prefill
+        budget left, the seats left and the KV (`ledger`) allow."""
+        for req in waiting:
+            if budget <= 0 or seats <= 0:
+                break
+            want = min(self.chunk, req.num_remaining - ledger.cached(req), budget)
+            if not ledger.try_admit(req, want):
+                break
+            scheduled.append((req, want))
+            admitted.append(req)
+            budget -= want
+            seats -= 1
+
+    def tail_plan(self, decodes: int, tail, waiting, ledger: KVLedger) -> Plan | None:
+        """`plan`'s entries after its first `decodes` running requests, when those are
+        one-token decodes whose KV slots are already taken from `ledger` and the rest of
+        the running list is `tail` (see `Policy.tail_plan`): decodes ride along outside
+        the prefill budget, so the tail and the admissions share all of it. None for
+        `alternate` (its steps do not mix) and where `plan` would preempt."""
+        if self.variant == "alternate":
+            return None
+        budget = self.prefill_budget
+        block_size = ledger.block_size
+        scheduled: list[tuple] = []
+        for req in tail:  # _plan's running loop, without a victim to look for
+            out = req.num_output_tokens
+            remaining = req.spec.prompt_tokens + out - req.num_computed_tokens
+            if out > 0 and remaining == 1:
+                if req.num_computed_tokens < req.num_blocks * block_size:
+                    scheduled.append((req, 1))
+                    continue
+                want = 1
+            else:
+                if budget <= 0:
+                    continue
+                want = min(self.chunk, remaining, budget)
+                budget -= want
+            if not ledger.try_grow(req, want):
+                return None
+            scheduled.append((req, want))
+        admitted: list = []
+        self._admit(waiting, ledger, budget, self.max_num_seqs - decodes - len(tail),
+                    scheduled, admitted)
+        return Plan(tuple(scheduled), tuple(admitted), (), self.variant == "two-pass")

@@ -48,6 +48,11 @@ class PolicyBase:
         `Policy.admits_decodes`). False unless a policy knows: then the engine steps."""
         return False
 
+    def tail_plan(self, decodes: int, tail, waiting, ledger):
+        """The next plan's entries after its leading one-token decodes (see
+        `Policy.tail_plan`). None unless a policy knows: then the engine steps."""
+        return None
+
     def max_model_len_error(self, max_model_len: int) -> str | None:
         """Why this policy refuses --max-model-len `max_model_len` (None: it takes it)."""
         return None

@@ -277,6 +277,12 @@ class Engine:
         self.live = inbox is not None and inbox.live_reads()
         self.joins = self.bulk and self.live and inbox.delivers_decodes()
         """A bulk stretch may take in requests that land ready to decode (P/D)."""
+        self.mixes = self.bulk and self.ahead
+        """A bulk stretch may carry on through prefills, the policy planning the requests
+        after its members alone (`fast_forward.mixed_step`)."""
+        self.stretch_steps = fast_forward.MAX_BULK_STEPS
+        """The most steps the next stretch may run (the SLO watch's next check bounds
+        it)."""
         self.segment: list | None = None  # live reads: [times, steps, requests] in flight
         self.stretch = None
         """The bulk stretch in flight (`fast_forward.DecodeStretch`), None outside one: its
@@ -376,6 +382,9 @@ class Engine:
             # plan is the decode-all the bulk path runs (policy.bulk_decode), unless its
             # KV does not fit, which `stretch` checks before anything runs
             decoding, self.decoding = self.decoding, False
+            if watch is not None:
+                self.stretch_steps = max(1, min(fast_forward.MAX_BULK_STEPS,
+                                                check_at - c.steps.n))
             if (decoding and (not c.waiting or self.joins)
                     and (offload is None or not offload.loads)
                     and (yield from fast_forward.stretch(self, env, now, vetted=False))):

@@ -10,6 +10,13 @@ requests' own counters are written back in one place, `DecodeStretch.settle`. No
 else in the simulator knows the fast path exists. Steps right after an idle wait are
 priced with their wake-up ratios, as the step path prices them, and record their token
 gaps one by one as stepping would, so the pooled gaps keep stepping's order.
+
+A lone engine's stretch carries on through arrivals: while anything waits or a prompt
+is mid-prefill, each step is one `mixed_step`, in which the policy plans only what comes
+after the stretch's decodes (`Policy.tail_plan`), and a prompt that samples its first
+token joins the stretch (tests/test_mixed_step.py checks the records against stepping).
+A P/D decode instance's stretch takes in requests that land ready to decode
+(`join_step`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import simpy
 from chunksim.core.ledger import KVLedger
 from chunksim.core.plan import Plan
 from chunksim.core.request import Request
+from chunksim.core.shape import StepShape
+from chunksim.sim.records import StepRow
 
 if TYPE_CHECKING:
     from chunksim.sim.core import EngineCore
@@ -220,9 +229,9 @@ class DecodeStretch:
         self.ctx_sum += ctx
         self.phase[(-ctx) % self.bs] += 1
 
-    def drop(self, m: int, running: list[Request]) -> None:
-        """Forget the first m of those running (they finished); `running` is what is
-        left."""
+    def drop(self, m: int, running: list[Request], tail: int = 0) -> None:
+        """Forget the first m of those running (they finished); `running` is the engine's
+        running list left, the stretch's then `tail` more (`mixed_step`)."""
         bs, d, ctx = self.bs, self.done, self.ctx
         for i in range(self.first, self.first + m):
             c = ctx[i] + d
@@ -230,7 +239,7 @@ class DecodeStretch:
             self.phase[(-c) % bs] -= 1
         self.first += m
         self.n -= m
-        if len(running) != self.n:
+        if len(running) - tail != self.n:
             raise RuntimeError("bulk decode: the finished requests are not those retired "
                                "(a bug)")
 
@@ -299,7 +308,11 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
 
     Where requests land ready to decode (`Engine.joins`, a P/D decode instance), a step
     boundary at which they wait does not end the stretch when the policy would admit
-    them all: that step takes them in (`join_step`), and so may the stretch's first."""
+    them all: that step takes them in (`join_step`), and so may the stretch's first.
+    On a lone engine (`Engine.mixes`) an arrival does not end it either: from the next
+    boundary on, while anything waits or runs after the stretch's members, each step is
+    a `mixed_step`, until the policy cannot say what it plans there. The stretch runs
+    at most `Engine.stretch_steps` steps."""
     try:
         return (yield from _stretch(engine, env, now, vetted))
     finally:
@@ -314,7 +327,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
     if read is not None and read - now < engine.step_s:
         return False  # the first step would likely cross the read: just step
     first_segment = True
-    budget = MAX_BULK_STEPS
+    budget = engine.stretch_steps
     st = engine.stretch = DecodeStretch(c.running, c.kv.block_size, c.computed)
     if engine.since_wake < engine.wake_steps:  # stepping ran these and the next alone
         st.singles += engine.wake_steps - engine.since_wake
@@ -331,7 +344,22 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
         budget -= 1
         if not st.n:
             return True
+    mixes = engine.mixes
     while True:
+        if mixes and not first_segment:
+            # a step boundary: what arrived by now waits; while anything waits or runs
+            # after the members, the policy plans those alone (`mixed_step`)
+            c.pull_arrivals(t)
+            if c.waiting or len(c.running) > st.n:
+                end = mixed_step(engine, st, t)
+                if end is None:
+                    break
+                t = end
+                budget -= 1
+                if budget <= 0 or not st.n:
+                    break
+                continue
+            arrival = c.next_arrival_s
         if live and not first_segment:
             # as a step boundary: take what the router sent by now, stop if anything
             # waits (unless it joins), else bound the segment by what it has sent for later
@@ -426,9 +454,9 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
         budget -= k
         if budget <= 0 or not st.n:
             break
-        if not joins and (k < k_left or (arrival is not None and arrival <= t)
-                          or (read is not None and read <= t)):
-            break  # (with joins: the next boundary takes in what came, or ends it)
+        if not (joins or mixes) and (k < k_left or (arrival is not None and arrival <= t)
+                                     or (read is not None and read <= t)):
+            break  # (else the next boundary takes in what came, or ends it)
         first_segment = False
     st.settle()
     if not live:
@@ -464,7 +492,7 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
     if run_blocks > kv.free_blocks:
         return None  # (the policy preempts)
     ledger = KVLedger(kv)
-    ledger.free -= run_blocks
+    ledger.take_decodes(run_blocks)
     if not c.policy.admits_decodes(st.n, waiting, ledger):
         return None
     # admit, as begin_step: the running decodes' blocks first (their own counters catch
@@ -542,6 +570,170 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
         st.settle(st.first + m)
         c.retire(end, st.reqs[st.first : st.first + m])
         st.drop(m, c.running)
+    return end
+
+
+def mixed_step(engine: Engine, st: DecodeStretch, t: float) -> float | None:
+    """One step of the stretch `st` at `t` in which the running requests after its
+    members (the tail: prompts mid-prefill, and decodes not yet taken in) and the waiting
+    ones get what the policy would plan for them (`Policy.tail_plan`) while every member
+    decodes: what `EngineCore.plan`, `begin_step`, `Engine._step` and `end_step` do for
+    that step, in the same order and with the same float operations, with a pass over
+    the tail only. The tail's requests that sampled in it, from its head on while they
+    decode, join the stretch (`DecodeStretch.insert`). Returns the step's end, or None,
+    before anything ran, when the policy cannot say or the step is not such a step (a
+    wake-up, a schedule log, an offload tier): the stretch ends and the policy plans.
+    A lone engine's only (`Engine.mixes`): it runs ahead of the clock, so the step needs
+    no SimPy event."""
+    c = engine.core
+    kv = c.kv
+    if (st.singles or not st.periodic or c.schedule_log is not None or c.offload is not None
+            or engine.since_wake < engine.wake_steps):
+        return None
+    running, waiting = c.running, c.waiting
+    members = st.n
+    tail = running[members:]
+    run_blocks = st.phase[0]  # the members whose token opens a block
+    if run_blocks > kv.free_blocks:
+        return None  # (the policy preempts)
+    ledger = KVLedger(kv)
+    ledger.take_decodes(run_blocks)
+    plan = c.policy.tail_plan(members, tail, waiting, ledger)
+    if plan is None:
+        return None
+    # begin_step: admissions leave the queue for the running list, the members' new
+    # blocks come first (their own counters catch up as they settle), then each entry
+    # in batch order takes its hits, its slots and registers the blocks they fill
+    admitted = plan.admitted
+    for req in admitted:
+        if waiting[0] is req:
+            if isinstance(waiting, list):
+                waiting.pop(0)
+            else:
+                waiting.popleft()
+        else:
+            waiting.remove(req)
+        running.append(req)
+    n_tail = len(running) - members
+    kv.take(run_blocks)
+    bs, caching = kv.block_size, kv.prefix_caching
+    sched = plan.scheduled
+    first_new = len(sched) - len(admitted)
+    decodes, kv_sum = members, st.ctx_sum
+    kv_max = st.longest() if members else 0
+    prefill = prefill_reqs = prefill_logits = 0
+    work = 0.0
+    chunks = []
+    for pos, (req, n) in enumerate(sched):
+        is_new = pos >= first_new
+        if is_new:
+            c.take_hits(req)
+            if n > req.num_remaining:
+                raise RuntimeError(
+                    f"policy {c.policy.name} planned {n} tokens for request "
+                    f"{req.request_id}, {req.num_remaining} are left after its prefix "
+                    "hit: the plan saw another cache than the engine (a bug)")
+        cc = req.num_computed_tokens
+        decode = ((req.kv_carried and not req.num_preemptions) if is_new
+                  else req.num_output_tokens > 0
+                  and cc + 1 == req.spec.prompt_tokens + req.num_output_tokens)
+        if -(-(cc + n) // bs) > req.num_blocks:
+            kv.grow(req, n)
+        if caching and req.block_keys != ():
+            kv.commit(req, cc + n)
+        if decode:
+            decodes += 1
+            kv_sum += cc
+            if cc > kv_max:
+                kv_max = cc
+        else:
+            prefill += n
+            prefill_reqs += 1
+            work += n * (cc + (n + 1) / 2)
+            chunks.append((n, cc))
+            if cc + n == req.spec.prompt_tokens + req.num_output_tokens:
+                prefill_logits += 1
+        if req.first_scheduled_s < 0:
+            req.first_scheduled_s = t
+    prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
+    shape = StepShape(prefill, prefill_reqs, prior, decodes,
+                      kv_sum / decodes if decodes else 0.0, plan.two_pass, tuple(chunks),
+                      kv_max, prefill_logits, len(running), len(waiting), kv.used_blocks)
+    # Engine._step: price it
+    latency = engine.latency
+    z = engine.noise.at(c.steps.n) if engine.noise is not None else None
+    dur, out = 0.0, False
+    for b in shape.batch_shapes():
+        s, o = latency.step_s(b, z)
+        if z is not None and engine.guard is not None:
+            engine.guard.check(c.steps.n, s, latency.step_s(b, None)[0], z)
+        dur += s
+        out = out or o
+    dur += latency.overhead(members + len(sched))
+    end = engine.busy_until = t + dur
+    engine.step_s = dur
+    # end_step: the members' tokens (one gap each, shared), then the tail's in batch order
+    if members:
+        gap = np.array([end - t])
+        c.gaps.add_run(gap, st.running() if c.gaps.split else members)
+        st.note_gaps(st.done, float(gap[0]))
+    computed = c.computed
+    emitted = members
+    gaps: list[float] = []
+    classes: list[int] = []
+    split = c.gaps.split
+    done: list[Request] = []
+    sampled: set[int] = set()
+    for req, n in sched:
+        cc = req.num_computed_tokens + n
+        req.num_computed_tokens = cc
+        spec = req.spec
+        computed[spec.request_id] += n
+        o = req.num_output_tokens
+        if cc == spec.prompt_tokens + o:
+            emitted += 1
+            sampled.add(id(req))
+            o += 1
+            req.num_output_tokens = o
+            if req.first_token_s < 0:
+                req.first_token_s = end
+            else:
+                g = end - req.last_token_s
+                gaps.append(g)
+                if split:
+                    classes.append(req.class_idx)
+                if g > req.max_itl_s:
+                    req.max_itl_s = g
+            req.last_token_s = end
+            if o >= spec.output_tokens:
+                done.append(req)
+    if gaps:
+        c.gaps.extend(gaps, classes)
+    c.running_computed += prefill + decodes  # every entry computed its tokens
+    c.steps.append(StepRow(
+        start_s=t, duration_s=dur, prefill_tokens=prefill, prefill_requests=prefill_reqs,
+        prior_tokens=prior, decodes=decodes, decode_kv_tokens=shape.decode_kv_tokens,
+        tokens_emitted=emitted, kv_blocks_used=shape.kv_blocks_used, running=len(running),
+        waiting=len(waiting), preempted=0, extrapolated=out))
+    c.last_prefill = prefill > 0
+    st.advance(1, end)
+    m = st.finishing()
+    if m:
+        st.settle(st.first + m)
+        done = st.reqs[st.first : st.first + m] + done
+    if done:
+        c.retire(end, done)  # (in running order, whoever finished)
+        running = c.running
+        if m:
+            st.drop(m, running, tail=n_tail - (len(done) - m))
+    # the tail's head joins the stretch while it decodes from here on: it sampled now,
+    # holding exactly the blocks its context fills (so the growth stays periodic)
+    while len(running) > st.n:
+        req = running[st.n]
+        ctx = req.num_computed_tokens
+        if id(req) not in sampled or req.num_blocks != -(-ctx // bs):
+            break
+        st.insert(req, ctx)
     return end
 
 
