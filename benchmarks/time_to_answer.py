@@ -7,9 +7,10 @@ per command so both sides see the same machine load.
 Each side runs as `python -m chunksim.cli` with its own tree first on PYTHONPATH, bytecode
 caching on (as an installed package has it), after one untimed `sim --help` that warms
 the caches. `answers_equal` compares what the commands answer: for compare, every
-configuration's row of comparison.csv; for capacity, each configuration's max rate (to
-the search's tolerance, --tol, as the bracket may start elsewhere) and the
-recommendation. Prints the machine, a table, then one JSON line.
+configuration's row of comparison.csv (numbers to rounding, 1e-12 relative); for
+capacity, each configuration's max rate (to the search's tolerance, --tol, as the
+bracket may start elsewhere) and the recommendation. Prints the machine, a table, then
+one JSON line.
 
     python benchmarks/time_to_answer.py --base REV [--only compare,capacity,...]
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import shutil
@@ -67,9 +69,33 @@ def answer(kind: str, out: Path) -> dict:
             "recommended": rec.get("config")}
 
 
+def _close(a, b) -> bool:
+    """Equal, numbers to rounding (1e-12 relative: a mean may sum the same values in
+    another order), mappings key by key."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
+    return a == b
+
+
+def _cell(a: str, b: str) -> bool:
+    """Two cells of comparison.csv say the same: equal text, or numbers (also those of a
+    JSON cell, per class) equal to rounding."""
+    if a == b:
+        return True
+    try:
+        return _close(json.loads(a), json.loads(b))
+    except ValueError:
+        return False
+
+
 def same(kind: str, a: dict, b: dict) -> bool:
     if kind == "compare":
-        return a == b
+        ra, rb = a["rows"], b["rows"]
+        return len(ra) == len(rb) and all(
+            x.keys() == y.keys() and all(_cell(x[k], y[k]) for k in x)
+            for x, y in zip(ra, rb, strict=True))
     if a["recommended"] != b["recommended"] or a["rates"].keys() != b["rates"].keys():
         return False
     return all(abs(a["rates"][k] - b["rates"][k]) <= TOL * max(a["rates"][k], 1e-9) * 1.0001

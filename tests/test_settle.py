@@ -358,3 +358,28 @@ def test_the_watch_checks_again_sooner_as_misses_grow():
     late(need)
     with pytest.raises(Settled):
         watch.check(5.0, 8)
+
+
+@pytest.mark.parametrize("policy,chunk", [("budget", 512), ("chunk", 256)])
+def test_the_watch_gets_its_turn_inside_a_long_stretch(profile, monkeypatch, policy, chunk):
+    """A lone engine's stretch carries on through arrivals and prefills (`mixed_step`),
+    so it may run for thousands of steps: the watch still checks the run every
+    SETTLE_EVERY_STEPS steps at most, inside it, and a run that never settles reports
+    what it reports without the watch."""
+    from chunksim.sim.settle import SETTLE_EVERY_STEPS, SloWatch
+
+    at: list[int] = []
+    check = SloWatch.check
+
+    def counting(self, now, steps=SETTLE_EVERY_STEPS):
+        at.append(self.engines[0].core.steps.n)
+        return check(self, now, steps)
+
+    monkeypatch.setattr(SloWatch, "check", counting)
+    (config,) = make_configs(parse_policies(policy), [chunk])
+    job = SimJob(WorkloadOptions(num_requests=300, rate=6.0), RunConfig(), config)
+    full = run_job(job, profile).summary
+    got = run_job(replace(job, settle_slos_ms=(("p99_ttft_ms", 10**7),)), profile).summary
+    assert got == full
+    assert len(at) >= full["steps"] // SETTLE_EVERY_STEPS
+    assert max(np.diff([0, *at])) <= SETTLE_EVERY_STEPS

@@ -280,9 +280,10 @@ class Engine:
         self.mixes = self.bulk and self.ahead
         """A bulk stretch may carry on through prefills, the policy planning the requests
         after its members alone (`fast_forward.mixed_step`)."""
-        self.stretch_steps = fast_forward.MAX_BULK_STEPS
-        """The most steps the next stretch may run (the SLO watch's next check bounds
-        it)."""
+        self.check_at = SETTLE_EVERY_STEPS
+        """The step count at which the SLO watch checks the run next (`check_watch`)."""
+        self.checked_at = 0
+        """The step count at its last check."""
         self.segment: list | None = None  # live reads: [times, steps, requests] in flight
         self.stretch = None
         """The bulk stretch in flight (`fast_forward.DecodeStretch`), None outside one: its
@@ -346,8 +347,7 @@ class Engine:
         c = self.core
         progress, total, report_at = self.progress, len(self.workload.requests), 0
         ahead = self.ahead
-        watch, check_at = self.watch, SETTLE_EVERY_STEPS
-        checked_at = 0  # the step of the watch's last check (`SloWatch.check`)
+        watch = self.watch
         now = env.now  # the engine's clock: ahead of env.now while it runs ahead
         offload = c.offload
         stalled = False  # waiting requests need blocks that KV loads hold
@@ -355,10 +355,8 @@ class Engine:
             if progress is not None and c.steps.n >= report_at:
                 report_at = c.steps.n + PROGRESS_EVERY_STEPS
                 progress(c.finished + len(c.rejected), total, sim_s=now)
-            if watch is not None and c.steps.n >= check_at:
-                n = c.steps.n
-                check_at = n + min(SETTLE_EVERY_STEPS, watch.check(now, n - checked_at))
-                checked_at = n
+            if watch is not None and c.steps.n >= self.check_at:
+                self.check_watch(now)
             c.pull_arrivals(now)
             if offload is not None and offload.loads:
                 offload.finish(c, now)
@@ -382,9 +380,6 @@ class Engine:
             # plan is the decode-all the bulk path runs (policy.bulk_decode), unless its
             # KV does not fit, which `stretch` checks before anything runs
             decoding, self.decoding = self.decoding, False
-            if watch is not None:
-                self.stretch_steps = max(1, min(fast_forward.MAX_BULK_STEPS,
-                                                check_at - c.steps.n))
             if (decoding and (not c.waiting or self.joins)
                     and (offload is None or not offload.loads)
                     and (yield from fast_forward.stretch(self, env, now, vetted=False))):
@@ -402,6 +397,22 @@ class Engine:
                     and (yield from fast_forward.stretch(self, env, now))):
                 yield from self._step(env, plan, now)
             now = self.busy_until if ahead else env.now
+
+    def check_watch(self, now: float) -> None:
+        """Let the SLO watch check the run at `now` (raises `settle.Settled` once a bound
+        has failed) and set when it checks next: within SETTLE_EVERY_STEPS steps, sooner
+        where misses grow (`SloWatch.check`)."""
+        n = self.core.steps.n
+        self.check_at = n + min(SETTLE_EVERY_STEPS, self.watch.check(now, n - self.checked_at))
+        self.checked_at = n
+
+    def stretch_budget(self) -> int:
+        """The most steps a bulk stretch may run from here: up to the SLO watch's next
+        check (a lone engine's stretch lets it check and goes on), at most
+        `fast_forward.MAX_BULK_STEPS`."""
+        if self.watch is None:
+            return fast_forward.MAX_BULK_STEPS
+        return max(1, min(fast_forward.MAX_BULK_STEPS, self.check_at - self.core.steps.n))
 
     def _alarm(self, env: simpy.Environment, t: float, wake: simpy.Event):
         """Wake the engine sleeping on `wake` at exactly `t` (a KV load's end), unless

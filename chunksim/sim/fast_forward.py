@@ -311,8 +311,9 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
     them all: that step takes them in (`join_step`), and so may the stretch's first.
     On a lone engine (`Engine.mixes`) an arrival does not end it either: from the next
     boundary on, while anything waits or runs after the stretch's members, each step is
-    a `mixed_step`, until the policy cannot say what it plans there. The stretch runs
-    at most `Engine.stretch_steps` steps."""
+    a `mixed_step`, until the policy cannot say what it plans there, and the SLO watch
+    checks the run in the stretch, when its turn comes (`Engine.check_watch`). Other
+    stretches end at that turn, or after `MAX_BULK_STEPS` steps."""
     try:
         return (yield from _stretch(engine, env, now, vetted))
     finally:
@@ -327,7 +328,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
     if read is not None and read - now < engine.step_s:
         return False  # the first step would likely cross the read: just step
     first_segment = True
-    budget = engine.stretch_steps
+    budget = engine.stretch_budget()
     st = engine.stretch = DecodeStretch(c.running, c.kv.block_size, c.computed)
     if engine.since_wake < engine.wake_steps:  # stepping ran these and the next alone
         st.singles += engine.wake_steps - engine.since_wake
@@ -347,6 +348,14 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
     mixes = engine.mixes
     while True:
         if mixes and not first_segment:
+            if budget <= 0:
+                # the SLO watch's turn (it reads the requests' own counters), unless the
+                # stretch reached its cap
+                if engine.watch is None or c.steps.n < engine.check_at:
+                    break
+                st.settle()
+                engine.check_watch(t)
+                budget = engine.stretch_budget()
             # a step boundary: what arrived by now waits; while anything waits or runs
             # after the members, the policy plans those alone (`mixed_step`)
             c.pull_arrivals(t)
@@ -356,7 +365,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
                     break
                 t = end
                 budget -= 1
-                if budget <= 0 or not st.n:
+                if not st.n:
                     break
                 continue
             arrival = c.next_arrival_s
@@ -452,7 +461,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
         if woken < engine.wake_steps:
             engine.since_wake = min(engine.wake_steps, woken + k)
         budget -= k
-        if budget <= 0 or not st.n:
+        if not st.n or (budget <= 0 and not mixes):
             break
         if not (joins or mixes) and (k < k_left or (arrival is not None and arrival <= t)
                                      or (read is not None and read <= t)):

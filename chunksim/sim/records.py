@@ -469,10 +469,13 @@ class GapLog:
         if cls is not None:
             single = single[np.asarray(self.single_cls, dtype=int) == cls]
         parts.append(single)
-        for g, counts in self.runs:  # each run's gaps once per request
-            w = sum(counts) if cls is None else counts[cls]
-            if w:
-                parts.append(np.tile(g, w))
+        runs = [(g, w) for g, counts in self.runs
+                if (w := sum(counts) if cls is None else counts[cls])]
+        if runs:  # each run's gaps once per request (value by value: one pass for all)
+            gaps = np.concatenate([g for g, _ in runs])
+            per = np.repeat(np.array([w for _, w in runs], dtype=np.int64),
+                            [len(g) for g, _ in runs])
+            parts.append(np.repeat(gaps, per))
         return Samples(np.concatenate(parts))
 
     def by_class(self, names: list[str]) -> dict:
