@@ -62,7 +62,7 @@ def test_mixed_steps_record_what_stepping_records(tmp_path, monkeypatch, policy,
     orig = fast_forward.mixed_step
 
     def counting(*a, **k):
-        end = orig(*a, **k)
+        end = yield from orig(*a, **k)
         mixed[0] += end is not None
         return end
 
@@ -110,3 +110,47 @@ def _same(a, b, key: str = "summary") -> None:
         assert isinstance(b, float) and b != b, key
     else:
         assert a == b, key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("router", ["least-requests", "least-tokens", "prefix", "round-robin"])
+@pytest.mark.parametrize("policy,chunk,knobs", [CASES[1], CASES[6]])
+def test_fleet_replicas_mix_as_stepping_does(tmp_path, monkeypatch, router, policy, chunk,
+                                             knobs):
+    """A fleet replica read live carries its stretch through prefills too: every record,
+    routing included, as stepping gives (its mixed step waits out its time between its
+    admissions and its tokens, as a step does)."""
+    from chunksim.sim.fleet_config import FleetConfig
+    from chunksim.sim.routers import ROUTERS
+
+    prof = make_component_profile(tmp_path, spread=1.3, provenance={
+        "step_overhead": {"base_s": 2e-4, "per_request_s": 3e-5}})
+    w = _workload(7, shared=True)
+    mixed = [0]
+    orig = fast_forward.mixed_step
+
+    def counting(*a, **k):
+        end = yield from orig(*a, **k)
+        mixed[0] += end is not None
+        return end
+
+    runs = []
+    for ff in (True, False):
+        monkeypatch.setattr(fast_forward, "mixed_step", counting if ff else orig)
+        cfg = RunConfig(policy=policy, chunk=chunk, knobs=dict(knobs), kv_blocks=1500,
+                        engine=EngineConfig(jitter=True, fast_forward=ff, seed=5),
+                        fleet=FleetConfig(replicas=3, router=router))
+        runs.append(simulate(w, prof, cfg))
+    (a, sa), (b, sb) = runs
+    # replicas read live mix; under a router that reads each replica only between its
+    # stretches, or reads nothing, a replica's stretch ends at each read or delivery
+    live = ROUTERS[router].reads_state and ROUTERS[router].reads_mid_stretch
+    assert mixed[0] >= 20 if live else mixed[0] == 0, mixed[0]
+    pd.testing.assert_frame_equal(a.requests, b.requests, rtol=1e-12)
+    ints = ["replica", "prefill_tokens", "decodes", "tokens_emitted", "kv_blocks_used",
+            "running", "waiting", "preempted"]
+    pd.testing.assert_frame_equal(a.steps[ints], b.steps[ints])
+    np.testing.assert_array_equal(a.steps.duration_s, b.steps.duration_s)
+    np.testing.assert_allclose(a.steps.start_s, b.steps.start_s, rtol=1e-12)
+    np.testing.assert_array_equal(np.sort(a.itl_s), np.sort(b.itl_s))
+    _same(sa, sb)

@@ -277,9 +277,11 @@ class Engine:
         self.live = inbox is not None and inbox.live_reads()
         self.joins = self.bulk and self.live and inbox.delivers_decodes()
         """A bulk stretch may take in requests that land ready to decode (P/D)."""
-        self.mixes = self.bulk and self.ahead
+        self.mixes = self.bulk and (self.ahead or (self.live and not self.joins))
         """A bulk stretch may carry on through prefills, the policy planning the requests
-        after its members alone (`fast_forward.mixed_step`)."""
+        after its members alone (`fast_forward.mixed_step`): a lone engine's, and a fleet
+        replica's read live (it pulls what was delivered at each step boundary; a P/D
+        decode instance takes landings in by `join_step` instead)."""
         self.check_at = SETTLE_EVERY_STEPS
         """The step count at which the SLO watch checks the run next (`check_watch`)."""
         self.checked_at = 0

@@ -309,11 +309,12 @@ def stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool = T
     Where requests land ready to decode (`Engine.joins`, a P/D decode instance), a step
     boundary at which they wait does not end the stretch when the policy would admit
     them all: that step takes them in (`join_step`), and so may the stretch's first.
-    On a lone engine (`Engine.mixes`) an arrival does not end it either: from the next
-    boundary on, while anything waits or runs after the stretch's members, each step is
-    a `mixed_step`, until the policy cannot say what it plans there, and the SLO watch
-    checks the run in the stretch, when its turn comes (`Engine.check_watch`). Other
-    stretches end at that turn, or after `MAX_BULK_STEPS` steps."""
+    On a lone engine or a fleet replica read live (`Engine.mixes`) an arrival does not
+    end it either: from the next boundary on, while anything waits or runs after the
+    stretch's members, each step is a `mixed_step`, until the policy cannot say what it
+    plans there. A lone engine's stretch lets the SLO watch check the run when its turn
+    comes (`Engine.check_watch`) and goes on; others end at that turn, and any after
+    `MAX_BULK_STEPS` steps."""
     try:
         return (yield from _stretch(engine, env, now, vetted))
     finally:
@@ -346,8 +347,9 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
         if not st.n:
             return True
     mixes = engine.mixes
+    lone_mix = mixes and not live
     while True:
-        if mixes and not first_segment:
+        if lone_mix and not first_segment:
             if budget <= 0:
                 # the SLO watch's turn (it reads the requests' own counters), unless the
                 # stretch reached its cap
@@ -360,7 +362,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
             # after the members, the policy plans those alone (`mixed_step`)
             c.pull_arrivals(t)
             if c.waiting or len(c.running) > st.n:
-                end = mixed_step(engine, st, t)
+                end = yield from mixed_step(engine, env, st, t)
                 if end is None:
                     break
                 t = end
@@ -371,8 +373,18 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
             arrival = c.next_arrival_s
         if live and not first_segment:
             # as a step boundary: take what the router sent by now, stop if anything
-            # waits (unless it joins), else bound the segment by what it has sent for later
+            # waits (unless it joins, or the policy plans it with the tail), else bound
+            # the segment by what it has sent for later
             c.pull_arrivals(t)
+            if mixes and (c.waiting or len(c.running) > st.n):
+                end = yield from mixed_step(engine, env, st, t)
+                if end is None:
+                    break
+                t = end
+                budget -= 1
+                if budget <= 0 or not st.n:
+                    break
+                continue
             if c.waiting:
                 end = (yield from join_step(engine, env, st, t, False)) if joins else None
                 if end is None:
@@ -461,7 +473,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
         if woken < engine.wake_steps:
             engine.since_wake = min(engine.wake_steps, woken + k)
         budget -= k
-        if not st.n or (budget <= 0 and not mixes):
+        if not st.n or (budget <= 0 and not lone_mix):
             break
         if not (joins or mixes) and (k < k_left or (arrival is not None and arrival <= t)
                                      or (read is not None and read <= t)):
@@ -582,7 +594,7 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
     return end
 
 
-def mixed_step(engine: Engine, st: DecodeStretch, t: float) -> float | None:
+def mixed_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: float):
     """One step of the stretch `st` at `t` in which the running requests after its
     members (the tail: prompts mid-prefill, and decodes not yet taken in) and the waiting
     ones get what the policy would plan for them (`Policy.tail_plan`) while every member
@@ -592,8 +604,9 @@ def mixed_step(engine: Engine, st: DecodeStretch, t: float) -> float | None:
     decode, join the stretch (`DecodeStretch.insert`). Returns the step's end, or None,
     before anything ran, when the policy cannot say or the step is not such a step (a
     wake-up, a schedule log, an offload tier): the stretch ends and the policy plans.
-    A lone engine's only (`Engine.mixes`): it runs ahead of the clock, so the step needs
-    no SimPy event."""
+    (A generator: a lone engine runs ahead of the clock and the step yields nothing; a
+    fleet replica read live waits out the step, as `Engine._step` does, between its
+    admissions and its tokens.)"""
     c = engine.core
     kv = c.kv
     if (st.singles or not st.periodic or c.schedule_log is not None or c.offload is not None
@@ -681,6 +694,10 @@ def mixed_step(engine: Engine, st: DecodeStretch, t: float) -> float | None:
     dur += latency.overhead(members + len(sched))
     end = engine.busy_until = t + dur
     engine.step_s = dur
+    if engine.live:  # readers see its tokens once it ends (`Engine.decoded_by`)
+        engine.segment = [np.array([t, end]), 1, members]
+        yield env.timeout(dur)  # (a delivery cannot cut a one-step segment)
+        engine.segment = None
     # end_step: the members' tokens (one gap each, shared), then the tail's in batch order
     if members:
         gap = np.array([end - t])
@@ -722,8 +739,8 @@ def mixed_step(engine: Engine, st: DecodeStretch, t: float) -> float | None:
     c.steps.append(StepRow(
         start_s=t, duration_s=dur, prefill_tokens=prefill, prefill_requests=prefill_reqs,
         prior_tokens=prior, decodes=decodes, decode_kv_tokens=shape.decode_kv_tokens,
-        tokens_emitted=emitted, kv_blocks_used=shape.kv_blocks_used, running=len(running),
-        waiting=len(waiting), preempted=0, extrapolated=out))
+        tokens_emitted=emitted, kv_blocks_used=shape.kv_blocks_used, running=shape.running,
+        waiting=shape.waiting, preempted=0, extrapolated=out))
     c.last_prefill = prefill > 0
     st.advance(1, end)
     m = st.finishing()
