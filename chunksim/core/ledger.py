@@ -140,7 +140,7 @@ def _grow_overlay(ov, req: Request | None, need: int, new_tokens: int) -> None:
         ov.allocate(need)
     elif need:
         ov.uncached -= need
-    if req is not None and req.block_keys:  # shareable blocks: those this step fills get registered
+    if req is not None and req.block_keys:  # shareable blocks: those the step fills
         ov.commit(req, ov.registered(req), req.num_computed_tokens + new_tokens)
 
 

@@ -11,10 +11,11 @@ else in the simulator knows the fast path exists. Steps right after an idle wait
 priced with their wake-up ratios, as the step path prices them, and record their token
 gaps one by one as stepping would, so the pooled gaps keep stepping's order.
 
-A lone engine's stretch carries on through arrivals: while anything waits or a prompt
-is mid-prefill, each step is one `mixed_step`, in which the policy plans only what comes
-after the stretch's decodes (`Policy.tail_plan`), and a prompt that samples its first
-token joins the stretch (tests/test_mixed_step.py checks the records against stepping).
+A lone engine's stretch, and a fleet replica's read live, carry on through arrivals:
+while anything waits or a prompt is mid-prefill, each step is one `mixed_step`, in which
+the policy plans only what comes after the stretch's decodes (`Policy.tail_plan`), and a
+prompt that samples its first token joins the stretch (tests/test_mixed_step.py checks
+the records against stepping).
 A P/D decode instance's stretch takes in requests that land ready to decode
 (`join_step`).
 """
