@@ -27,6 +27,19 @@ CASES = [
 ]
 
 
+def _counter():
+    """([mixed steps run], a `mixed_step` that counts them, the real one)."""
+    mixed = [0]
+    orig = fast_forward.mixed_step
+
+    def counting(*a, **k):
+        end = yield from orig(*a, **k)
+        mixed[0] += end is not None
+        return end
+
+    return mixed, counting, orig
+
+
 def _workload(seed: int, shared: bool) -> Workload:
     """Poisson arrivals a few steps apart, lognormal-ish lengths, two request classes and
     (with `shared`) prompts opening with one of three shared prefixes."""
@@ -58,14 +71,7 @@ def test_mixed_steps_record_what_stepping_records(tmp_path, monkeypatch, policy,
     prof = make_component_profile(tmp_path, spread=1.3, provenance={
         "step_overhead": {"base_s": 2e-4, "per_request_s": 3e-5}})
     w = _workload(len(knobs) + chunk, shared)
-    mixed = [0]
-    orig = fast_forward.mixed_step
-
-    def counting(*a, **k):
-        end = yield from orig(*a, **k)
-        mixed[0] += end is not None
-        return end
-
+    mixed, counting, orig = _counter()
     closed = []  # the engine's running token count and work held, once all is done
     result = Engine.result
 
@@ -126,14 +132,7 @@ def test_fleet_replicas_mix_as_stepping_does(tmp_path, monkeypatch, router, poli
     prof = make_component_profile(tmp_path, spread=1.3, provenance={
         "step_overhead": {"base_s": 2e-4, "per_request_s": 3e-5}})
     w = _workload(7, shared=True)
-    mixed = [0]
-    orig = fast_forward.mixed_step
-
-    def counting(*a, **k):
-        end = yield from orig(*a, **k)
-        mixed[0] += end is not None
-        return end
-
+    mixed, counting, orig = _counter()
     runs = []
     for ff in (True, False):
         monkeypatch.setattr(fast_forward, "mixed_step", counting if ff else orig)

@@ -320,40 +320,19 @@ class EngineCore:
         step's slots and register the blocks they will fill (vLLM V1's `allocate_slots`:
         a later entry of the same step hits them). Returns the step's shape."""
         self.preempt(plan)
-        waiting = self.waiting
         admitted = plan.admitted
-        for req in admitted:
-            # a policy may admit any waiting request; in queue order this is the head
-            if waiting and waiting[0] is req and isinstance(waiting, deque):
-                waiting.popleft()
-            elif waiting and waiting[0] is req:
-                waiting.pop(0)
-            else:
-                try:
-                    waiting.remove(req)
-                except ValueError:
-                    raise RuntimeError(
-                        f"policy {self.policy.name} admitted request {req.request_id}, "
-                        "which is not waiting: a policy bug") from None
-            self.running.append(req)
+        self.admit(admitted)
         kv = self.kv
         bs = kv.block_size
-        caching = kv.prefix_caching
         # admissions are the batch's tail in every policy here; any order is accepted
         sched = plan.scheduled
         first_new = len(sched) - len(admitted)
         new = (() if not admitted else None if all(
             a is r for a, (r, _) in zip(admitted, sched[first_new:], strict=True))
             else set(admitted))
-        log = self.schedule_log
-        step = self.steps.n
-        prefill = prefill_reqs = decodes = kv_sum = kv_max = prefill_logits = 0
-        lookahead = self.lookahead
-        extra_rows = 0  # verify rows beyond one per decode (speculative decoding)
-        work = 0.0
-        chunks = []
+        decodes = kv_sum = kv_max = 0
         start = 0
-        if new is None and not lookahead and log is None:
+        if new is None and not self.lookahead and self.schedule_log is None:
             # the leading running one-token decodes (most of a large batch): their slot,
             # and nothing to register, as a running decode's prompt blocks are all
             # registered already (tests/test_decode_commit.py) and it was scheduled before
@@ -370,6 +349,47 @@ class EngineCore:
                 if c > kv_max:
                     kv_max = c
                 start += 1
+        return self.take_slots(sched, start, first_new, new, start_s, plan.two_pass, decodes,
+                               kv_sum, kv_max)
+
+    def admit(self, admitted) -> None:
+        """Move `admitted` (in admission order) from the waiting queue to the end of the
+        running list."""
+        waiting = self.waiting
+        for req in admitted:
+            # a policy may admit any waiting request; in queue order this is the head
+            if waiting and waiting[0] is req and isinstance(waiting, deque):
+                waiting.popleft()
+            elif waiting and waiting[0] is req:
+                waiting.pop(0)
+            else:
+                try:
+                    waiting.remove(req)
+                except ValueError:
+                    raise RuntimeError(
+                        f"policy {self.policy.name} admitted request {req.request_id}, "
+                        "which is not waiting: a policy bug") from None
+            self.running.append(req)
+
+    def take_slots(self, sched, start: int, first_new: int, new, start_s: float,
+                   two_pass: bool, decodes: int = 0, kv_sum: int = 0,
+                   kv_max: int = 0) -> StepShape:
+        """`begin_step` for the entries of `sched` from `start` on, in batch order (those
+        from `first_new` on are admitted now, or those in the set `new`): admit (taking
+        prefix hits), allocate the step's slots and register the blocks they will fill.
+        The entries before `start` are one-token decodes whose slots are taken already,
+        counted in `decodes`, `kv_sum` (their contexts' sum) and `kv_max`. Returns the
+        step's shape (`fast_forward.mixed_step` calls it for a stretch's tail)."""
+        kv = self.kv
+        bs = kv.block_size
+        caching = kv.prefix_caching
+        log = self.schedule_log
+        step = self.steps.n
+        prefill = prefill_reqs = prefill_logits = 0
+        lookahead = self.lookahead
+        extra_rows = 0  # verify rows beyond one per decode (speculative decoding)
+        work = 0.0
+        chunks = []
         for pos, (req, n) in enumerate(sched[start:] if start else sched, start):
             is_new = pos >= first_new if new is None else req in new
             if is_new:
@@ -421,9 +441,9 @@ class EngineCore:
         if self.spec_k:  # the decoding requests and the prompts that sample will draft
             self.drafting = decodes - extra_rows + prefill_logits
         kv_mean = kv_sum / decodes if decodes else 0.0
-        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, plan.two_pass,
+        return StepShape(prefill, prefill_reqs, prior, decodes, kv_mean, two_pass,
                          tuple(chunks), kv_max, prefill_logits, len(self.running),
-                         len(waiting), kv.used_blocks)
+                         len(self.waiting), kv.used_blocks)
 
     def take_hits(self, req: Request) -> None:
         """Admit `req` into the KV cache with its prefix hits (or its carried KV) and
@@ -439,6 +459,30 @@ class EngineCore:
         `duration_s`, default end - start); retire finished requests (with `defer_free`,
         keep their blocks until `release_finishing`). Returns the requests that sampled a
         token, in batch order."""
+        emitted, finished, accepted, given_back = self.advance(plan.scheduled, end_s)
+        # every entry computed its scheduled tokens (prefill and decode rows: the shape's
+        # two counts), less the drafts it had rejected
+        self.running_computed += shape.prefill_tokens + shape.decodes - given_back
+        self.steps.append(StepRow(
+            start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
+            prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,
+            prior_tokens=shape.prior_tokens, decodes=shape.decodes,
+            decode_kv_tokens=shape.decode_kv_tokens, tokens_emitted=len(emitted) + accepted,
+            kv_blocks_used=shape.kv_blocks_used, running=shape.running,
+            waiting=shape.waiting, preempted=len(plan.preempted), extrapolated=extrapolated))
+        self.last_prefill = shape.prefill_tokens > 0
+        if finished:
+            self.retire(end_s, finished, defer_free)
+        return emitted
+
+    def advance(self, scheduled, end_s: float) -> tuple[list[Request], list[Request], int,
+                                                         int]:
+        """Advance each (request, tokens) entry by its tokens, in batch order: each one
+        that has then computed every token it holds samples the next at `end_s` (its
+        first, or one after a gap recorded for ITL), and with speculative decoding keeps
+        the drafts it verified that are accepted. Returns those that sampled and those
+        that sampled their last token (batch order), the drafts accepted and the computed
+        tokens the rejected ones give back (`end_step`, `fast_forward.mixed_step`)."""
         emitted: list[Request] = []
         finished: list[Request] = []  # those that sampled their last token, batch order
         computed = self.computed
@@ -448,7 +492,7 @@ class EngineCore:
         split = self.gaps.split  # (one class: the gaps' classes are not kept)
         accepted = 0  # drafts accepted in this step (speculative decoding)
         given_back = 0  # computed tokens of rejected drafts
-        for req, n in plan.scheduled:
+        for req, n in scheduled:
             c = req.num_computed_tokens + n
             req.num_computed_tokens = c
             spec = req.spec
@@ -492,20 +536,7 @@ class EngineCore:
                         0, min(k, cap - 1 - req.num_tokens))
         if gaps:
             self.gaps.extend(gaps, classes)
-        # every entry computed its scheduled tokens (prefill and decode rows: the shape's
-        # two counts), less the drafts it had rejected
-        self.running_computed += shape.prefill_tokens + shape.decodes - given_back
-        self.steps.append(StepRow(
-            start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
-            prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,
-            prior_tokens=shape.prior_tokens, decodes=shape.decodes,
-            decode_kv_tokens=shape.decode_kv_tokens, tokens_emitted=len(emitted) + accepted,
-            kv_blocks_used=shape.kv_blocks_used, running=shape.running,
-            waiting=shape.waiting, preempted=len(plan.preempted), extrapolated=extrapolated))
-        self.last_prefill = shape.prefill_tokens > 0
-        if finished:
-            self.retire(end_s, finished, defer_free)
-        return emitted
+        return emitted, finished, accepted, given_back
 
     def retire(self, end_s: float, finished: Sequence[Request],
                defer_free: bool = False) -> None:

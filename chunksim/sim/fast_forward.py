@@ -32,7 +32,6 @@ import simpy
 from chunksim.core.ledger import KVLedger
 from chunksim.core.plan import Plan
 from chunksim.core.request import Request
-from chunksim.core.shape import StepShape
 from chunksim.sim.records import StepRow
 
 if TYPE_CHECKING:
@@ -350,8 +349,8 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
     mixes = engine.mixes
     lone_mix = mixes and not live
     while True:
-        if lone_mix and not first_segment:
-            if budget <= 0:
+        if (lone_mix or live) and not first_segment:
+            if lone_mix and budget <= 0:
                 # the SLO watch's turn (it reads the requests' own counters), unless the
                 # stretch reached its cap
                 if engine.watch is None or c.steps.n < engine.check_at:
@@ -359,23 +358,10 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
                 st.settle()
                 engine.check_watch(t)
                 budget = engine.stretch_budget()
-            # a step boundary: what arrived by now waits; while anything waits or runs
-            # after the members, the policy plans those alone (`mixed_step`)
-            c.pull_arrivals(t)
-            if c.waiting or len(c.running) > st.n:
-                end = yield from mixed_step(engine, env, st, t)
-                if end is None:
-                    break
-                t = end
-                budget -= 1
-                if not st.n:
-                    break
-                continue
-            arrival = c.next_arrival_s
-        if live and not first_segment:
-            # as a step boundary: take what the router sent by now, stop if anything
-            # waits (unless it joins, or the policy plans it with the tail), else bound
-            # the segment by what it has sent for later
+            # a step boundary: take what arrived (or the router sent) by now; while
+            # anything waits or runs after the members, the policy plans those alone
+            # (`mixed_step`), or (P/D) landings join; else bound the next segment by what
+            # comes later
             c.pull_arrivals(t)
             if mixes and (c.waiting or len(c.running) > st.n):
                 end = yield from mixed_step(engine, env, st, t)
@@ -383,7 +369,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
                     break
                 t = end
                 budget -= 1
-                if budget <= 0 or not st.n:
+                if not st.n or (budget <= 0 and not lone_mix):
                     break
                 continue
             if c.waiting:
@@ -627,61 +613,12 @@ def mixed_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: flo
     # begin_step: admissions leave the queue for the running list, the members' new
     # blocks come first (their own counters catch up as they settle), then each entry
     # in batch order takes its hits, its slots and registers the blocks they fill
-    admitted = plan.admitted
-    for req in admitted:
-        if waiting[0] is req:
-            if isinstance(waiting, list):
-                waiting.pop(0)
-            else:
-                waiting.popleft()
-        else:
-            waiting.remove(req)
-        running.append(req)
+    c.admit(plan.admitted)
     n_tail = len(running) - members
     kv.take(run_blocks)
-    bs, caching = kv.block_size, kv.prefix_caching
     sched = plan.scheduled
-    first_new = len(sched) - len(admitted)
-    decodes, kv_sum = members, st.ctx_sum
-    kv_max = st.longest() if members else 0
-    prefill = prefill_reqs = prefill_logits = 0
-    work = 0.0
-    chunks = []
-    for pos, (req, n) in enumerate(sched):
-        is_new = pos >= first_new
-        if is_new:
-            c.take_hits(req)
-            if n > req.num_remaining:
-                raise RuntimeError(
-                    f"policy {c.policy.name} planned {n} tokens for request "
-                    f"{req.request_id}, {req.num_remaining} are left after its prefix "
-                    "hit: the plan saw another cache than the engine (a bug)")
-        cc = req.num_computed_tokens
-        decode = ((req.kv_carried and not req.num_preemptions) if is_new
-                  else req.num_output_tokens > 0
-                  and cc + 1 == req.spec.prompt_tokens + req.num_output_tokens)
-        if -(-(cc + n) // bs) > req.num_blocks:
-            kv.grow(req, n)
-        if caching and req.block_keys != ():
-            kv.commit(req, cc + n)
-        if decode:
-            decodes += 1
-            kv_sum += cc
-            if cc > kv_max:
-                kv_max = cc
-        else:
-            prefill += n
-            prefill_reqs += 1
-            work += n * (cc + (n + 1) / 2)
-            chunks.append((n, cc))
-            if cc + n == req.spec.prompt_tokens + req.num_output_tokens:
-                prefill_logits += 1
-        if req.first_scheduled_s < 0:
-            req.first_scheduled_s = t
-    prior = max(0.0, work / prefill - (prefill + 1) / 2) if prefill else 0.0
-    shape = StepShape(prefill, prefill_reqs, prior, decodes,
-                      kv_sum / decodes if decodes else 0.0, plan.two_pass, tuple(chunks),
-                      kv_max, prefill_logits, len(running), len(waiting), kv.used_blocks)
+    shape = c.take_slots(sched, 0, len(sched) - len(plan.admitted), None, t, plan.two_pass,
+                         members, st.ctx_sum, st.longest() if members else 0)
     # Engine._step: price it
     latency = engine.latency
     z = engine.noise.at(c.steps.n) if engine.noise is not None else None
@@ -704,45 +641,18 @@ def mixed_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: flo
         gap = np.array([end - t])
         c.gaps.add_run(gap, st.running() if c.gaps.split else members)
         st.note_gaps(st.done, float(gap[0]))
-    computed = c.computed
-    emitted = members
-    gaps: list[float] = []
-    classes: list[int] = []
-    split = c.gaps.split
-    done: list[Request] = []
-    sampled: set[int] = set()
-    for req, n in sched:
-        cc = req.num_computed_tokens + n
-        req.num_computed_tokens = cc
-        spec = req.spec
-        computed[spec.request_id] += n
-        o = req.num_output_tokens
-        if cc == spec.prompt_tokens + o:
-            emitted += 1
-            sampled.add(id(req))
-            o += 1
-            req.num_output_tokens = o
-            if req.first_token_s < 0:
-                req.first_token_s = end
-            else:
-                g = end - req.last_token_s
-                gaps.append(g)
-                if split:
-                    classes.append(req.class_idx)
-                if g > req.max_itl_s:
-                    req.max_itl_s = g
-            req.last_token_s = end
-            if o >= spec.output_tokens:
-                done.append(req)
-    if gaps:
-        c.gaps.extend(gaps, classes)
-    c.running_computed += prefill + decodes  # every entry computed its tokens
+    emitted, done, _, _ = c.advance(sched, end)  # (no drafts: the bulk path is off)
+    sampled = {id(req) for req in emitted}
+    # every entry computed its tokens
+    c.running_computed += shape.prefill_tokens + shape.decodes
     c.steps.append(StepRow(
-        start_s=t, duration_s=dur, prefill_tokens=prefill, prefill_requests=prefill_reqs,
-        prior_tokens=prior, decodes=decodes, decode_kv_tokens=shape.decode_kv_tokens,
-        tokens_emitted=emitted, kv_blocks_used=shape.kv_blocks_used, running=shape.running,
+        start_s=t, duration_s=dur, prefill_tokens=shape.prefill_tokens,
+        prefill_requests=shape.prefill_requests, prior_tokens=shape.prior_tokens,
+        decodes=shape.decodes, decode_kv_tokens=shape.decode_kv_tokens,
+        tokens_emitted=members + len(emitted), kv_blocks_used=shape.kv_blocks_used,
+        running=shape.running,
         waiting=shape.waiting, preempted=0, extrapolated=out))
-    c.last_prefill = prefill > 0
+    c.last_prefill = shape.prefill_tokens > 0
     st.advance(1, end)
     m = st.finishing()
     if m:
@@ -758,7 +668,7 @@ def mixed_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: flo
     while len(running) > st.n:
         req = running[st.n]
         ctx = req.num_computed_tokens
-        if id(req) not in sampled or req.num_blocks != -(-ctx // bs):
+        if id(req) not in sampled or req.num_blocks != -(-ctx // kv.block_size):
             break
         st.insert(req, ctx)
     return end
