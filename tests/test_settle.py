@@ -233,9 +233,72 @@ def test_pipelined_search_on_a_pool_answers_as_the_lock_step_one(profile):
                                        seeds=[0, 1, 2]))
     for a, b in zip(*out, strict=True):
         assert (a.max_rate, a.capped, a.non_monotone) == (b.max_rate, b.capped, b.non_monotone)
-        assert [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in a.probes] == \
-            [(p.rate, p.met, p.seeds_met, p.summary, p.runs) for p in b.probes]
+        assert [(p.rate, p.met, p.seeds_met, p.judged, p.summary, p.runs)
+                for p in a.probes] == \
+            [(p.rate, p.met, p.seeds_met, p.judged, p.summary, p.runs) for p in b.probes]
         assert a.seed_probes == b.seed_probes
+
+
+class _SlowFullRuns:
+    """A pool stand-in: each job runs at once as it is submitted, but a run in full (no
+    bound to stop on: the runs that fill in a passed probe's figures, and the closing
+    ones) hands its result over `delay_s` later, from another thread."""
+
+    pooled = True
+
+    def __init__(self, profile, delay_s: float) -> None:
+        self.profile, self.delay_s = profile, delay_s
+        self.log: list[tuple] = []  # ("submit" | "result", config, rate, seed, in full)
+
+    def submit(self, job):
+        import threading
+        from concurrent.futures import Future
+
+        fut, res = Future(), run_job(job, self.profile)
+        key = (job.config.label, job.workload.rate, job.workload.seed,
+               not job.settle_slos_ms)
+        self.log.append(("submit", *key))
+
+        def hand_over():
+            self.log.append(("result", *key))
+            fut.set_result(res)
+
+        if key[-1]:
+            threading.Timer(self.delay_s, hand_over).start()
+        else:
+            hand_over()
+        return fut
+
+
+@pytest.mark.slow
+def test_a_passed_probe_does_not_hold_its_search_while_its_figures_fill_in(profile):
+    """Once a probe's verdict is known to be a pass, its search probes on while the runs
+    that only fill in its figures (seeds not run yet, stopped seeds again in full) are
+    still running, and still ends where the lock-step rounds end, probe for probe."""
+    configs = make_configs(parse_policies("chunk,budget"), [512])
+    w = WorkloadOptions(num_requests=60)
+    params = search_params(w, tol=0.2)
+    slos = {"p99_itl_ms": 100.0, "p99_ttft_ms": 2000.0, "median_sched_delay_ms": 2000.0}
+    slow = _SlowFullRuns(profile, delay_s=0.5)
+    slow_out = capacity_search(configs, w, RunConfig(), slos, slow, params, seeds=[0, 1, 2])
+    with Runner(profile, 1) as r:
+        ref = capacity_search(configs, w, RunConfig(), slos, r, params, seeds=[0, 1, 2])
+    for a, b in zip(slow_out, ref, strict=True):
+        assert (a.max_rate, a.seed_probes) == (b.max_rate, b.seed_probes)
+        assert [(p.rate, p.met, p.seeds_met, p.judged, p.summary, p.runs)
+                for p in a.probes] == \
+            [(p.rate, p.met, p.seeds_met, p.judged, p.summary, p.runs) for p in b.probes]
+    # some search submitted a probe at another rate while a full run of its own was out
+    out: dict[tuple, float] = {}
+    moved_on = False
+    for kind, cfg, rate, seed, full in slow.log:
+        if kind == "submit" and full:
+            out[(cfg, rate, seed)] = rate
+        elif kind == "result" and full:
+            out.pop((cfg, rate, seed))
+        elif kind == "submit" and any(c == cfg and r != rate for c, r, _ in out):
+            moved_on = True
+    assert moved_on, slow.log
 
 
 @settings(max_examples=100, deadline=None)

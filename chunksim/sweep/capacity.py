@@ -231,18 +231,26 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                 return True
         return False
 
-    def done(i: int, r: float, rs: list[dict]) -> list[int]:
-        """Judge search `i`'s probe at `r` (`rs`: its seeds' summaries); returns the
-        searches that this releases (`ended`)."""
+    def done(i: int, r: float, rs: list[dict], judged: list[bool | None]) -> list[int]:
+        """Judge search `i`'s probe at `r` (`rs`: its seeds' summaries, `judged`: which
+        seeds met the SLOs as the verdict became known); returns the searches that this
+        releases (`ended`). Runs that only fill in a passed probe's figures may still be
+        on their way into `rs` (`filled`)."""
         ok = judge(rs, slos, max_reject_pct)
         searches[i].report(r, ok)
         probes[i].append(Probe(r, ok, probe_summary(rs), rs,
-                               [seed_met(s, slos, max_reject_pct) for s in rs]))
+                               [seed_met(s, slos, max_reject_pct) for s in rs], judged))
         s = searches[i]
         if (skip_rejected_rates and not ok and s.lo is None and configs[i].fleet is None
                 and rejecting(rs, max_reject_pct)):
             s.floor_fails = static_floor(s, lambda x: rejects_too_many(i, x))
         return ended(i)
+
+    def filled(i: int, rs: list[dict]) -> None:
+        """Every run of search `i`'s probe with the seeds' summaries `rs` is in."""
+        p = next(p for p in probes[i] if p.runs is rs)
+        p.summary = probe_summary(rs)
+        p.seeds_met = [seed_met(s, slos, max_reject_pct) for s in rs]
 
     leads = Leads(configs, searches, params.share, fails_at_start=lambda i: (
         skip_rejected_rates and configs[i].fleet is None
@@ -267,8 +275,8 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         seen = probes[i] + (probes[src] if src is not None else [])
 
         def strength(k: int) -> tuple:
-            met = [p.rate for p in seen if p.seeds_met[k]]
-            miss = [p.rate for p in seen if p.seeds_met[k] is False]
+            met = [p.rate for p in seen if p.judged[k]]
+            miss = [p.rate for p in seen if p.judged[k] is False]  # (as each was judged)
             return max(met, default=0.0), min(miss, default=float("inf")), k
 
         order = sorted(range(n), key=strength)
@@ -282,8 +290,8 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
                               floors[i], slos, max_reject_pct) for k in range(len(seeds))]
 
     drive = pipelined if runner.pooled else lock_step
-    drive(searches, leads.start(), ended, jobs_at, phases, done, after, slos, runner,
-          progress, max_reject_pct)
+    drive(searches, leads.start(), ended, jobs_at, phases, done, filled, after, slos,
+          runner, progress, max_reject_pct)
     return [CapacityEntry(c, s.capacity, s.capped, sorted(p, key=lambda x: x.rate),
                           s.non_monotone, sorted(f, key=lambda q: (q.seed, q.rate)),
                           s.hi if s.floor_fails else None)

@@ -1,9 +1,11 @@
 """Running a capacity search's probes on a Runner: which seeds of a probe run first,
 the later ones only while the probe is open, stopped seeds again (in full where the
 figures are reported, else only until the bounds left open are settled), and each
-search's closing runs (`after_search`) as soon as it ends.
-`pipelined` keeps a pool busy (each search submits its next probe as soon as its last is
-judged); `lock_step` runs rounds on a serial Runner. Both give the same probes.
+search's closing runs (`after_search`) as soon as it ends and its probes' runs are in.
+A probe is judged as soon as its verdict is known; a pass still runs its unrun and
+stopped seeds in full, as its figures are reported, but the search does not wait for
+them. `pipelined` keeps a pool busy (each search submits its next probe as soon as its
+last is judged); `lock_step` runs rounds on a serial Runner. Both give the same probes.
 """
 
 from __future__ import annotations
@@ -151,12 +153,27 @@ def _full(job: SimJob) -> SimJob:
     return dataclasses.replace(job, settle_slos_ms=())
 
 
-def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
+def _judged(runs: Sequence[Mapping], slos: Mapping[str, float],
+            max_reject_pct: float) -> list[bool | None]:
+    """Which seeds met the SLOs so far (None: not run yet)."""
+    return [seed_met(s, slos, max_reject_pct) for s in runs]
+
+
+def _known(runs: Sequence[Mapping], slos: Mapping[str, float],
+           max_reject_pct: float) -> list[bool | None] | None:
+    """`_judged` once the probe passes whatever its runs still to come give, else None
+    (a failed probe runs nothing more; an open one is not judged yet)."""
+    return _judged(runs, slos, max_reject_pct) if partial_verdict(
+        runs, slos, max_reject_pct) else None
+
+
+def lock_step(searches, first, ended, jobs_at, phases, done, filled, after, slos,
               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """The running searches advance together: one batch of each one's next probe a round
     (`first`: those running at the start; `done` and `ended(i)`: those search i starts;
     `phases(i)`: the seeds run first and those run only if needed, `_defers`); then every
-    search's chains after it (`after(i)`), side by side."""
+    search's chains after it (`after(i)`), side by side. A probe is judged with its seeds
+    as they stood when its verdict was known (`done`), as `pipelined` judges it."""
     running, over = list(first), []
     while True:
         for i in [i for i in running if searches[i].done]:
@@ -171,7 +188,11 @@ def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
         groups = [jobs_at(i, r) for i, r in batch]
         splits = [phases(i) for i, _ in batch]
         runs = [[dict(DEFERRED) for _ in g] for g in groups]
+        judged: list[list | None] = [None] * len(batch)  # as each verdict became known
         for stage in (0, 1):
+            if stage:
+                judged = [j or _known(rs, slos, max_reject_pct)
+                          for j, rs in zip(judged, runs, strict=True)]
             want = [(j, k) for j, (g, sp) in enumerate(zip(groups, splits, strict=True))
                     for k in sp[stage]
                     if stage == 0 or not _defers(runs[j], sp[0], slos, max_reject_pct)]
@@ -181,39 +202,56 @@ def lock_step(searches, first, ended, jobs_at, phases, done, after, slos,
                 runs[j][k] = res.summary
         while redo := [(j, k, job) for j, rs in enumerate(runs)
                        for k, job in _redo(rs, groups[j], slos, max_reject_pct)]:
+            judged = [j or _known(rs, slos, max_reject_pct)
+                      for j, rs in zip(judged, runs, strict=True)]
             again = _run(runner, [job for _, _, job in redo], progress)
             for (j, k, _), res in zip(redo, again, strict=True):
                 runs[j][k] = merge_runs(runs[j][k], res.summary)
-        for (i, r), rs in zip(batch, runs, strict=True):
-            running.extend(done(i, r, rs))
+        for j, ((i, r), rs) in enumerate(zip(batch, runs, strict=True)):
+            released = done(i, r, rs, judged[j] or _judged(rs, slos, max_reject_pct))
+            filled(i, rs)
+            running.extend(released)
 
 
-def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
+def pipelined(searches, first, ended, jobs_at, phases, done, filled, after, slos,
               runner: Runner, progress: ProgressBar | None, max_reject_pct: float) -> None:
     """Each search submits its next probe as soon as its last one is judged, so a short
     (stopped) probe never leaves a worker idle while a long one runs, and its chains
-    (`after`) as soon as it ends. Each search's probes depend on its own results and its
-    lead's capacity only, each chain on its search only: the outcome is the lock-step
-    one."""
-    # future -> (0, search, seed) for a probe's job, (1, chain number) for a chain's
-    pending: dict[Future, tuple[int, int] | tuple[int, int, int]] = {}
+    (`after`) as soon as it ends and its probes' runs are all in. A probe is judged as
+    soon as its verdict is known: the runs that only fill in a passed probe's figures
+    (its later seeds, its stopped seeds again in full) run beside the search's next
+    probes, and `filled` says when they are all in. Each search's probes depend on its
+    own verdicts and its lead's capacity only, each chain on its search only: the
+    outcome is the lock-step one."""
+    # future -> (0, search, seed) for a probe's job, (1, chain number) for a chain's,
+    # (2, fill number, seed) for a run that fills in a judged probe's figures
+    pending: dict[Future, tuple] = {}
     # search -> rate, runs, jobs, (seeds run first, seeds not yet submitted)
     state: dict[int, tuple[float, list, list[SimJob], tuple[list[int], list[int]]]] = {}
     chains: list[Generator] = []
-    before: dict[tuple[int, int], dict] = {}  # (search, seed) -> its stopped run, run again
+    before: dict[tuple, dict] = {}  # (0, search, seed) -> its stopped run, run again
+    fills: list[tuple[int, list, set[int]]] = []  # (search, runs, seeds still running)
+    filling = [0] * len(searches)  # per search, its probes with runs still to come in
+    over: set[int] = set()  # searches ended whose chains wait for those runs
 
     def submit(key: tuple, job: SimJob) -> None:
         if progress is not None:
             progress.add(1)
         pending[runner.submit(job)] = key
 
+    def start_chains(i: int) -> None:
+        for c in after(i):
+            if (job := _step(c, None)) is not None:
+                chains.append(c)
+                submit((1, len(chains) - 1), job)
+
     def advance(i: int) -> None:
         r = searches[i].next_rate()
         if r is None:
-            for c in after(i):
-                if (job := _step(c, None)) is not None:
-                    chains.append(c)
-                    submit((1, len(chains) - 1), job)
+            if filling[i]:
+                over.add(i)
+            else:
+                start_chains(i)
             for j in ended(i):
                 advance(j)
             return
@@ -224,6 +262,21 @@ def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
         for k in first:
             runs[k] = None
             submit((0, i, k), jobs[k])
+
+    def judge_now(i: int, r: float, runs: list, fill: list[tuple[int, SimJob]]) -> None:
+        """Search `i`'s probe at `r` has its verdict: judge it and move on while `fill`
+        (seed, job) runs in (each replacing, or merged into, what `runs` holds now)."""
+        released = done(i, r, runs, _judged(runs, slos, max_reject_pct))
+        if fill:
+            fills.append((i, runs, {k for k, _ in fill}))
+            filling[i] += 1
+            for k, job in fill:  # (in full: what it gives replaces what stood)
+                submit((2, len(fills) - 1, k), job)
+        else:
+            filled(i, runs)
+        for j in released:
+            advance(j)
+        advance(i)
 
     for i in first:
         advance(i)
@@ -239,29 +292,40 @@ def pipelined(searches, first, ended, jobs_at, phases, done, after, slos,
                     if (job := _step(chains[key[1]], summary)) is not None:
                         submit(key, job)
                     continue
+                if key[0] == 2:
+                    i, runs, left = fills[key[1]]
+                    runs[key[2]] = summary
+                    left.discard(key[2])
+                    if not left:
+                        filled(i, runs)
+                        filling[i] -= 1
+                        if not filling[i] and i in over:
+                            over.discard(i)
+                            start_chains(i)
+                    continue
                 _, i, k = key
                 r, runs, jobs, (first, later) = state[i]
-                runs[k] = merge_runs(before.pop((i, k)), summary) if (i, k) in before \
-                    else summary
+                runs[k] = merge_runs(before.pop(key), summary) if key in before else summary
                 if any(x is None for x in runs):
                     continue
+                if partial_verdict(runs, slos, max_reject_pct):
+                    # passed: every seed not run, or stopped, runs in full for the figures
+                    judge_now(i, r, runs, _redo(runs, jobs, slos, max_reject_pct))
+                    continue
                 if later and not _defers(runs, first, slos, max_reject_pct):
-                    picked = [_later(runs, jobs[k2], slos, max_reject_pct) for k2 in later]
-                    for k2, job in zip(later, picked, strict=True):
+                    for k2 in later:  # (settling, as the verdict is open)
                         runs[k2] = None
-                        submit((0, i, k2), job)
+                        submit((0, i, k2), jobs[k2])
                     later.clear()
                     continue
                 redo = _redo(runs, jobs, slos, max_reject_pct)
                 if redo:
                     for k2, job in redo:
-                        before[(i, k2)] = runs[k2]
+                        before[(0, i, k2)] = runs[k2]
                         runs[k2] = None
                         submit((0, i, k2), job)
                     continue
-                for j in done(i, r, runs):
-                    advance(j)
-                advance(i)
+                judge_now(i, r, runs, [])
     finally:
         for fut in pending:
             fut.cancel()

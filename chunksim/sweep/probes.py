@@ -30,6 +30,10 @@ class Probe:
     """Each seed's summary, in seed order."""
     seeds_met: list[bool | None] = field(default_factory=list)
     """Whether each seed alone met the SLOs (None: not run here, `DEFERRED`)."""
+    judged: list[bool | None] | None = None
+    """`seeds_met` as it stood when the verdict was known, before the runs that only fill
+    in the figures of a passed probe (`probe_drive`); what later probes order their seeds
+    by, so that the order does not depend on when those runs end."""
 
 
 def judge(runs: Sequence[Mapping], slos: Mapping[str, float],
