@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunksim.reports import style
 from chunksim.reports.capacity_plot import metric_name
@@ -31,6 +33,49 @@ def test_heatmap_handles_pruned_cells(linear_profile, tmp_path):
     fig = heatmap_figure(pruned, "synthetic")
     paths = style.save(fig, tmp_path, "heat", ("png",))
     assert paths[0].stat().st_size > 10_000
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 20_000), min_size=1, max_size=300))
+def test_nearest_cell_is_the_closest_grid_value_in_log_space(values):
+    """Each value maps to the grid value nearest it in log1p space, the lowest index on
+    a tie, as a search over the whole grid finds it."""
+    from chunksim.reports.heatmap import _nearest
+
+    grid = [0, 1, 8, 32, 64, 128, 256, 1024, 2048, 4096]
+    got = _nearest(grid, values)
+    g = np.log1p(np.array(grid, dtype=float))
+    for v, i in zip(values, got.tolist(), strict=True):
+        d = np.abs(np.log1p(float(v)) - g)
+        assert i == int(np.flatnonzero(d == d.min())[0])
+
+
+@pytest.mark.slow
+def test_heatmap_rings_each_used_cell_once_per_panel(linear_profile):
+    """Every cell the steps used is ringed (white under black) and every extrapolated one
+    crossed, in each kv_len panel, one marker per cell."""
+    import pandas as pd
+
+    steps = pd.DataFrame({"prefill_tokens": [0, 0, 256, 300, 16384, 0],
+                          "decodes": [1, 1, 16, 16, 0, 64],
+                          "extrapolated": [False, False, False, False, True, False]})
+    fig = heatmap_figure(linear_profile.table, "synthetic", steps=[steps.iloc[:3],
+                                                                   steps.iloc[3:]])
+    main = linear_profile.table[linear_profile.table["prior_len"] == 0]
+    chunks = sorted(main["chunk_len"].unique().tolist())
+    decodes = sorted(main["decode_count"].unique().tolist())
+
+    def at(c: int, d: int) -> tuple[float, float]:  # (x, y) = (chunk index, decode index)
+        return float(chunks.index(c)), float(decodes.index(d))
+
+    for ax in fig.axes[:-1]:  # (the last is the colour bar)
+        marks = [c.get_offsets() for c in ax.collections]
+        assert [len(m) for m in marks] == [3, 3, 1]  # rings white, black; crosses
+        assert np.array_equal(marks[0], marks[1])
+        # 300 prefill tokens ring the 256 cell, as 256 does: one ring
+        assert set(map(tuple, marks[0].tolist())) == {at(0, 1), at(256, 16), at(0, 64)}
+        assert set(map(tuple, marks[2].tolist())) == {at(16384, 0)}
+    style.pyplot().close(fig)
 
 
 def test_saved_figures_are_byte_identical(tmp_path):

@@ -43,10 +43,12 @@ def pick_kv(table, n: int = 3) -> list[int]:
 
 
 def _nearest(grid: list[int], values) -> np.ndarray:
-    """Index of the nearest grid value in log space (0 maps to a 0 entry if present)."""
+    """Index of the nearest grid value in log space (0 maps to a 0 entry if present).
+    Each distinct value is looked up once: a run's steps repeat a few token counts."""
     g = np.log1p(np.asarray(grid, dtype=float))
-    v = np.log1p(np.asarray(values, dtype=float))
-    return np.abs(v[:, None] - g[None, :]).argmin(axis=1)
+    distinct, back = np.unique(np.asarray(values, dtype=float), return_inverse=True)
+    v = np.log1p(distinct)
+    return np.abs(v[:, None] - g[None, :]).argmin(axis=1)[back.reshape(-1)]
 
 
 def used_cells(steps, chunks: list[int], decodes: list[int]) -> tuple[set, set]:
@@ -96,11 +98,14 @@ def heatmap_figure(table, title: str, n_kv: int = 3, steps=None):
         ax.set_xticklabels(chunks, rotation=45, ha="right", fontsize=9)
         ax.set_yticks(range(len(decodes)))
         ax.set_yticklabels(decodes, fontsize=9)
-        for i, j in used:
-            ax.scatter([j], [i], s=150, facecolor="none", edgecolor="white", linewidth=1.4)
-            ax.scatter([j], [i], s=150, facecolor="none", edgecolor="black", linewidth=0.6)
-        for i, j in extrap:
-            ax.scatter([j], [i], s=110, marker="x", color="red", linewidth=1.6)
+        # one collection per kind of mark (the cells' marks never overlap)
+        if used:
+            i, j = np.array(sorted(used)).T
+            ax.scatter(j, i, s=150, facecolor="none", edgecolor="white", linewidth=1.4)
+            ax.scatter(j, i, s=150, facecolor="none", edgecolor="black", linewidth=0.6)
+        if extrap:
+            i, j = np.array(sorted(extrap)).T
+            ax.scatter(j, i, s=110, marker="x", color="red", linewidth=1.6)
         ax.set_xlabel("chunk_len (prefill tokens in the step)")
         if n == 0:
             ax.set_ylabel("decode_count (sequences decoding)")
