@@ -34,7 +34,7 @@ from chunksim.sweep.probes import (
     judge,
     probe_summary,
     rejecting,
-    seed_met,
+    seeds_met,
 )
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
@@ -239,7 +239,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         ok = judge(rs, slos, max_reject_pct)
         searches[i].report(r, ok)
         probes[i].append(Probe(r, ok, probe_summary(rs), rs,
-                               [seed_met(s, slos, max_reject_pct) for s in rs], judged))
+                               seeds_met(rs, slos, max_reject_pct), judged))
         s = searches[i]
         if (skip_rejected_rates and not ok and s.lo is None and configs[i].fleet is None
                 and rejecting(rs, max_reject_pct)):
@@ -250,7 +250,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
         """Every run of search `i`'s probe with the seeds' summaries `rs` is in."""
         p = next(p for p in probes[i] if p.runs is rs)
         p.summary = probe_summary(rs)
-        p.seeds_met = [seed_met(s, slos, max_reject_pct) for s in rs]
+        p.seeds_met = seeds_met(rs, slos, max_reject_pct)
 
     leads = Leads(configs, searches, params.share, fails_at_start=lambda i: (
         skip_rejected_rates and configs[i].fleet is None

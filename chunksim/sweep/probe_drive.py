@@ -25,6 +25,7 @@ from chunksim.sweep.probes import (
     partial_verdict,
     probe_summary,
     seed_met,
+    seeds_met,
 )
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
@@ -43,13 +44,6 @@ def _defers(runs: Sequence[Mapping], first: Sequence[int], slos: Mapping[str, fl
     only whatever the others give (`probe_summary`)."""
     return (any(stopped(runs[k]) for k in first)
             and partial_verdict(runs, slos, max_reject_pct) is False)
-
-
-def _later(runs: Sequence[Mapping], job: SimJob, slos: Mapping[str, float],
-           max_reject_pct: float) -> SimJob:
-    """A later seed's job: in full when the first seeds already pass the probe (its
-    figures are reported whatever it gives), else settling like the others."""
-    return _full(job) if partial_verdict(runs, slos, max_reject_pct) is True else job
 
 
 def after_search(search: RateSearch, probes: list[Probe], k: int, job_at,
@@ -153,17 +147,11 @@ def _full(job: SimJob) -> SimJob:
     return dataclasses.replace(job, settle_slos_ms=())
 
 
-def _judged(runs: Sequence[Mapping], slos: Mapping[str, float],
-            max_reject_pct: float) -> list[bool | None]:
-    """Which seeds met the SLOs so far (None: not run yet)."""
-    return [seed_met(s, slos, max_reject_pct) for s in runs]
-
-
 def _known(runs: Sequence[Mapping], slos: Mapping[str, float],
            max_reject_pct: float) -> list[bool | None] | None:
-    """`_judged` once the probe passes whatever its runs still to come give, else None
+    """`seeds_met` once the probe passes whatever its runs still to come give, else None
     (a failed probe runs nothing more; an open one is not judged yet)."""
-    return _judged(runs, slos, max_reject_pct) if partial_verdict(
+    return seeds_met(runs, slos, max_reject_pct) if partial_verdict(
         runs, slos, max_reject_pct) else None
 
 
@@ -190,14 +178,12 @@ def lock_step(searches, first, ended, jobs_at, phases, done, filled, after, slos
         runs = [[dict(DEFERRED) for _ in g] for g in groups]
         judged: list[list | None] = [None] * len(batch)  # as each verdict became known
         for stage in (0, 1):
-            if stage:
-                judged = [j or _known(rs, slos, max_reject_pct)
-                          for j, rs in zip(judged, runs, strict=True)]
+            # later seeds settle while the probe is open; a pass runs them in full below
             want = [(j, k) for j, (g, sp) in enumerate(zip(groups, splits, strict=True))
                     for k in sp[stage]
-                    if stage == 0 or not _defers(runs[j], sp[0], slos, max_reject_pct)]
-            jobs = [groups[j][k] if stage == 0 else
-                    _later(runs[j], groups[j][k], slos, max_reject_pct) for j, k in want]
+                    if stage == 0 or not (_defers(runs[j], sp[0], slos, max_reject_pct)
+                                          or partial_verdict(runs[j], slos, max_reject_pct))]
+            jobs = [groups[j][k] for j, k in want]
             for (j, k), res in zip(want, _run(runner, jobs, progress), strict=True):
                 runs[j][k] = res.summary
         while redo := [(j, k, job) for j, rs in enumerate(runs)
@@ -208,7 +194,7 @@ def lock_step(searches, first, ended, jobs_at, phases, done, filled, after, slos
             for (j, k, _), res in zip(redo, again, strict=True):
                 runs[j][k] = merge_runs(runs[j][k], res.summary)
         for j, ((i, r), rs) in enumerate(zip(batch, runs, strict=True)):
-            released = done(i, r, rs, judged[j] or _judged(rs, slos, max_reject_pct))
+            released = done(i, r, rs, judged[j] or seeds_met(rs, slos, max_reject_pct))
             filled(i, rs)
             running.extend(released)
 
@@ -266,7 +252,7 @@ def pipelined(searches, first, ended, jobs_at, phases, done, filled, after, slos
     def judge_now(i: int, r: float, runs: list, fill: list[tuple[int, SimJob]]) -> None:
         """Search `i`'s probe at `r` has its verdict: judge it and move on while `fill`
         (seed, job) runs in (each replacing, or merged into, what `runs` holds now)."""
-        released = done(i, r, runs, _judged(runs, slos, max_reject_pct))
+        released = done(i, r, runs, seeds_met(runs, slos, max_reject_pct))
         if fill:
             fills.append((i, runs, {k for k, _ in fill}))
             filling[i] += 1

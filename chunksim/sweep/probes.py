@@ -75,6 +75,12 @@ def seed_met(summary: Mapping, slos: Mapping[str, float], max_reject_pct: float
     return meets(summary, slos) and within(summary, max_reject_pct)
 
 
+def seeds_met(runs: Sequence[Mapping], slos: Mapping[str, float],
+              max_reject_pct: float) -> list[bool | None]:
+    """`seed_met` of each seed's summary, in seed order."""
+    return [seed_met(s, slos, max_reject_pct) for s in runs]
+
+
 def probe_summary(runs: Sequence[Mapping]) -> dict:
     """The per-seed summaries folded to their medians; a probe with a seed that stopped
     early reports its decision only (`stopped`, which seeds), never partial figures."""
