@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from chunksim.reports import style
@@ -98,3 +99,63 @@ def test_a_layout_engine_lays_a_figure_out_once_for_every_format(tmp_path, monke
     plt.close(fig2)
     a, b = imread(paths[0]), imread(tmp_path / "g.png")
     assert abs(a.shape[0] - b.shape[0]) <= 2 and abs(a.shape[1] - b.shape[1]) <= 2
+
+
+def _tight_png(plt, draw, path):
+    """`draw`'s figure saved by savefig's own "tight" box, as the PNG reference."""
+    fig = draw(plt)
+    fig.savefig(path, bbox_inches="tight", dpi=style.DPI * style.PNG_SCALE)
+    plt.close(fig)
+    from matplotlib.image import imread
+
+    return imread(path)
+
+
+def test_a_png_on_its_canvas_is_drawn_once_and_matches_savefigs_tight_box(tmp_path,
+                                                                           monkeypatch):
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(4, 3))
+        ax.plot([1, 2, 3], [3, 1, 2], color="tab:red", lw=3)
+        ax.set_title("a title")
+        ax.set_xlabel("x")
+        fig.tight_layout()  # (else the x label hangs below the canvas)
+        return fig
+
+    plt = style.pyplot()
+    ref = _tight_png(plt, draw, tmp_path / "ref.png")
+    draws = []
+    real = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, r: (draws.append(1), real(self, r))[1])
+    (path,) = style.save(draw(plt), tmp_path, "f", ("png",))
+    assert len(draws) == 1  # one draw, cropped; savefig's path draws twice
+    got = imread(path)
+    assert abs(got.shape[0] - ref.shape[0]) <= 2 and abs(got.shape[1] - ref.shape[1]) <= 2
+    h, w = min(got.shape[0], ref.shape[0]), min(got.shape[1], ref.shape[1])
+    # the same picture: red line pixels in both, in the same places to within a pixel
+    red_got = (got[:h, :w, 0] > 0.8) & (got[:h, :w, 1] < 0.3)
+    red_ref = (ref[:h, :w, 0] > 0.8) & (ref[:h, :w, 1] < 0.3)
+    assert red_ref.sum() > 100
+    assert abs(int(red_got.sum()) - int(red_ref.sum())) < 0.05 * red_ref.sum()
+    assert float(np.abs(got[:h, :w, :3] - ref[:h, :w, :3]).mean()) < 0.03
+
+
+def test_a_figure_drawn_past_its_canvas_is_saved_whole(tmp_path):
+    from matplotlib.image import imread
+
+    def draw(plt):
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([1, 2], [1, 2])
+        fig.suptitle("a suptitle much wider than this small figure is, on both sides " * 2)
+        return fig
+
+    plt = style.pyplot()
+    ref = _tight_png(plt, draw, tmp_path / "ref.png")
+    canvas_w = 3 * style.DPI * style.PNG_SCALE
+    (path, svg) = style.save(draw(plt), tmp_path, "f", ("png", "svg"))
+    got = imread(path)
+    assert got.shape[1] > canvas_w * 1.5  # the title is not cut at the canvas
+    assert abs(got.shape[1] - ref.shape[1]) <= 2 and abs(got.shape[0] - ref.shape[0]) <= 2
+    assert svg.read_text().startswith("<?xml")

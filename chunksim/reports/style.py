@@ -164,27 +164,54 @@ def bars(ax, x, width, bottom, top, **kw) -> None:
 
 
 def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
-    """Write `stem.<fmt>` for each format atomically; close the figure."""
+    """Write `stem.<fmt>` for each format atomically; close the figure.
+
+    The figure is drawn once, at the PNG's resolution, and its tight bounding box taken
+    from that draw, once for every format (savefig's "tight" lays the figure out again per
+    file, which costs about as much as drawing it). Where everything drawn lies on the
+    canvas (the padding may not), the PNG is that draw cropped to the box: the same
+    pixels savefig renders for it, without a second draw. Else, and for other formats,
+    savefig draws it again into the box. The layout is frozen where the first draw put
+    it, as savefig freezes it for its own "tight" box, so that a layout engine
+    (constrained layout) does not solve it again for each format."""
     plt = pyplot()
     paths = []
-    # the tight bounding box once for every format (savefig's "tight" lays the figure
-    # out again per file, which costs about as much as drawing it); then the layout is
-    # frozen where that draw put it, as savefig freezes it for its own "tight" box, so
-    # that a layout engine (constrained layout) does not solve it again for each format
-    fig.draw_without_rendering()
-    bbox = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
+    png_dpi = DPI * PNG_SCALE
+    fig.dpi = png_dpi  # (as savefig sets it while it draws)
+    canvas = fig.canvas
+    canvas.draw()
+    tight = fig.get_tightbbox(canvas.get_renderer())
+    bbox = tight.padded(plt.rcParams["savefig.pad_inches"])
     fig.set_layout_engine("none")
+    w_in, h_in = fig.get_size_inches()
+    on_canvas = tight.x0 >= 0 and tight.y0 >= 0 and tight.x1 <= w_in and tight.y1 <= h_in
     for fmt in formats:
         buf = io.BytesIO()
-        # No creation date in the metadata: same data, same bytes.
-        meta = {"Date": None} if fmt == "svg" else {}
-        dpi = DPI * PNG_SCALE if fmt == "png" else DPI
-        fig.savefig(buf, format=fmt, bbox_inches=bbox, metadata=meta, dpi=dpi)
+        if fmt == "png" and on_canvas:
+            _crop_png(canvas, bbox, png_dpi, buf)
+        else:
+            # No creation date in the metadata: same data, same bytes.
+            meta = {"Date": None} if fmt == "svg" else {}
+            dpi = png_dpi if fmt == "png" else DPI
+            fig.savefig(buf, format=fmt, bbox_inches=bbox, metadata=meta, dpi=dpi)
         path = Path(out_dir) / f"{stem}.{fmt}"
         atomic.write_bytes(path, buf.getvalue())
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def _crop_png(canvas, bbox, dpi: float, buf) -> None:
+    """Write the part of the drawn Agg `canvas` inside `bbox` (inches, clipped to the
+    canvas) to `buf` as a PNG of `dpi`, as savefig writes one."""
+    import matplotlib.image
+    import numpy as np
+
+    width, height = canvas.get_width_height()
+    x0, x1 = max(0, math.floor(bbox.x0 * dpi)), min(width, math.ceil(bbox.x1 * dpi))
+    y0, y1 = max(0, math.floor(bbox.y0 * dpi)), min(height, math.ceil(bbox.y1 * dpi))
+    rgba = np.asarray(canvas.buffer_rgba())[height - y1 : height - y0, x0:x1]
+    matplotlib.image.imsave(buf, rgba, format="png", dpi=dpi)
 
 
 def save_drawn(make, out_dir: Path, stem: str, formats: tuple[str, ...],

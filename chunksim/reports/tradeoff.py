@@ -111,7 +111,7 @@ def tradeoff_figure(configs: Sequence[Config], summaries: Sequence[dict], title:
         ax.set_title(f"{_name(y_key)} vs {_name(x_key)} (down-left is better)\n"
                      f"labels: chunk tokens ({_name(y_key)} change vs whole)", fontsize=9)
     axes[0, 0].legend(title="fleet · policy" if len(layouts) > 1 else "policy", loc="best")
-    fig.suptitle(f"Trade-off across chunk sizes (median; whiskers = range over seeds) · {title}")
+    fig.suptitle(f"Trade-off across chunk sizes (median; whiskers = range over seeds)\n{title}")
     fig.tight_layout()
     return fig
 
