@@ -19,7 +19,8 @@ def panel_keys(slos: Mapping[str, float]) -> list[str]:
 def knee_figure(entries: Sequence[CapacityEntry], slos: Mapping[str, float], title: str):
     plt = style.pyplot()
     keys = panel_keys(slos)
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 4.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.6 * len(keys), 4.4), squeeze=False,
+                             layout="constrained")
     for ax, key in zip(axes[0], keys, strict=True):
         xs, ys = [], []
         for e in entries:
@@ -57,9 +58,7 @@ def knee_figure(entries: Sequence[CapacityEntry], slos: Mapping[str, float], tit
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.suptitle(f"Latency vs load (filled = met every SLO, hollow = missed one, ★ = capacity)"
                  f"\n{title}")
-    fig.tight_layout()
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5),
-               title="configuration")
+    fig.legend(handles, labels, loc="outside right center", title="configuration")
     return fig
 
 
