@@ -184,8 +184,9 @@ class SloWatch:
             c = e.core
             done = {"ttft": c.first_token_s, "sched_delay": c.first_sched_s,
                     "e2el": c.finish_s}[series]
-            with np.errstate(invalid="ignore"):
-                missed += int(np.count_nonzero((done - arrival) * 1000.0 > limit))
+            # (a request not done yet is NaN there: NaN arithmetic and comparisons raise
+            # no floating-point flag, and NaN is never above the limit)
+            missed += int(np.count_nonzero((done - arrival) * 1000.0 > limit))
             for req in _in_flight(c):
                 t = (req.first_token_s if series == "ttft" else
                      req.first_scheduled_s if series == "sched_delay" else -1.0)
@@ -257,10 +258,14 @@ class _GapCounter:
             self.packed = len(g.packed)
             self.single = self.loose = 0  # the loose gaps now sit in a packed array
         if len(g.runs) > self.runs:
-            for v, cnt in g.runs[self.runs:]:
-                k = int(np.count_nonzero(v * 1000.0 > lim))
-                if k:
-                    self.fixed += k * sum(cnt)
+            # the runs logged since the last count in one pass: each gap above the limit
+            # counts once per request that had it (integers: the order does not matter)
+            new = g.runs[self.runs:]
+            vals = np.concatenate([v for v, _ in new]) if len(new) > 1 else new[0][0]
+            above = vals * 1000.0 > lim
+            if above.any():
+                per = np.repeat([sum(cnt) for _, cnt in new], [len(v) for v, _ in new])
+                self.fixed += int(per[above].sum())
             self.runs = len(g.runs)
         if len(g.single) > self.single:
             new = np.asarray(g.single[self.single:], dtype=float)
