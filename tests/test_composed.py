@@ -277,3 +277,29 @@ def test_models_of_one_profile_object_share_decode_lines_and_price_alike(tmp_pat
     doubled = ComponentModel(prof.with_table(t))
     td, _ = doubled.decode_steps_s(7, kv, None, kv + 40.0)
     assert doubled._lines is not a._lines and np.all(td > ta * 1.5)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.13])
+def test_a_decode_steps_folded_form_is_its_composition(tmp_path, scale):
+    """Without jitter a decode-only step inside the grid is priced by its decode line's
+    folded bilinear form; that is the composed step (layers x (dense + attention +
+    allreduce) + embed + head + fixed, scaled) to rounding, on one cell or many, and a
+    point outside the grid is the composed (clamped) step itself."""
+    prof = make_component_profile(tmp_path, spread=1.4,
+                                  provenance={"components": {"in_sequence_scale": scale}})
+    lat = ComponentModel(prof)
+    rng = np.random.default_rng(11)
+    lo, hi = lat.kvax.lo, lat.kvax.hi
+    for d in (1, 5, 64):
+        line = lat._line(d)
+        one_cell = (rng.uniform(lo, lo + 1.0, 5), np.full(5, 1.01))
+        for kv, spread in (one_cell, (rng.uniform(lo, hi, 50), rng.uniform(1.0, 2.5, 50)),
+                           (rng.uniform(0.5 * lo, 2.0 * hi, 50), rng.uniform(1.0, 2.5, 50))):
+            folded, out = lat._decode(line, kv, spread, None)
+            composed, out_c = lat._decode_composed(line, kv, spread, None, True)
+            assert np.array_equal(out, out_c)
+            assert np.allclose(folded, composed, rtol=1e-12, atol=0.0)
+            assert np.array_equal(folded[out], composed[out])  # outside: composed
+            for i in range(len(kv)):  # the scalar path: the same floats
+                t, o = lat._decode(line, float(kv[i]), float(spread[i]), None)
+                assert t == folded[i] and o == out[i]

@@ -22,7 +22,10 @@ never extrapolated), weighted by the component's share of the step's time.
 
 Decode-only steps share one code path between `step_s` and the bulk `decode_steps_s`
 (the same element-wise IEEE operations on a float or an array), so both give
-bit-identical seconds.
+bit-identical seconds. Without jitter, a decode-only step inside the grid is read from
+its decode line's folded form: the composition above with its constant parts summed once
+per cell of the decode table, a bilinear form in the cell's two weights (equal to
+composing it, to rounding), which a bulk segment prices in a few array operations.
 """
 
 from __future__ import annotations
@@ -223,7 +226,7 @@ class _DecodeLine:
     """Everything of a decode-only step with a fixed decode count but its contexts."""
 
     __slots__ = ("plane", "dense", "sdense", "ar", "sar", "once", "sonce", "out", "moe",
-                 "smoe")
+                 "smoe", "fold", "fold_cols")
 
     def __init__(self, m: ComponentModel, d: int) -> None:
         ax = m.dax
@@ -249,6 +252,54 @@ class _DecodeLine:
         if m.routing is not None:
             self.moe, self.smoe, o5 = m.moe_at(d)
             self.out = self.out or o5
+        # the step's seconds inside each cell of the plane, folded into one bilinear form
+        # in the cell's weights (ti along the contexts, tj along the spread):
+        # t = ((K0 + K1 ti) + K2 tj) + K3 (ti tj), the composition of `_decode` with the
+        # constant parts summed once per cell
+        lsc = m.scale * m.layers
+        rest = (self.dense + self.ar) + self.moe
+        self.fold = []
+        for c0, c1, c2, c3 in self.plane.medcl:
+            self.fold.append((m.scale * (m.layers * (rest + c0) + self.once),
+                              lsc * (c2 - c0), lsc * (c1 - c0), lsc * ((c3 - c2) - (c1 - c0))))
+        self.fold_cols = tuple(np.array(col) for col in zip(*self.fold, strict=True))
+        """`fold` as four arrays over the cells (the vector path's gathers)."""
+
+    def at(self, kv: float, spread: float) -> float | None:
+        """A decode-only step's seconds (no jitter, before the 1 ns floor) at mean context
+        `kv` and spread `spread` inside the plane's grid; None outside it (the caller
+        composes the clamped attention instead)."""
+        p = self.plane
+        a0, a1 = p.ax0, p.ax1
+        if not (a0.lo <= kv <= a0.hi and a1.lo <= spread <= a1.hi):
+            return None
+        i, ti = a0.cell(kv)
+        j, tj = a1.cell(spread)
+        k0, k1, k2, k3 = self.fold[i * (len(a1.values) - 1) + j]
+        return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj)
+
+    def at_many(self, kv: np.ndarray, spread: np.ndarray):
+        """`at` element-wise (the same IEEE operations): (seconds, inside the grid), the
+        seconds of points outside it undefined."""
+        p = self.plane
+        a0, a1 = p.ax0, p.ax1
+        x0, x1, y0, y1 = float(_min(kv)), float(_max(kv)), float(_min(spread)), \
+            float(_max(spread))
+        if x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi:
+            inside = None  # every point
+            i, j = a0.cell_of(x0), a1.cell_of(y0)
+            if i == a0.cell_of(x1) and j == a1.cell_of(y1):  # one cell: scalar weights
+                k0, k1, k2, k3 = self.fold[i * (len(a1.values) - 1) + j]
+                ti = (kv - a0.values[i]) / a0.widths[i]
+                tj = (spread - a1.values[j]) / a1.widths[j]
+                return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj), inside
+        else:
+            inside = (kv >= a0.lo) & (kv <= a0.hi) & (spread >= a1.lo) & (spread <= a1.hi)
+        i, ti = a0.cells(kv)
+        j, tj = a1.cells(spread)
+        cell = i * (len(a1.values) - 1) + j
+        k0, k1, k2, k3 = (c[cell] for c in self.fold_cols)
+        return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj), inside
 
 
 def _joint_of(c: Components):
@@ -357,8 +408,26 @@ class ComponentModel(StepCosts):
 
     def _decode(self, line: _DecodeLine, kv, spread, jitter_z):
         """Decode-only step(s): floats or arrays, the same ops either way (an array skips
-        adding 0.0 and scaling by 1.0, which change no value but -0.0, clamped later)."""
+        adding 0.0 and scaling by 1.0, which change no value but -0.0, clamped later).
+        Without jitter, a point inside the plane's grid is priced by the line's folded
+        form (`_DecodeLine.at`), one outside it by the composition below (clamped)."""
         many = isinstance(kv, np.ndarray)
+        if jitter_z is None:
+            if not many:
+                t = line.at(kv, spread)
+                if t is not None:
+                    return t, False
+            else:
+                t, inside = line.at_many(kv, spread)
+                if inside is None:
+                    return t, np.zeros(len(t), dtype=bool)
+                rest, out = self._decode_composed(line, kv, spread, None, many)
+                return np.where(inside, t, rest), out
+        return self._decode_composed(line, kv, spread, jitter_z, many)
+
+    def _decode_composed(self, line: _DecodeLine, kv, spread, jitter_z, many: bool):
+        """`_decode` by composing the step from its clamped attention (outside the grid,
+        and with jitter, whose spread weighs each part)."""
         if many:
             att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None)
             per_layer = line.dense + att
