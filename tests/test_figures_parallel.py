@@ -159,3 +159,16 @@ def test_a_figure_drawn_past_its_canvas_is_saved_whole(tmp_path):
     assert got.shape[1] > canvas_w * 1.5  # the title is not cut at the canvas
     assert abs(got.shape[1] - ref.shape[1]) <= 2 and abs(got.shape[0] - ref.shape[0]) <= 2
     assert svg.read_text().startswith("<?xml")
+
+
+def test_a_figure_without_an_agg_canvas_is_saved_too(tmp_path):
+    """A figure made outside pyplot (or under an interactive backend) has no Agg canvas
+    to crop: save gives it one."""
+    from matplotlib.figure import Figure
+    from matplotlib.image import imread
+
+    fig = Figure(figsize=(3, 2))
+    fig.subplots().plot([1, 2, 3], [3, 1, 2])
+    fig.tight_layout()
+    png, svg = style.save(fig, tmp_path, "f", ("png", "svg"))
+    assert imread(png).shape[1] > 300 and svg.read_text().startswith("<?xml")

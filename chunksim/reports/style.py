@@ -175,10 +175,13 @@ def save(fig, out_dir: Path, stem: str, formats: tuple[str, ...]) -> list[Path]:
     it, as savefig freezes it for its own "tight" box, so that a layout engine
     (constrained layout) does not solve it again for each format."""
     plt = pyplot()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     paths = []
     png_dpi = DPI * PNG_SCALE
     fig.dpi = png_dpi  # (as savefig sets it while it draws)
-    canvas = fig.canvas
+    # (a figure made under another backend, an interactive session's, gets an Agg canvas)
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
     canvas.draw()
     tight = fig.get_tightbbox(canvas.get_renderer())
     bbox = tight.padded(plt.rcParams["savefig.pad_inches"])
