@@ -122,8 +122,11 @@ def cli_run(argv: list[str]) -> dict:
     return {"wall_s": wall, "peak_rss_mb": rss}
 
 
-def growth_exponent(ns, walls) -> float:
-    """k in wall ~ N^k: least-squares slope of log(wall) on log(N)."""
+def growth_exponent(ns, walls) -> float | None:
+    """k in wall ~ N^k: least-squares slope of log(wall) on log(N); None with fewer than
+    two distinct sizes (`--sizes 1000000` times one size only)."""
+    if len(set(ns)) < 2:
+        return None
     x = [math.log(n) for n in ns]
     y = [math.log(w) for w in walls]
     mx, my = sum(x) / len(x), sum(y) / len(y)
@@ -141,7 +144,8 @@ def scale(sizes, trace: Path, profile: str | None) -> dict:
         print(f"sim run -n {n:>9,} --rate 4   wall {r['wall_s']:8.2f} s   peak RSS "
               f"{r['peak_rss_mb']:6.0f} MB", flush=True)
     k = growth_exponent([r["n"] for r in rows], [r["wall_s"] for r in rows])
-    print(f"growth exponent k = {k:.2f} (wall ~ N^k)")
+    if k is not None:
+        print(f"growth exponent k = {k:.2f} (wall ~ N^k)")
     out_wall = None
     if trace.is_file():
         with tempfile.TemporaryDirectory() as tmp:
@@ -154,7 +158,7 @@ def scale(sizes, trace: Path, profile: str | None) -> dict:
     return {"wall_s_cli_out": None if out_wall is None else round(out_wall, 3),
             "wall_s_1m": round(big["wall_s"], 3) if big["n"] == 1_000_000 else None,
             "peak_rss_mb_1m": big["peak_rss_mb"] if big["n"] == 1_000_000 else None,
-            "k": round(k, 3),
+            "k": None if k is None else round(k, 3),
             "scale": [{"n": r["n"], "wall_s": round(r["wall_s"], 3),
                        "peak_rss_mb": r["peak_rss_mb"]} for r in rows]}
 
