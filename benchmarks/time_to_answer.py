@@ -9,10 +9,11 @@ caching on (as an installed package has it), after one untimed `sim --help` that
 the caches. `answers_equal` compares what the commands answer: for compare, every
 configuration's row of comparison.csv (numbers to rounding, 1e-12 relative); for
 capacity, each configuration's max rate (to the search's tolerance, --tol, as the
-bracket may start elsewhere) and the recommendation. Prints the machine, a table, then
-one JSON line.
+bracket may start elsewhere) and the recommendation. With `--repeats N` each answer runs
+N times a side, the sides alternating, and the table shows medians (the JSON line lists
+every run). Prints the machine, a table, then one JSON line.
 
-    python benchmarks/time_to_answer.py --base REV [--only compare,capacity,...]
+    python benchmarks/time_to_answer.py --base REV [--only compare,capacity,...] [--repeats N]
 """
 
 from __future__ import annotations
@@ -108,6 +109,10 @@ def main() -> None:
     ap.add_argument("--only", default="compare,capacity,capacity_gpus4",
                     help="which examples, comma-separated")
     ap.add_argument("--startup-repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="time each answer this many times a side, alternating the sides; "
+                         "the table shows medians (this machine's speed drifts: one pair "
+                         "can mislead)")
     args = ap.parse_args()
     kinds = [k for k in args.only.split(",") if k]
     unknown = set(kinds) - set(COMMANDS)
@@ -130,19 +135,24 @@ def main() -> None:
         rows = {"cli_startup": {s: statistics.median(v) for s, v in startup.items()},
                 "run_fixed": {s: statistics.median(v) for s, v in fixed.items()}}
         equal = True
+        runs: dict[str, dict[str, list[float]]] = {}
         for kind in kinds:
-            walls, answers = {}, {}
-            for s, tree in sides.items():
-                out = tmp / f"{kind}-{s}"
-                walls[s] = sim(tree, COMMANDS[kind], out)
-                answers[s] = answer(kind, out)
-            rows[kind] = walls
-            ok = same(kind, answers["before"], answers["after"])
-            equal = equal and ok
+            walls: dict[str, list[float]] = {s: [] for s in sides}
+            for _ in range(max(1, args.repeats)):
+                answers = {}
+                for s, tree in sides.items():
+                    out = tmp / f"{kind}-{s}"
+                    shutil.rmtree(out, ignore_errors=True)
+                    walls[s].append(sim(tree, COMMANDS[kind], out))
+                    answers[s] = answer(kind, out)
+                ok = same(kind, answers["before"], answers["after"])
+                equal = equal and ok
+                print(f"{kind}: before {walls['before'][-1]:.1f} s, after "
+                      f"{walls['after'][-1]:.1f} s, same answer: {ok}", flush=True)
+            runs[kind] = walls
+            rows[kind] = {s: statistics.median(v) for s, v in walls.items()}
             if kind != "compare":
                 rows[kind]["answers"] = answers
-            print(f"{kind}: before {walls['before']:.1f} s, after {walls['after']:.1f} s, "
-                  f"same answer: {ok}", flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT,
                        capture_output=True)
@@ -154,6 +164,11 @@ def main() -> None:
     for kind, r in rows.items():
         print(f"{kind:<18}{r['before']:>10.2f}{r['after']:>10.2f}"
               f"{r['after'] / r['before']:>8.2f}")
+    if args.repeats > 1:
+        print(f"medians of {args.repeats} alternated runs; each run (before / after):")
+        for kind, w in runs.items():
+            print(f"  {kind}: " + ", ".join(f"{b:.2f} / {a:.2f}" for b, a in
+                                            zip(w["before"], w["after"], strict=True)))
     for kind, r in rows.items():
         if "answers" in r:
             for s in ("before", "after"):
@@ -170,6 +185,8 @@ def main() -> None:
         "run_fixed_s": round(rows["run_fixed"]["after"], 3),
         "answers_equal": equal,
         "before": {k: round(r["before"], 2) for k, r in rows.items()},
+        "runs": {k: {s: [round(x, 2) for x in v] for s, v in w.items()}
+                 for k, w in runs.items()},
     }))
 
 
