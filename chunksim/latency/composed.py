@@ -181,28 +181,37 @@ class _Plane:
                 v = v if v > 0.0 else 0.0
         return v, self._bilerp1(self.sigl, i, ti, j, tj), out
 
-    def at_many(self, x: np.ndarray, y: np.ndarray, sigma: bool = True
-                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-        """`at` element-wise over arrays (bit-identical to it per element); the spread
-        only when `sigma` (None otherwise: the bulk path without --jitter skips it)."""
+    def weights(self, x: np.ndarray, y: np.ndarray):
+        """(cell, ti, tj, inside) of points over arrays, element-wise as `at` reads them:
+        each point's cell (row-major, as `_corners`), its weights along both axes, and
+        whether every point lies inside the grid. Where every point lies inside one cell
+        (a common case: a stretch's contexts move slowly) the cell is one int, its left
+        ends and widths read as scalars (the same IEEE operations as the gathers); else
+        an array."""
         a0, a1 = self.ax0, self.ax1
+        cols = len(a1.values) - 1
         x0, x1, y0, y1 = float(_min(x)), float(_max(x)), float(_min(y)), float(_max(y))
         inside = x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi
         if inside:
             i, j = a0.cell_of(x0), a1.cell_of(y0)
             if i == a0.cell_of(x1) and j == a1.cell_of(y1):
-                # every point in one cell (a common case: a stretch's contexts move
-                # slowly): its left ends, widths and corners as scalars, the same IEEE
-                # operations as the gathers below
                 ti = (x - a0.values[i]) / a0.widths[i]
                 tj = (y - a1.values[j]) / a1.widths[j]
-                cell = i * (len(a1.values) - 1) + j
-                v = self._bilerp_one(self.medcl[cell], ti, tj)
-                s = self._bilerp_one(self.sigcl[cell], ti, tj) if sigma else None
-                return v, s, np.zeros(len(x), dtype=bool)
+                return i * cols + j, ti, tj, True
         i, ti = a0.cells(x)
         j, tj = a1.cells(y)
-        cell = i * (len(a1.values) - 1) + j
+        return i * cols + j, ti, tj, inside
+
+    def at_many(self, x: np.ndarray, y: np.ndarray, sigma: bool = True
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """`at` element-wise over arrays (bit-identical to it per element); the spread
+        only when `sigma` (None otherwise: the bulk path without --jitter skips it)."""
+        a0, a1 = self.ax0, self.ax1
+        cell, ti, tj, inside = self.weights(x, y)
+        if isinstance(cell, int):  # one cell: its corners as scalars
+            v = self._bilerp_one(self.medcl[cell], ti, tj)
+            s = self._bilerp_one(self.sigcl[cell], ti, tj) if sigma else None
+            return v, s, np.zeros(len(x), dtype=bool)
         v = self._bilerp(self.medc, cell, ti, tj)
         if inside:
             out = np.zeros(len(x), dtype=bool)  # inside the grid: nothing to clamp
@@ -279,27 +288,19 @@ class _DecodeLine:
         return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj)
 
     def at_many(self, kv: np.ndarray, spread: np.ndarray):
-        """`at` element-wise (the same IEEE operations): (seconds, inside the grid), the
-        seconds of points outside it undefined."""
+        """`at` element-wise (the same IEEE operations): (seconds, which points lie
+        inside the grid: None when all do), the seconds of points outside it undefined."""
         p = self.plane
-        a0, a1 = p.ax0, p.ax1
-        x0, x1, y0, y1 = float(_min(kv)), float(_max(kv)), float(_min(spread)), \
-            float(_max(spread))
-        if x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi:
-            inside = None  # every point
-            i, j = a0.cell_of(x0), a1.cell_of(y0)
-            if i == a0.cell_of(x1) and j == a1.cell_of(y1):  # one cell: scalar weights
-                k0, k1, k2, k3 = self.fold[i * (len(a1.values) - 1) + j]
-                ti = (kv - a0.values[i]) / a0.widths[i]
-                tj = (spread - a1.values[j]) / a1.widths[j]
-                return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj), inside
+        cell, ti, tj, inside = p.weights(kv, spread)
+        if isinstance(cell, int):
+            k0, k1, k2, k3 = self.fold[cell]
         else:
-            inside = (kv >= a0.lo) & (kv <= a0.hi) & (spread >= a1.lo) & (spread <= a1.hi)
-        i, ti = a0.cells(kv)
-        j, tj = a1.cells(spread)
-        cell = i * (len(a1.values) - 1) + j
-        k0, k1, k2, k3 = (c[cell] for c in self.fold_cols)
-        return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj), inside
+            k0, k1, k2, k3 = (c[cell] for c in self.fold_cols)
+        t = ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj)
+        if inside:
+            return t, None
+        a0, a1 = p.ax0, p.ax1
+        return t, (kv >= a0.lo) & (kv <= a0.hi) & (spread >= a1.lo) & (spread <= a1.hi)
 
 
 def _joint_of(c: Components):
