@@ -289,13 +289,13 @@ def test_a_passed_probe_does_not_hold_its_search_while_its_figures_fill_in(profi
                 for p in a.probes] == \
             [(p.rate, p.met, p.seeds_met, p.judged, p.summary, p.runs) for p in b.probes]
     # some search submitted a probe at another rate while a full run of its own was out
-    out: dict[tuple, float] = {}
+    out: set[tuple] = set()  # (config, rate, seed) of the full runs still out
     moved_on = False
     for kind, cfg, rate, seed, full in slow.log:
         if kind == "submit" and full:
-            out[(cfg, rate, seed)] = rate
+            out.add((cfg, rate, seed))
         elif kind == "result" and full:
-            out.pop((cfg, rate, seed))
+            out.remove((cfg, rate, seed))
         elif kind == "submit" and any(c == cfg and r != rate for c, r, _ in out):
             moved_on = True
     assert moved_on, slow.log

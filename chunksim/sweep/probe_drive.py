@@ -188,8 +188,8 @@ def lock_step(searches, first, ended, jobs_at, phases, done, filled, after, slos
                 runs[j][k] = res.summary
         while redo := [(j, k, job) for j, rs in enumerate(runs)
                        for k, job in _redo(rs, groups[j], slos, max_reject_pct)]:
-            judged = [j or _known(rs, slos, max_reject_pct)
-                      for j, rs in zip(judged, runs, strict=True)]
+            judged = [was or _known(rs, slos, max_reject_pct)
+                      for was, rs in zip(judged, runs, strict=True)]
             again = _run(runner, [job for _, _, job in redo], progress)
             for (j, k, _), res in zip(redo, again, strict=True):
                 runs[j][k] = merge_runs(runs[j][k], res.summary)
