@@ -1,10 +1,12 @@
 """A fleet's step totals are folded from its replicas' step frames (`StepTotals.merged`)
 without building the merged frame: they must equal the totals of that frame
-(`StepTotals.of(merge_steps(parts))`) field for field, busy time to the bit."""
+(`StepTotals.of(merge_steps(parts))`) field for field, the busy time to rounding (it is
+each replica's own sum, added in replica order)."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +41,13 @@ def test_merged_totals_are_the_merged_frames(sizes, seed, ranged):
     got = StepTotals.merged(parts, ranges)
     want = StepTotals.of(merge_steps(parts), ranges)
     assert got.n == want.n == sum(sizes)
-    assert got.busy_s == want.busy_s  # the same sum in the same order: the same float
+    # each part's sum in its own order, added in part order: that float exactly; the
+    # merged frame's sum (in start order) to rounding
+    own = 0.0
+    for p in parts:
+        own += StepTotals.of(p, ranges).busy_s
+    assert got.busy_s == own
+    assert got.busy_s == pytest.approx(want.busy_s, rel=1e-12, abs=1e-300)
     assert got.extrapolated == want.extrapolated
     assert got.peak_kv_blocks == want.peak_kv_blocks
     assert got.beyond == want.beyond
@@ -77,3 +85,39 @@ def test_folded_totals_that_do_not_match_are_not_used():
         got = StepTotals.merged(parts, RANGES, folded)
         assert (got.extrapolated, got.peak_kv_blocks, got.beyond) == (
             want.extrapolated, want.peak_kv_blocks, want.beyond)
+
+
+def _beyond_by_definition(frame, ranges):
+    """`coverage.beyond_grid` spelled out: each axis's values as floats, NaN where the
+    axis does not apply (no prefill part / no decodes), compared with the bounds."""
+    prefill = frame["prefill_tokens"].to_numpy(dtype=float)
+    decodes = frame["decodes"].to_numpy(dtype=float)
+    values = {
+        "chunk_len": np.where(prefill > 0, prefill, np.nan),
+        "prior_len": np.where(prefill > 0, frame["prior_tokens"].to_numpy(float), np.nan),
+        "decode_count": np.where(decodes > 0, decodes, np.nan),
+        "kv_len": np.where(decodes > 0, frame["decode_kv_tokens"].to_numpy(float), np.nan),
+    }
+    out = {}
+    for axis, x in values.items():
+        lo, hi = ranges[axis]
+        with np.errstate(invalid="ignore"):
+            above, below = x > hi, x < lo
+        out[axis] = (int(above.sum()), float(np.nanmax(x[above])) if above.any() else -np.inf,
+                     int(below.sum()), float(np.nanmin(x[below])) if below.any() else np.inf)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 400), seed=st.integers(0, 10_000),
+       lo=st.sampled_from([0.0, 1.0, 16.0, 40.5]), span=st.floats(0.0, 5000.0))
+def test_beyond_grid_counts_each_axis_where_it_applies(n, seed, lo, span):
+    """Above / below counts and extremes per axis, read straight from the columns, are
+    those of the definition (float values, NaN where an axis does not apply)."""
+    from chunksim.sim.coverage import beyond_grid
+
+    frame = _part(seed, n)
+    ranges = {axis: (lo, lo + span) for axis in RANGES}
+    assert beyond_grid(frame, ranges) == _beyond_by_definition(frame, ranges)
+    cols = {k: frame[k].to_numpy() for k in frame.columns}
+    assert beyond_grid(cols, ranges) == _beyond_by_definition(frame, ranges)

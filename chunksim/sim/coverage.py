@@ -50,35 +50,33 @@ def describe_ranges(ranges: dict[str, tuple[float, float]]) -> str:
     return ", ".join(f"{axis} {lo:,.0f}–{hi:,.0f}" for axis, (lo, hi) in ranges.items())
 
 
-def _step_values(steps, axis: str) -> np.ndarray:
-    """The steps' value on `axis` (NaN where the axis does not apply to a step)."""
-    prefill = np.asarray(steps["prefill_tokens"], dtype=float)
-    decodes = np.asarray(steps["decodes"], dtype=float)
-    match axis:
-        case "chunk_len":
-            return np.where(prefill > 0, prefill, np.nan)
-        case "prior_len":
-            return np.where(prefill > 0, np.asarray(steps["prior_tokens"], dtype=float), np.nan)
-        case "decode_count":
-            return np.where(decodes > 0, decodes, np.nan)
-        case "kv_len":
-            return np.where(decodes > 0, np.asarray(steps["decode_kv_tokens"], dtype=float),
-                            np.nan)
-    raise KeyError(axis)
+_READS = {"chunk_len": ("prefill_tokens", "prefill_tokens"),
+          "prior_len": ("prefill_tokens", "prior_tokens"),
+          "decode_count": ("decodes", "decodes"),
+          "kv_len": ("decodes", "decode_kv_tokens")}
+"""Per axis: the step column that says whether the axis applies to a step (it does where
+that column is > 0: a step with a prefill part, or with decodes) and the column of its
+value."""
 
 
 def beyond_grid(steps, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple]:
     """Per axis: (steps above the grid, their highest value, steps below, their lowest),
-    over `steps` (a frame or a dict of columns); foldable over parts of a run."""
+    over `steps` (a frame or a dict of columns) where the axis applies to a step
+    (`_READS`); foldable over parts of a run. Values compare as read (integer counts
+    against the float bounds exactly), without a float copy of a column."""
     out = {}
+    applies: dict[str, np.ndarray] = {}
     for axis in AXES:
         lo, hi = ranges[axis]
-        x = _step_values(steps, axis)
-        with np.errstate(invalid="ignore"):
-            above, below = x > hi, x < lo
-        na, nb = int(above.sum()), int(below.sum())
-        out[axis] = (na, float(np.nanmax(x[above])) if na else -np.inf,
-                     nb, float(np.nanmin(x[below])) if nb else np.inf)
+        gate, col = _READS[axis]
+        on = applies.get(gate)
+        if on is None:
+            on = applies[gate] = np.asarray(steps[gate]) > 0
+        x = np.asarray(steps[col])
+        above, below = (x > hi) & on, (x < lo) & on
+        na, nb = int(np.count_nonzero(above)), int(np.count_nonzero(below))
+        out[axis] = (na, float(x[above].max()) if na else -np.inf,
+                     nb, float(x[below].min()) if nb else np.inf)
     return out
 
 

@@ -82,10 +82,6 @@ def steps_keep_label(keep: int) -> str:
     return "all" if keep == 1 else "none" if keep == 0 else f"sample:{keep}"
 
 
-_GRID_COLUMNS = ("prefill_tokens", "prior_tokens", "decodes", "decode_kv_tokens")
-"""The step columns `coverage.beyond_grid` reads."""
-
-
 class StepTotals:
     """What the summary needs of every step, folded as steps are recorded: count, busy
     time, extrapolated steps, peak KV blocks, and per coverage axis the steps above and
@@ -162,36 +158,25 @@ class StepTotals:
     @classmethod
     def merged(cls, parts: list, ranges: dict[str, tuple[float, float]] | None = None,
                folded: list[StepTotals] | None = None) -> StepTotals:
-        """The totals of `parts` (step frames, or `StepColumns`) merged by start time,
-        ties in part order, as `of` folds their merged frame (`fleet_records.merge_steps`):
-        only the busy time's sum depends on the order, so only the durations are put in
-        it. `folded`: each part's own totals over the same `ranges` (its engine's, folded
-        as it recorded), whose counts and extremes are taken as they are rather than
-        read again from the rows."""
+        """The totals of `parts` (step frames, or `StepColumns`: the engines of one fleet
+        run) as one run's: counts add, extremes extend, and the busy time is each part's
+        own (its durations summed in its order, as `of` sums them) added in part order.
+        The merged steps (`fleet_records.merge_steps`) are never built: a sum over them
+        in start order agrees to rounding. `folded`: each part's own totals over the
+        same `ranges` (its engine's, folded as it recorded), taken as they are rather
+        than read again from the rows."""
         totals = cls(ranges)
         if folded is not None and (len(folded) != len(parts) or any(
                 t.ranges != ranges or t.n != len(f) for t, f in zip(folded, parts, strict=True))):
             folded = None  # not these parts' totals over these ranges: read the rows
-        keep = [i for i, f in enumerate(parts) if len(f)]
-        if keep:
-            start = np.concatenate([np.asarray(parts[i]["start_s"]) for i in keep])
-            order = np.argsort(start, kind="stable")
-            totals._add_durations(
-                np.concatenate([np.asarray(parts[i]["duration_s"]) for i in keep])[order])
-            for i in keep:  # counts, extremes: the same whatever the order
-                if folded is not None:
-                    f = folded[i]
-                    totals._fold(f.extrapolated, f.peak_kv_blocks, f.beyond)
-                else:
-                    totals._add_rest({k: np.asarray(parts[i][k])
-                                      for k in totals._rest_columns()})
-        totals._close_block()
+        for i, f in enumerate(parts):
+            if not len(f):
+                continue
+            part = folded[i] if folded is not None else cls.of(f, ranges)
+            totals.n += part.n
+            totals.busy_parts.append(part.busy_s)
+            totals._fold(part.extrapolated, part.peak_kv_blocks, part.beyond)
         return totals
-
-    def _rest_columns(self) -> tuple[str, ...]:
-        """The columns `_add_rest` reads."""
-        own = ("extrapolated", "kv_blocks_used")
-        return own if self.ranges is None else own + _GRID_COLUMNS
 
     @classmethod
     def of(cls, steps, ranges: dict[str, tuple[float, float]] | None = None) -> StepTotals:
