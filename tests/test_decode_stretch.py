@@ -133,12 +133,33 @@ def test_a_stretchs_steps_price_as_each_step_alone(comp, n, start, extra, k, see
     kv, kv_max = start + steps, start + extra + steps
     z = np.random.default_rng(seed).standard_normal(k) if seed else None
     vec, flags = comp.decode_steps_s(n, kv, z, kv_max)
+    fast, fast_flags = comp.decode_steps_s(n, kv, z, kv_max, stepwise=True)
+    assert np.array_equal(fast, vec) and np.array_equal(fast_flags, flags)
     line = comp._line(n)
     for i in range(k):
         spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
         t, out = comp._decode(line, float(kv[i]), spread, None if z is None else float(z[i]))
         assert max(t, 1e-9) == vec[i]
         assert bool(out or line.out) == bool(flags[i])
+
+
+@given(n=st.integers(1, 1024), mean=st.integers(1, 10**6), extra=st.integers(0, 10**6),
+       k=st.integers(1, 500), frac=st.integers(0, 1023))
+def test_a_stretchs_extent_from_its_ends_encloses_every_step(n, mean, extra, k, frac):
+    """The extent read from a stretch's first and last step (`_stepwise_extent`) holds
+    every step's mean context and spread, as the engine computes them (a sum of contexts
+    over n, the longest over the mean), however large the contexts and the batch."""
+    from chunksim.latency.composed import _stepwise_extent
+
+    ctx_sum = mean * n + frac % n  # any mean a batch of n integer contexts can have
+    longest = -(-ctx_sum // n) + extra  # at least the mean
+    j = np.arange(k, dtype=np.int64)
+    kv = np.arange(ctx_sum, ctx_sum + k * n, n, dtype=np.int64) / n
+    spread = np.maximum((j + float(longest)) / kv, 1.0)
+    x0, x1, y0, y1 = _stepwise_extent(kv, spread, flat=False)
+    assert x0 == kv.min() and x1 == kv.max()
+    assert y0 <= spread.min() and spread.max() <= y1
+    assert y0 >= 1.0 and y1 <= spread.max() * (1 + 1e-11)  # (a margin, not a guess)
 
 
 def _run(profile, reqs, **engine):

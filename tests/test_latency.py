@@ -72,6 +72,19 @@ def test_vectorized_decode_path_is_bit_identical_to_the_scalar_path(linear_profi
                 assert flags[i] == out
 
 
+def test_the_vector_path_takes_points_in_any_order(linear_profile):
+    """Contexts not in a stretch's order (descending, mixed, beyond the grid's ends) are
+    priced as the scalar path prices each; a stretch's, read as one (`stepwise`), alike."""
+    lat = LatencyModel(linear_profile)
+    kv = np.array([300.0, 20000.0, 17.5, 3000.25, 1.0, 16383.0, 310.0])  # ends: one cell
+    vec, flags = lat.decode_steps_s(5, kv)
+    for i, k in enumerate(kv):
+        assert (vec[i], flags[i]) == lat.step_s(BatchShape(0, 0.0, 5, float(k)))
+    ordered = np.sort(kv)
+    assert np.array_equal(lat.decode_steps_s(5, ordered, stepwise=True)[0],
+                          lat.decode_steps_s(5, ordered)[0])
+
+
 def test_jitter_follows_the_measured_spread(linear_profile):
     lat = LatencyModel(linear_profile)  # spread p90/p10 = 1.5
     shape = BatchShape(256, 0, 4, 1024)

@@ -158,8 +158,8 @@ class _ExplodingSpread(LatencyModel):
         t, out = super().step_s(shape, None)
         return (t * math.exp(40.0 * jitter_z) if jitter_z is not None else t), out
 
-    def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None, *spread):
-        t, out = super().decode_steps_s(decode_count, kv_tokens, None, *spread)
+    def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None, *spread, **hints):
+        t, out = super().decode_steps_s(decode_count, kv_tokens, None, *spread, **hints)
         return (t * np.exp(40.0 * jitter_z) if jitter_z is not None else t), out
 
 

@@ -112,9 +112,11 @@ class CalibratedModel:
         tp = tp if tp < t else t
         return a * tp + b * (t - tp), out
 
-    def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None, *kv_max):
+    def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None, kv_max=None,
+                       stepwise=False):
         """Decode-only steps: all memory-bound part."""
-        t, out = self.base.decode_steps_s(decode_count, kv_tokens, jitter_z, *kv_max)
+        t, out = self.base.decode_steps_s(decode_count, kv_tokens, jitter_z, kv_max,
+                                          stepwise)
         return t * self.cal.memory_scale, out
 
     def overhead(self, requests: int) -> float:

@@ -41,7 +41,23 @@ from chunksim.latency.component_table import Components, Grid
 from chunksim.latency.moe import Routing, routed_expert_s
 from chunksim.latency.profile import Profile
 
-_min, _max = np.minimum.reduce, np.maximum.reduce  # x.min() / x.max() without the wrapper
+_ROUNDING = 1e-12
+"""Relative margin around the ends of a stretch's spreads that encloses every one of them
+(each computed within a few ulps of its exact value: `_stepwise_extent`)."""
+
+
+def _stepwise_extent(kv: np.ndarray, spread: np.ndarray, flat: bool) -> tuple:
+    """(lowest, highest) context and spread of a decode stretch's steps, read from its
+    ends: the mean contexts ascend exactly (one token a step, each mean rounded once),
+    and the spreads (longest / mean, longest growing one token a step too) never grow in
+    exact arithmetic, so a margin of `_ROUNDING` around the ends encloses the computed
+    ones (`flat`: every spread is exactly 1.0). An extent wider than the points only
+    sends them on to the per-point lookup (`_Plane.weights`), never changes a value."""
+    if flat:
+        return float(kv[0]), float(kv[-1]), 1.0, 1.0
+    lo = float(spread[-1]) * (1.0 - _ROUNDING)
+    return (float(kv[0]), float(kv[-1]), lo if lo > 1.0 else 1.0,
+            float(spread[0]) * (1.0 + _ROUNDING))
 
 
 class _Axis:
@@ -181,16 +197,20 @@ class _Plane:
                 v = v if v > 0.0 else 0.0
         return v, self._bilerp1(self.sigl, i, ti, j, tj), out
 
-    def weights(self, x: np.ndarray, y: np.ndarray):
+    def weights(self, x: np.ndarray, y: np.ndarray, extent: tuple | None = None):
         """(cell, ti, tj, inside) of points over arrays, element-wise as `at` reads them:
         each point's cell (row-major, as `_corners`), its weights along both axes, and
         whether every point lies inside the grid. Where every point lies inside one cell
         (a common case: a stretch's contexts move slowly) the cell is one int, its left
         ends and widths read as scalars (the same IEEE operations as the gathers); else
-        an array."""
+        an array. `extent`: (x low, x high, y low, y high) enclosing every point, when
+        the caller knows it without a pass (`_stepwise_extent`); None: read it."""
         a0, a1 = self.ax0, self.ax1
         cols = len(a1.values) - 1
-        x0, x1, y0, y1 = float(_min(x)), float(_max(x)), float(_min(y)), float(_max(y))
+        if extent is None:
+            x0, x1, y0, y1 = float(x.min()), float(x.max()), float(y.min()), float(y.max())
+        else:
+            x0, x1, y0, y1 = extent
         inside = x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi
         if inside:
             i, j = a0.cell_of(x0), a1.cell_of(y0)
@@ -202,12 +222,14 @@ class _Plane:
         j, tj = a1.cells(y)
         return i * cols + j, ti, tj, inside
 
-    def at_many(self, x: np.ndarray, y: np.ndarray, sigma: bool = True
+    def at_many(self, x: np.ndarray, y: np.ndarray, sigma: bool = True,
+                extent: tuple | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """`at` element-wise over arrays (bit-identical to it per element); the spread
-        only when `sigma` (None otherwise: the bulk path without --jitter skips it)."""
+        only when `sigma` (None otherwise: the bulk path without --jitter skips it);
+        `extent` as `weights` takes it."""
         a0, a1 = self.ax0, self.ax1
-        cell, ti, tj, inside = self.weights(x, y)
+        cell, ti, tj, inside = self.weights(x, y, extent)
         if isinstance(cell, int):  # one cell: its corners as scalars
             v = self._bilerp_one(self.medcl[cell], ti, tj)
             s = self._bilerp_one(self.sigcl[cell], ti, tj) if sigma else None
@@ -287,11 +309,12 @@ class _DecodeLine:
         k0, k1, k2, k3 = self.fold[i * (len(a1.values) - 1) + j]
         return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj)
 
-    def at_many(self, kv: np.ndarray, spread: np.ndarray):
+    def at_many(self, kv: np.ndarray, spread: np.ndarray, extent: tuple | None = None):
         """`at` element-wise (the same IEEE operations): (seconds, which points lie
-        inside the grid: None when all do), the seconds of points outside it undefined."""
+        inside the grid: None when all do), the seconds of points outside it undefined;
+        `extent` as `_Plane.weights` takes it."""
         p = self.plane
-        cell, ti, tj, inside = p.weights(kv, spread)
+        cell, ti, tj, inside = p.weights(kv, spread, extent)
         if isinstance(cell, int):
             k0, k1, k2, k3 = self.fold[cell]
         else:
@@ -407,11 +430,12 @@ class ComponentModel(StepCosts):
             line = self._lines[d] = _DecodeLine(self, d)
         return line
 
-    def _decode(self, line: _DecodeLine, kv, spread, jitter_z):
+    def _decode(self, line: _DecodeLine, kv, spread, jitter_z, extent=None):
         """Decode-only step(s): floats or arrays, the same ops either way (an array skips
         adding 0.0 and scaling by 1.0, which change no value but -0.0, clamped later).
         Without jitter, a point inside the plane's grid is priced by the line's folded
-        form (`_DecodeLine.at`), one outside it by the composition below (clamped)."""
+        form (`_DecodeLine.at`), one outside it by the composition below (clamped).
+        `extent`: the arrays' (`_Plane.weights`)."""
         many = isinstance(kv, np.ndarray)
         if jitter_z is None:
             if not many:
@@ -419,18 +443,20 @@ class ComponentModel(StepCosts):
                 if t is not None:
                     return t, False
             else:
-                t, inside = line.at_many(kv, spread)
+                t, inside = line.at_many(kv, spread, extent)
                 if inside is None:
                     return t, np.zeros(len(t), dtype=bool)
-                rest, out = self._decode_composed(line, kv, spread, None, many)
+                rest, out = self._decode_composed(line, kv, spread, None, many, extent)
                 return np.where(inside, t, rest), out
-        return self._decode_composed(line, kv, spread, jitter_z, many)
+        return self._decode_composed(line, kv, spread, jitter_z, many, extent)
 
-    def _decode_composed(self, line: _DecodeLine, kv, spread, jitter_z, many: bool):
+    def _decode_composed(self, line: _DecodeLine, kv, spread, jitter_z, many: bool,
+                         extent=None):
         """`_decode` by composing the step from its clamped attention (outside the grid,
         and with jitter, whose spread weighs each part)."""
         if many:
-            att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None)
+            att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None,
+                                                extent=extent)
             per_layer = line.dense + att
             if line.ar:
                 per_layer = per_layer + line.ar
@@ -519,19 +545,25 @@ class ComponentModel(StepCosts):
 
     def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
                        jitter_z: np.ndarray | None = None,
-                       kv_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       kv_max: np.ndarray | None = None,
+                       stepwise: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Times of decode-only steps with `decode_count` decodes at mean contexts
         `kv_tokens` and longest contexts `kv_max` (one entry per step; None: equal
-        contexts), and their out-of-grid flags; bit-identical to `step_s` per step."""
+        contexts), and their out-of-grid flags; bit-identical to `step_s` per step.
+        `stepwise`: the steps are a decode stretch's, every context one token longer
+        than in the step before (mean and longest alike), so the points' extent is read
+        from the first and last step (`_stepwise_extent`); any points otherwise."""
         line = self._line(decode_count)
         kv = np.asarray(kv_tokens, dtype=np.float64)
-        if kv_max is not None and self.spread_axis:
+        flat = kv_max is None or not self.spread_axis
+        if not flat:
             # kv_max / kv where the longest exceeds the mean, else 1.0 (as step_s): a
             # ratio of the others is <= 1 (a decode's context is >= 1, so kv > 0)
             spread = np.maximum(np.asarray(kv_max, dtype=np.float64) / kv, 1.0)
         else:
             spread = np.ones(len(kv))
-        t, out = self._decode(line, kv, spread, jitter_z)
+        extent = _stepwise_extent(kv, spread, flat) if stepwise and len(kv) else None
+        t, out = self._decode(line, kv, spread, jitter_z, extent)
         if line.out:
             out = out | line.out
         return np.maximum(t, 1e-9), out

@@ -187,7 +187,8 @@ class LatencyModel(StepCosts):
         c, d, k = shape.prefill_tokens, shape.decode_count, shape.decode_kv_tokens
         if c == 0:  # decode-only: the one-element case of decode_steps_s (one path)
             t, out = self.decode_steps_s(
-                d, np.array([float(k)]), None if jitter_z is None else np.array([jitter_z]))
+                d, np.array([float(k)]), None if jitter_z is None else np.array([jitter_z]),
+                stepwise=True)  # (one step)
             return float(t[0]), bool(out[0])
         t, out = self._interp3(self._med_l, c, d, k)
         if shape.prior_tokens > 0:
@@ -216,14 +217,20 @@ class LatencyModel(StepCosts):
 
     def decode_steps_s(self, decode_count: int, kv_tokens: np.ndarray,
                        jitter_z: np.ndarray | None = None,
-                       kv_max: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                       kv_max: np.ndarray | None = None,
+                       stepwise: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Times of decode-only steps with `decode_count` decodes at mean contexts
         `kv_tokens` (one entry per step), and their out-of-grid flags (`kv_max`, the longest
         contexts, is not priced by a whole-step table). A decode-only `step_s` is its
-        one-element case."""
+        one-element case. `stepwise`: the steps are a decode stretch's (`kv_tokens`
+        ascend, one token a step), so their extent is read from the first and last."""
         line = self._line(decode_count)
         xs = line.xs
-        lo, hi = float(kv_tokens[0]), float(kv_tokens[-1])  # kv_tokens ascend
+        kv_tokens = np.asarray(kv_tokens, dtype=np.float64)
+        if stepwise:
+            lo, hi = float(kv_tokens[0]), float(kv_tokens[-1])
+        else:
+            lo, hi = float(kv_tokens.min()), float(kv_tokens.max())
         i0 = bisect_right(xs, lo) - 1
         if jitter_z is None and 0 <= i0 < line.last + 1 and hi < xs[i0 + 1]:
             # the whole stretch lies in one kv cell: scalars broadcast, same IEEE ops

@@ -405,9 +405,9 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
         if spread:
             # every context grows by one a step: the longest stays the longest
             kv_max = steps + float(st.longest())  # exact: float64 integers
-            dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max)
+            dur, out = latency.decode_steps_s(n, kv_mean, z, kv_max, stepwise=True)
         else:
-            dur, out = latency.decode_steps_s(n, kv_mean, z)
+            dur, out = latency.decode_steps_s(n, kv_mean, z, stepwise=True)
         fwd = dur
         if not first_segment:
             overhead = latency.overhead(n)
@@ -440,7 +440,7 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
             k = min(k, k_tie)
         if z is not None and engine.guard is not None:  # the k steps that run
             sp = (kv_max[:k],) if spread else ()
-            median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp)
+            median, _ = latency.decode_steps_s(n, kv_mean[:k], None, *sp, stepwise=True)
             engine.guard.check_run(c.steps.n, fwd[:k], median, z[:k])
         if live:
             # applied at its end; until then readers subtract the steps done, and a
@@ -533,9 +533,9 @@ def join_step(engine: Engine, env: simpy.Environment, st: DecodeStretch, t: floa
     latency = engine.latency
     z = engine.noise.range(c.steps.n, 1) if engine.noise is not None else None
     sp = (np.array([float(longest)]),) if latency.prices_spread else ()
-    fwd, out = latency.decode_steps_s(n, kv_mean, z, *sp)
+    fwd, out = latency.decode_steps_s(n, kv_mean, z, *sp, stepwise=True)
     if z is not None and engine.guard is not None:
-        median, _ = latency.decode_steps_s(n, kv_mean, None, *sp)
+        median, _ = latency.decode_steps_s(n, kv_mean, None, *sp, stepwise=True)
         engine.guard.check_run(c.steps.n, fwd, median, z)
     overhead = latency.overhead(n)
     dur = fwd + overhead if overhead else fwd  # the step path's float ops
