@@ -143,6 +143,55 @@ def test_a_stretchs_steps_price_as_each_step_alone(comp, n, start, extra, k, see
         assert bool(out or line.out) == bool(flags[i])
 
 
+def _falling_decode(count: float, kv: float, spread: float) -> float:
+    """Decode attention that falls along both keys in their last cells, so a step beyond
+    the grid is held at its edge (never extrapolated below it)."""
+    kv_eff = kv if kv <= 4096 else 4096 - 0.1 * (kv - 4096)
+    return 2e-6 + 1e-7 * count + 1e-9 * count * kv_eff * (1.0 - 0.3 * (spread - 1.0))
+
+
+@pytest.fixture(scope="module")
+def falling(tmp_path_factory):
+    """A component profile with `_falling_decode` and a spread (sigma) that differs from
+    cell to cell, so where a clamped point is read shows in its jitter."""
+    from factories import component_rows
+
+    rows = component_rows(decode=_falling_decode)
+    for r in rows:
+        if r["component"] == "decode_attn":
+            ratio = 1.2 + r["kv_len"] / 16384 + r["kv_max"] / r["kv_len"] / 10
+            r["p10_s"], r["p90_s"] = r["median_s"] / ratio**0.5, r["median_s"] * ratio**0.5
+    return latency_model(make_component_profile(tmp_path_factory.mktemp("f"), rows=rows))
+
+
+@pytest.mark.parametrize("region", ["spreads beyond", "contexts beyond", "both beyond",
+                                    "inside"])
+@pytest.mark.parametrize("jitter", [False, True])
+def test_stretches_off_the_grid_on_one_axis_price_as_each_step_alone(falling, region,
+                                                                      jitter):
+    """A stretch whose every step leaves the grid the same way (the one-cell shortcuts of
+    the clamped lookup) prices each step as the scalar path does, bit for bit, read as a
+    stretch or as any points."""
+    comp = falling
+    kv_axis, spread_axis = comp.kvax.values, comp.rax.values
+    k = 60
+    steps = np.arange(k, dtype=np.float64)
+    start = {"spreads beyond": (kv_axis[1] + kv_axis[2]) / 2, "inside": kv_axis[1] + 3.0,
+             "contexts beyond": kv_axis[-1] * 2.0, "both beyond": kv_axis[-1] * 2.0}[region]
+    far_spread = spread_axis[-1] * 1.5 if region in ("spreads beyond", "both beyond") else 1.2
+    kv = start + steps
+    kv_max = np.floor(start * far_spread) + steps
+    z = np.random.default_rng(7).standard_normal(k) if jitter else None
+    line = comp._line(24)
+    for stepwise in (True, False):
+        vec, flags = comp.decode_steps_s(24, kv, z, kv_max, stepwise=stepwise)
+        for i in range(k):
+            spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
+            t, out = comp._decode(line, float(kv[i]), spread, None if z is None else float(z[i]))
+            assert max(t, 1e-9) == vec[i]
+            assert bool(out or line.out) == bool(flags[i])
+
+
 @given(n=st.integers(1, 1024), mean=st.integers(1, 10**6), extra=st.integers(0, 10**6),
        k=st.integers(1, 500), frac=st.integers(0, 1023))
 def test_a_stretchs_extent_from_its_ends_encloses_every_step(n, mean, extra, k, frac):

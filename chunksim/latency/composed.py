@@ -200,11 +200,12 @@ class _Plane:
     def weights(self, x: np.ndarray, y: np.ndarray, extent: tuple | None = None):
         """(cell, ti, tj, inside) of points over arrays, element-wise as `at` reads them:
         each point's cell (row-major, as `_corners`), its weights along both axes, and
-        whether every point lies inside the grid. Where every point lies inside one cell
-        (a common case: a stretch's contexts move slowly) the cell is one int, its left
-        ends and widths read as scalars (the same IEEE operations as the gathers); else
-        an array. `extent`: (x low, x high, y low, y high) enclosing every point, when
-        the caller knows it without a pass (`_stepwise_extent`); None: read it."""
+        whether every point lies inside the grid. Where every point lies in one cell (a
+        common case: a stretch's contexts move slowly; a point beyond the grid counts in
+        the edge cell it is extrapolated from) the cell is one int, its left ends and
+        widths read as scalars (the same IEEE operations as the gathers); else an array.
+        `extent`: (x low, x high, y low, y high) enclosing every point, when the caller
+        knows it without a pass (`_stepwise_extent`); None: read it."""
         a0, a1 = self.ax0, self.ax1
         cols = len(a1.values) - 1
         if extent is None:
@@ -212,12 +213,11 @@ class _Plane:
         else:
             x0, x1, y0, y1 = extent
         inside = x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi
-        if inside:
-            i, j = a0.cell_of(x0), a1.cell_of(y0)
-            if i == a0.cell_of(x1) and j == a1.cell_of(y1):
-                ti = (x - a0.values[i]) / a0.widths[i]
-                tj = (y - a1.values[j]) / a1.widths[j]
-                return i * cols + j, ti, tj, True
+        i, j = a0.cell_of(x0), a1.cell_of(y0)
+        if i == a0.cell_of(x1) and j == a1.cell_of(y1):
+            ti = (x - a0.values[i]) / a0.widths[i]
+            tj = (y - a1.values[j]) / a1.widths[j]
+            return i * cols + j, ti, tj, inside
         i, ti = a0.cells(x)
         j, tj = a1.cells(y)
         return i * cols + j, ti, tj, inside
@@ -230,11 +230,24 @@ class _Plane:
         `extent` as `weights` takes it."""
         a0, a1 = self.ax0, self.ax1
         cell, ti, tj, inside = self.weights(x, y, extent)
-        if isinstance(cell, int):  # one cell: its corners as scalars
-            v = self._bilerp_one(self.medcl[cell], ti, tj)
-            s = self._bilerp_one(self.sigcl[cell], ti, tj) if sigma else None
-            return v, s, np.zeros(len(x), dtype=bool)
-        v = self._bilerp(self.medc, cell, ti, tj)
+        one = isinstance(cell, int)  # one cell: its corners as scalars
+
+        def bilerp(corners: np.ndarray, scalars: list, ti, tj):
+            return (self._bilerp_one(scalars[cell], ti, tj) if one
+                    else self._bilerp(corners, cell, ti, tj))
+
+        v = bilerp(self.medc, self.medcl, ti, tj)
+        if one and extent is not None and extent[2] > a1.hi and (
+                a0.lo <= extent[0] and extent[1] <= a0.hi):
+            # every spread beyond the grid's far end, every context inside it: clamped,
+            # the spread is the end itself (one scalar) and the contexts stay, so the
+            # general path's operations below with its constant operands as scalars
+            j = cell % (len(a1.values) - 1)
+            tj_end = (a1.hi - a1.values[j]) / a1.widths[j]
+            edge = self._bilerp_one(self.medcl[cell], ti, tj_end)
+            return (np.where(v < edge, edge, v),
+                    self._bilerp_one(self.sigcl[cell], ti, tj_end) if sigma else None,
+                    np.ones(len(x), dtype=bool))
         if inside:
             out = np.zeros(len(x), dtype=bool)  # inside the grid: nothing to clamp
         else:
@@ -242,15 +255,20 @@ class _Plane:
             near = ((x < a0.lo) | (y < a1.lo)) & ~far
             out = far | near
             xc, yc = np.clip(x, a0.lo, a0.hi), np.clip(y, a1.lo, a1.hi)
-            i, ti = a0.cells(xc)
-            j, tj = a1.cells(yc)
-            cell = i * (len(a1.values) - 1) + j
+            if one:  # a point clamped to the grid's edge stays in its edge cell
+                i, j = divmod(cell, len(a1.values) - 1)
+                ti = (xc - a0.values[i]) / a0.widths[i]
+                tj = (yc - a1.values[j]) / a1.widths[j]
+            else:
+                i, ti = a0.cells(xc)
+                j, tj = a1.cells(yc)
+                cell = i * (len(a1.values) - 1) + j
             if far.any():
-                edge = self._bilerp(self.medc, cell, ti, tj)
+                edge = bilerp(self.medc, self.medcl, ti, tj)
                 v = np.where(far & (v < edge), edge, v)
             if near.any():
                 v = np.where(near & (v < 0.0), 0.0, v)
-        return v, (self._bilerp(self.sigc, cell, ti, tj) if sigma else None), out
+        return v, (bilerp(self.sigc, self.sigcl, ti, tj) if sigma else None), out
 
 
 class _DecodeLine:
@@ -312,8 +330,14 @@ class _DecodeLine:
     def at_many(self, kv: np.ndarray, spread: np.ndarray, extent: tuple | None = None):
         """`at` element-wise (the same IEEE operations): (seconds, which points lie
         inside the grid: None when all do), the seconds of points outside it undefined;
-        `extent` as `_Plane.weights` takes it."""
+        `extent` as `_Plane.weights` takes it: one beyond the grid on an axis (no point
+        inside) gives no seconds, (None, False)."""
         p = self.plane
+        if extent is not None:
+            a0, a1 = p.ax0, p.ax1
+            x0, x1, y0, y1 = extent
+            if x0 > a0.hi or x1 < a0.lo or y0 > a1.hi or y1 < a1.lo:
+                return None, False
         cell, ti, tj, inside = p.weights(kv, spread, extent)
         if isinstance(cell, int):
             k0, k1, k2, k3 = self.fold[cell]
@@ -447,7 +471,7 @@ class ComponentModel(StepCosts):
                 if inside is None:
                     return t, np.zeros(len(t), dtype=bool)
                 rest, out = self._decode_composed(line, kv, spread, None, many, extent)
-                return np.where(inside, t, rest), out
+                return (rest, out) if t is None else (np.where(inside, t, rest), out)
         return self._decode_composed(line, kv, spread, jitter_z, many, extent)
 
     def _decode_composed(self, line: _DecodeLine, kv, spread, jitter_z, many: bool,
