@@ -36,6 +36,10 @@ StepRow = NamedTuple("StepRow", list(STEP_COLUMNS.items()))
 STEP_CHUNK_ROWS = 1 << 16
 """Rows per step buffer: a full buffer is handed on (kept, sampled, streamed) whole, so
 recording never copies what it already holds."""
+PENDING_ROWS = 1 << 12
+"""Single step records held as they came, at most: they are written into the buffer
+together, one assignment per column, when this many are held or the buffer is handed on
+(`StepLog.append`)."""
 EXACT_BUSY_ROWS = 1 << 22
 """Up to this many steps the busy time is one numpy sum over every step's duration (the
 same float as summing the steps frame); beyond, the sums of consecutive blocks of this
@@ -195,7 +199,9 @@ class StepLog:
     """Column store for step records, in fixed-size buffers. Every full buffer (and the
     last one at `close`) is folded into `totals`, then kept whole, thinned to every
     `keep`-th step (0: none kept) and/or handed to `sink(cols)` (a streaming writer);
-    `frame()` holds the kept rows. Memory is one buffer plus what is kept."""
+    `frame()` holds the kept rows. Memory is one buffer plus what is kept. Single steps
+    wait as records (at most PENDING_ROWS) and are written together, at the rows they
+    hold; a bulk run of decode steps is written at once, at its own rows."""
 
     def __init__(self, capacity: int = STEP_CHUNK_ROWS, keep: int = 1, sink=None,
                  ranges: dict[str, tuple[float, float]] | None = None) -> None:
@@ -208,9 +214,23 @@ class StepLog:
         self.cols = {k: np.zeros(self.chunk_rows, dtype=t) for k, t in STEP_COLUMNS.items()}
         self.kept: list[dict[str, np.ndarray]] = []
         self.closed = False
+        self.pending: list[StepRow] = []  # single steps not written yet
+        self.pending_at: list[int] = []  # their rows in the buffer
+
+    def _write_pending(self) -> None:
+        """Write the single steps held into the buffer: per column, every value at its
+        row in one assignment (the values as a per-item write would store them)."""
+        rows = self.pending
+        if not rows:
+            return
+        at = np.array(self.pending_at, dtype=np.intp)
+        for a, values in zip(self.cols.values(), zip(*rows, strict=True), strict=True):
+            a[at] = values
+        self.pending, self.pending_at = [], []
 
     def _flush(self) -> None:
         """Hand the buffer's rows on and start an empty one."""
+        self._write_pending()
         m = self.n - self.base
         if m == 0:
             return
@@ -231,14 +251,16 @@ class StepLog:
         self.cols = {k: np.zeros(self.chunk_rows, dtype=a.dtype) for k, a in self.cols.items()}
 
     def append(self, row: StepRow) -> None:
-        """One step's record."""
+        """One step's record (held until the pending single steps are written)."""
         i = self.n - self.base
         if i >= self.chunk_rows:
             self._flush()
             i = 0
-        for a, v in zip(self.cols.values(), row, strict=True):
-            a[i] = v
+        self.pending.append(row)
+        self.pending_at.append(i)
         self.n += 1
+        if len(self.pending) >= PENDING_ROWS:
+            self._write_pending()
 
     def extend_decodes(self, start_s, duration_s, decodes: int, kv_tokens, kv_blocks_used,
                        extrapolated) -> None:
