@@ -42,8 +42,11 @@ from chunksim.sim.records import EXACT_GAP_SAMPLES
 REJECTED_KEY = "rejected_pct"
 """The bound of a watched run on the share of its requests rejected, in % (the probe's
 --max-reject-pct), beside the latency bounds (`watchable` keys, in ms)."""
-SETTLE_EVERY_STEPS = 128
-"""How often (in an engine's steps) a watched run checks its bounds, at most."""
+SETTLE_EVERY_STEPS = 256
+"""How often (in an engine's steps) a watched run checks its bounds, at most. Each check
+costs a pass over the bounds and ends a bulk decode segment; checking seldomer lets a
+run that fails go on longer before it stops (benchmarks/time_to_answer.py weighs the
+two)."""
 MIN_SETTLE_STEPS = 8
 """How often at least: a bound whose misses grow fast is checked again about when they
 could reach what settles it (`SloWatch.check`), but no sooner than this."""
