@@ -42,3 +42,24 @@ def test_a_streamed_run_refuses_to_read_as_values_and_empty_is_zero():
         Samples(np.zeros(1), hist=h)
     with pytest.raises(ValueError, match="not both"):
         Samples()
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.floats(0.0, 5.0, allow_nan=False), min_size=0, max_size=300),
+       repeat=st.integers(1, 4))
+def test_a_runs_latency_figures_are_numpys_on_the_sorted_values(values, repeat):
+    """The summary's figures of a latency (`metrics._stats`, which scales and partitions
+    one sorted copy in place) are numpy's own on the sorted values in ms, bit for bit;
+    the samples themselves are left as they were."""
+    from chunksim.sim.metrics import PERCENTILES, _stats
+
+    v = np.array(values * repeat)
+    kept = v.copy()
+    got = _stats("itl", Samples(v))
+    ms = np.sort(v) * 1000.0 if len(v) else np.zeros(1)
+    want = {"mean_itl_ms": float(np.mean(ms)), "median_itl_ms": float(np.median(ms)),
+            "std_itl_ms": float(np.std(ms))}
+    want.update({f"p{p}_itl_ms": float(x)
+                 for p, x in zip(PERCENTILES, np.percentile(ms, PERCENTILES), strict=True)})
+    assert got == want
+    assert np.array_equal(v, kept)
