@@ -145,6 +145,8 @@ class _Plane:
 
     def __init__(self, ax0: _Axis, ax1: _Axis, med: np.ndarray, sig: np.ndarray) -> None:
         self.ax0, self.ax1 = ax0, ax1
+        self.cols = len(ax1.values) - 1
+        """Cells along the second axis: cell (i, j) is number i * cols + j."""
         # nested lists for the scalar path: Python floats, the same IEEE operations as
         # numpy's element-wise ones (so `at` and `at_many` agree bit for bit), without
         # numpy's per-scalar overhead
@@ -167,6 +169,14 @@ class _Plane:
         uj = 1.0 - tj
         return ((1.0 - ti) * (uj * c[:, 0] + tj * c[:, 1])
                 + ti * (uj * c[:, 2] + tj * c[:, 3]))
+
+    @classmethod
+    def _read(cls, corners: np.ndarray, scalars: list, cell, ti, tj):
+        """`_bilerp` at `cell` from `corners`, or where `cell` is one int (every point in
+        one cell) `_bilerp_one` of its corners as scalars (`scalars`)."""
+        if isinstance(cell, int):
+            return cls._bilerp_one(scalars[cell], ti, tj)
+        return cls._bilerp(corners, cell, ti, tj)
 
     @staticmethod
     def _bilerp_one(c: list, ti, tj):
@@ -206,8 +216,7 @@ class _Plane:
         widths read as scalars (the same IEEE operations as the gathers); else an array.
         `extent`: (x low, x high, y low, y high) enclosing every point, when the caller
         knows it without a pass (`_stepwise_extent`); None: read it."""
-        a0, a1 = self.ax0, self.ax1
-        cols = len(a1.values) - 1
+        a0, a1, cols = self.ax0, self.ax1, self.cols
         if extent is None:
             x0, x1, y0, y1 = float(x.min()), float(x.max()), float(y.min()), float(y.max())
         else:
@@ -230,19 +239,14 @@ class _Plane:
         `extent` as `weights` takes it."""
         a0, a1 = self.ax0, self.ax1
         cell, ti, tj, inside = self.weights(x, y, extent)
-        one = isinstance(cell, int)  # one cell: its corners as scalars
-
-        def bilerp(corners: np.ndarray, scalars: list, ti, tj):
-            return (self._bilerp_one(scalars[cell], ti, tj) if one
-                    else self._bilerp(corners, cell, ti, tj))
-
-        v = bilerp(self.medc, self.medcl, ti, tj)
+        one = isinstance(cell, int)
+        v = self._read(self.medc, self.medcl, cell, ti, tj)
         if one and extent is not None and extent[2] > a1.hi and (
                 a0.lo <= extent[0] and extent[1] <= a0.hi):
             # every spread beyond the grid's far end, every context inside it: clamped,
             # the spread is the end itself (one scalar) and the contexts stay, so the
             # general path's operations below with its constant operands as scalars
-            j = cell % (len(a1.values) - 1)
+            j = cell % self.cols
             tj_end = (a1.hi - a1.values[j]) / a1.widths[j]
             edge = self._bilerp_one(self.medcl[cell], ti, tj_end)
             return (np.where(v < edge, edge, v),
@@ -256,19 +260,19 @@ class _Plane:
             out = far | near
             xc, yc = np.clip(x, a0.lo, a0.hi), np.clip(y, a1.lo, a1.hi)
             if one:  # a point clamped to the grid's edge stays in its edge cell
-                i, j = divmod(cell, len(a1.values) - 1)
+                i, j = divmod(cell, self.cols)
                 ti = (xc - a0.values[i]) / a0.widths[i]
                 tj = (yc - a1.values[j]) / a1.widths[j]
             else:
                 i, ti = a0.cells(xc)
                 j, tj = a1.cells(yc)
-                cell = i * (len(a1.values) - 1) + j
+                cell = i * self.cols + j
             if far.any():
-                edge = bilerp(self.medc, self.medcl, ti, tj)
+                edge = self._read(self.medc, self.medcl, cell, ti, tj)
                 v = np.where(far & (v < edge), edge, v)
             if near.any():
                 v = np.where(near & (v < 0.0), 0.0, v)
-        return v, (bilerp(self.sigc, self.sigcl, ti, tj) if sigma else None), out
+        return v, (self._read(self.sigc, self.sigcl, cell, ti, tj) if sigma else None), out
 
 
 class _DecodeLine:
@@ -324,7 +328,7 @@ class _DecodeLine:
             return None
         i, ti = a0.cell(kv)
         j, tj = a1.cell(spread)
-        k0, k1, k2, k3 = self.fold[i * (len(a1.values) - 1) + j]
+        k0, k1, k2, k3 = self.fold[i * p.cols + j]
         return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj)
 
     def at_many(self, kv: np.ndarray, spread: np.ndarray, extent: tuple | None = None):
