@@ -245,6 +245,7 @@ class _SlowFullRuns:
     ones) hands its result over `delay_s` later, from another thread."""
 
     pooled = True
+    workers = 2
 
     def __init__(self, profile, delay_s: float) -> None:
         self.profile, self.delay_s = profile, delay_s

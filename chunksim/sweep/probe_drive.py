@@ -5,12 +5,15 @@ search's closing runs (`after_search`) as soon as it ends and its probes' runs a
 A probe is judged as soon as its verdict is known; a pass still runs its unrun and
 stopped seeds in full, as its figures are reported, but the search does not wait for
 them. `pipelined` keeps a pool busy (each search submits its next probe as soon as its
-last is judged); `lock_step` runs rounds on a serial Runner. Both give the same probes.
+last is judged, and a free worker takes the most urgent job waiting, `_Dispatch`);
+`lock_step` runs rounds on a serial Runner. Both give the same probes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
@@ -29,6 +32,37 @@ from chunksim.sweep.probes import (
 )
 from chunksim.sweep.runner import Runner
 from chunksim.sweep.search import RateSearch
+
+
+class _Dispatch:
+    """A pipelined search's jobs waiting for the pool, the most urgent first: a probe's
+    run (its search waits for it), then a run that fills in a judged probe's figures (its
+    search's closing runs wait for it), then a closing run (nothing waits for it); in the
+    order submitted within a kind. The pool holds at most `slots` jobs: one per worker
+    and one more, queued, which a worker that finishes takes at once (without it, a
+    worker would wait for this process to hand it the next). Jobs handed to the pool run
+    in the order handed, so holding the rest back here is what lets a probe's run pass
+    closing runs submitted before it, and a search's last probes not wait behind them."""
+
+    RANK = {0: 0, 2: 1, 1: 2}
+    """`pipelined`'s key kind (probe 0, closing run 1, fill-in 2) -> urgency."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._heap: list[tuple[int, int, tuple, SimJob]] = []
+        self._order = itertools.count()
+
+    def add(self, key: tuple, job: SimJob) -> None:
+        heapq.heappush(self._heap, (self.RANK[key[0]], next(self._order), key, job))
+
+    def take(self, held: int) -> list[tuple[tuple, SimJob]]:
+        """The jobs to hand the pool now that it holds `held`: the most urgent, up to
+        `slots` held in all."""
+        out = []
+        while self._heap and held + len(out) < self.slots:
+            _, _, key, job = heapq.heappop(self._heap)
+            out.append((key, job))
+        return out
 
 
 def _run(runner: Runner, jobs: list[SimJob], progress: ProgressBar | None) -> list:
@@ -208,7 +242,7 @@ def pipelined(searches, first, ended, jobs_at, phases, done, filled, after, slos
     (its later seeds, its stopped seeds again in full) run beside the search's next
     probes, and `filled` says when they are all in. Each search's probes depend on its
     own verdicts and its lead's capacity only, each chain on its search only: the
-    outcome is the lock-step one."""
+    outcome is the lock-step one, whichever job a worker takes first (`_Dispatch`)."""
     # future -> (0, search, seed) for a probe's job, (1, chain number) for a chain's,
     # (2, fill number, seed) for a run that fills in a judged probe's figures
     pending: dict[Future, tuple] = {}
@@ -220,10 +254,16 @@ def pipelined(searches, first, ended, jobs_at, phases, done, filled, after, slos
     filling = [0] * len(searches)  # per search, its probes with runs still to come in
     over: set[int] = set()  # searches ended whose chains wait for those runs
 
+    waiting = _Dispatch(runner.workers + 1)
+
     def submit(key: tuple, job: SimJob) -> None:
         if progress is not None:
             progress.add(1)
-        pending[runner.submit(job)] = key
+        waiting.add(key, job)
+
+    def dispatch() -> None:
+        for key, job in waiting.take(len(pending)):
+            pending[runner.submit(job)] = key
 
     def start_chains(i: int) -> None:
         for c in after(i):
@@ -266,6 +306,7 @@ def pipelined(searches, first, ended, jobs_at, phases, done, filled, after, slos
 
     for i in first:
         advance(i)
+    dispatch()
     try:
         while pending:
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -312,6 +353,7 @@ def pipelined(searches, first, ended, jobs_at, phases, done, filled, after, slos
                         submit((0, i, k2), job)
                     continue
                 judge_now(i, r, runs, [])
+            dispatch()
     finally:
         for fut in pending:
             fut.cancel()
