@@ -141,3 +141,22 @@ def test_matplotlib_loaded_in_the_background_is_the_styled_agg_pyplot():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert res.stdout.split() == ["agg", "chunksim"], res.stdout + res.stderr
+
+
+def test_the_background_thread_imports_what_a_report_also_needs():
+    """`load_in_background(also=...)` imports those modules after matplotlib on the same
+    thread, so a report finds them loaded once `pyplot` has waited for it (a fresh
+    interpreter: pandas not loaded before)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from chunksim.reports import style\n"
+        "assert 'pandas' not in sys.modules and 'matplotlib' not in sys.modules\n"
+        "style.load_in_background(also=('pandas',))\n"
+        "style.pyplot()\n"
+        "print('pandas' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert res.stdout.split() == ["True"], res.stdout + res.stderr

@@ -124,10 +124,10 @@ def compare(
 
         timeline_configs(configs, timeline_chunk)
     profile = load_run_profile(profile, run_cfg)
-    if report:  # matplotlib loads while the runs run
+    if report:  # matplotlib (and pandas, for the report's tables) load while the runs run
         from chunksim.reports.style import load_in_background
 
-        load_in_background()
+        load_in_background(also=("pandas",))
     with Runner(profile, workers, ray) as runner, \
             ProgressBar("compare", total=len(configs) * len(seed_values)) as bar:
         ans = compare_answer(configs, workload_opts, run_cfg, slos, bool(slo), search,

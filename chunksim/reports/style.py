@@ -53,25 +53,32 @@ _loading: list = []
 started."""
 
 
-def load_in_background() -> None:
-    """Start importing matplotlib on a background thread. A command that draws figures
-    once its runs are done calls this first: its main thread mostly waits on worker
-    processes meanwhile, so the import (a few tenths of a second) is off the critical
-    path. `pyplot` waits for it to finish."""
+def load_in_background(also: tuple[str, ...] = ()) -> None:
+    """Start importing matplotlib, then the modules `also` names (e.g. pandas, where the
+    report builds tables), on a background thread. A command that draws figures once its
+    runs are done calls this first: its main thread mostly waits on worker processes
+    meanwhile, so the imports (a few tenths of a second each) are off the critical path.
+    `pyplot` waits for the thread to finish; an import of one of `also` meanwhile waits
+    for that module (Python's import lock), never imports it twice."""
     import threading
 
     if not _loading:
-        t = threading.Thread(target=_load, name="chunksim-load-matplotlib", daemon=True)
+        t = threading.Thread(target=_load, args=(also,), name="chunksim-load-matplotlib",
+                             daemon=True)
         _loading.append(t)
         t.start()
 
 
-def _load():
+def _load(also: tuple[str, ...] = ()):
+    import importlib
+
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
+    for name in also:
+        importlib.import_module(name)
     return plt
 
 
