@@ -121,42 +121,39 @@ def test_tradeoff_plots_one_point_per_configuration_at_its_summary_values():
     _close(fig)
 
 
+def _fresh_python(*lines: str) -> list[str]:
+    """What `lines` print in a fresh interpreter that imports chunksim's report style."""
+    import subprocess
+    import sys
+
+    code = "\n".join(("import sys", "from chunksim.reports import style", *lines))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout.split()
+
+
 def test_matplotlib_loaded_in_the_background_is_the_styled_agg_pyplot():
     """`load_in_background` starts one import thread however often it is called, and
     `pyplot` waits for it, then styles what it loaded (a fresh interpreter: nothing of
     matplotlib loaded before)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from chunksim.reports import style\n"
-        "assert 'matplotlib' not in sys.modules\n"
-        "style.load_in_background()\n"
-        "style.load_in_background()\n"
-        "assert len(style._loading) == 1\n"
-        "plt = style.pyplot()\n"
-        "assert not style._loading[0].is_alive()\n"
-        "print(plt.get_backend().lower(), plt.rcParams['svg.hashsalt'])\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    assert res.stdout.split() == ["agg", "chunksim"], res.stdout + res.stderr
+    assert _fresh_python(
+        "assert 'matplotlib' not in sys.modules",
+        "style.load_in_background()",
+        "style.load_in_background()",
+        "assert len(style._loading) == 1",
+        "plt = style.pyplot()",
+        "assert not style._loading[0].is_alive()",
+        "print(plt.get_backend().lower(), plt.rcParams['svg.hashsalt'])",
+    ) == ["agg", "chunksim"]
 
 
 def test_the_background_thread_imports_what_a_report_also_needs():
     """`load_in_background(also=...)` imports those modules after matplotlib on the same
     thread, so a report finds them loaded once `pyplot` has waited for it (a fresh
     interpreter: pandas not loaded before)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from chunksim.reports import style\n"
-        "assert 'pandas' not in sys.modules and 'matplotlib' not in sys.modules\n"
-        "style.load_in_background(also=('pandas',))\n"
-        "style.pyplot()\n"
-        "print('pandas' in sys.modules)\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
-    assert res.stdout.split() == ["True"], res.stdout + res.stderr
+    assert _fresh_python(
+        "assert 'pandas' not in sys.modules and 'matplotlib' not in sys.modules",
+        "style.load_in_background(also=('pandas',))",
+        "style.pyplot()",
+        "print('pandas' in sys.modules)",
+    ) == ["True"]
