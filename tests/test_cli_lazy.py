@@ -66,3 +66,36 @@ def test_a_run_without_out_imports_no_pandas(fleet):
         "'multiprocessing')")
     assert "HEAVY []" in out, out[-500:]
     assert json.loads(out.splitlines()[-2])["completed"] == 3
+
+
+@pytest.mark.parametrize("argv,shows", [
+    ([], True), (["--help"], True), (["run", "--help"], True), (["workload"], True),
+    (["capacity", "--slo", "p99_itl_ms=100", "--help"], True), (["run", "-n", "1"], False),
+    (["workload", "describe"], False), (["compare", "--out", "x"], False)])
+def test_which_command_lines_show_help(argv, shows):
+    from chunksim.cli import help_format
+
+    assert help_format.asks_help(argv) is shows
+
+
+def _knob_docs_read(argv: list[str]) -> str:
+    """stdout of `sim ARGV` run by `cli.main` in a new interpreter, then a line `DOCS n`:
+    how many classes' knob docstrings it read."""
+    code = (f"import sys\nsys.argv = {['sim', *argv]!r}\nfrom chunksim.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "from chunksim.core.knobs import field_docs\n"
+            "print('DOCS', field_docs.cache_info().currsize)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={"COLUMNS": "200", "TERM": "dumb", "PATH": ""},
+                          check=True).stdout
+
+
+def test_a_run_reads_no_knob_docstring_and_its_help_shows_them():
+    """A command line that asks for no help builds its options without their help text
+    (each knob's docstring, parsed from its module's source); `--help` shows them."""
+    out = _knob_docs_read(["run", "-n", "1", "--json"])
+    assert out.splitlines()[-1] == "DOCS 0", out[-300:]
+    assert json.loads(out.splitlines()[-2])["completed"] == 1
+    out = _knob_docs_read(["run", "--help"])
+    assert int(out.splitlines()[-1].split()[1]) > 0
+    assert "Seat cap: most requests running at once" in " ".join(out.split())

@@ -87,12 +87,14 @@ def main() -> None:
     errors.install_signal_handlers()
     args = sys.argv[1:]
     try:
-        if "--help" in args or not args or args == ["workload"]:
+        if help_format.asks_help(args):
             help_format.fold_option_names()  # rich's help code, imported only to show help
-        elif pools(args):
-            from chunksim.sweep import pool
+        else:
+            help_format.skip()  # options need no help text
+            if pools(args):
+                from chunksim.sweep import pool
 
-            pool.start()  # its import of the simulator runs beside this one's
+                pool.start()  # its import of the simulator runs beside this one's
         app()
     except KeyboardInterrupt:  # Ctrl-C outside a command's own handler
         errors.interrupted_exit()

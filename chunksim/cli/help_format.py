@@ -5,6 +5,29 @@ from __future__ import annotations
 
 import inspect
 
+_SHOWN = [True]
+"""Whether this process may print an option's help (`wanted`)."""
+
+
+def wanted() -> bool:
+    """Whether this process may print --help: options build their help text (a knob's is
+    its docstring, read from its module's source) only then. True unless `main` saw a
+    command line that asks for none (`skip`)."""
+    return _SHOWN[0]
+
+
+def skip() -> None:
+    """This process prints no --help: options leave their help text out (building it is
+    about a sixth of `sim run`'s start-up)."""
+    _SHOWN[0] = False
+
+
+def asks_help(args: list[str]) -> bool:
+    """Whether the command line `args` (without the program name) shows help: --help,
+    nothing at all, or a command group alone (`sim workload`, `no_args_is_help`). Errors
+    print usage and the error only, no option's help."""
+    return "--help" in args or not args or args == ["workload"]
+
 
 def reflow(doc: str | None) -> str | None:
     """A docstring as help text: its paragraphs (split at blank lines) each joined into one

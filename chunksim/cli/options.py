@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from chunksim.cli import help_format
 from chunksim.core.knobs import Flag, field_docs, flag_of
 from chunksim.core.speculative import SpecConfig, SpecMethod
 from chunksim.latency.profile import DEFAULT_PROFILE
@@ -80,7 +81,7 @@ def options_of(cls: type, panel: str | None = None, skip: tuple[str, ...] = (),
     """One option per field of `cls` that declares a flag (`knob`), in field order.
     `types` overrides a field's CLI type (e.g. an Enum of choices)."""
     hints = typing.get_type_hints(cls)
-    docs = field_docs(cls)
+    docs = field_docs(cls) if help_format.wanted() else {}
     out = []
     for f in fields(cls):
         flag = f.metadata.get("flag")
@@ -110,25 +111,30 @@ def _values(cls: type, picked: dict[str, Any]) -> dict[str, Any]:
 
 
 def _policy_knob_options(skip: tuple[str, ...]) -> list[Param]:
-    """Every policy family's knobs, one option each (default None = the family's default).
-    Help: the knob's docstring, prefixed with the families that have it when not all do."""
+    """Every policy family's knobs, one option each (default None = the family's default;
+    help: `_shared_doc`)."""
     owners = knob_owners()
     out = []
     for name, fams in owners.items():
         if name in skip:
             continue
         cls = POLICIES[fams[0]]
-        by_doc: dict[str, list[str]] = {}
-        for fam in fams:
-            by_doc.setdefault(field_docs(POLICIES[fam]).get(name, ""), []).append(fam)
-        if len(by_doc) == 1 and len(fams) == len(POLICIES):
-            doc = next(iter(by_doc))
-        else:
-            doc = " ".join(f"{', '.join(fs)}: {d}" for d, fs in by_doc.items())
+        doc = _shared_doc(name, fams) if help_format.wanted() else ""
         hint = typing.get_type_hints(cls)[name]
         out.append(_option(name, hint, None, flag_of(cls, name), doc, POLICY_PANEL,
                            optional=True))
     return out
+
+
+def _shared_doc(name: str, fams: list[str]) -> str:
+    """Help of policy knob `name`: its docstring, prefixed with the families that have it
+    when not all do."""
+    by_doc: dict[str, list[str]] = {}
+    for fam in fams:
+        by_doc.setdefault(field_docs(POLICIES[fam]).get(name, ""), []).append(fam)
+    if len(by_doc) == 1 and len(fams) == len(POLICIES):
+        return next(iter(by_doc))
+    return " ".join(f"{', '.join(fs)}: {d}" for d, fs in by_doc.items())
 
 
 _RUN_SKIP = ("knobs", "engine", "fleet", "offload")
@@ -151,7 +157,7 @@ def run_params(single_policy: bool = True) -> list[Param]:
     if single_policy:
         name, hint, default = params[0]
         _, opt = typing.get_args(hint)
-        opt.help = _policy_help()
+        opt.help = _policy_help() if help_format.wanted() else ""
         params[0] = (name, hint, PolicyChoice(default))
     params += options_of(EngineConfig, "Engine and KV cache", _ENGINE_SKIP)
     # the grid commands take --num-speculative-tokens as a list (`grid_flags`)
