@@ -99,3 +99,22 @@ def test_a_run_reads_no_knob_docstring_and_its_help_shows_them():
     out = _knob_docs_read(["run", "--help"])
     assert int(out.splitlines()[-1].split()[1]) > 0
     assert "Seat cap: most requests running at once" in " ".join(out.split())
+
+
+def test_the_collector_is_off_while_a_command_loads_and_on_while_it_runs():
+    """`cli.main` holds garbage collection off while the command's modules load and
+    `lazy.load` turns it back on before the command runs: the simulation runs with it."""
+    code = ("import gc, sys\nsys.argv = ['sim', 'run', '-n', '2', '--json']\n"
+            "import chunksim.cli.lazy as lazy\n"
+            "seen = []\nload = lazy.load\n"
+            "def spy(*a):\n    seen.append(gc.isenabled())\n    return load(*a)\n"
+            "lazy.load = spy\n"
+            "import chunksim.sim.run as run\nsimulate = run.simulate\n"
+            "def sim(*a, **k):\n    seen.append(gc.isenabled())\n    return simulate(*a, **k)\n"
+            "run.simulate = sim\n"
+            "from chunksim.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('GC', *seen)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.splitlines()[-1] == "GC False True", out[-300:]

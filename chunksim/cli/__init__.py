@@ -6,6 +6,7 @@ and exit code 2 instead of a traceback (and anything else into one line, `cli.er
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import typer
@@ -95,6 +96,10 @@ def main() -> None:
                 from chunksim.sweep import pool
 
                 pool.start()  # its import of the simulator runs beside this one's
+        # no garbage collection while the command's modules load (they allocate much and
+        # free little): `lazy.load` freezes what they left and turns it back on once the
+        # command is built, before it runs
+        gc.disable()
         app()
     except KeyboardInterrupt:  # Ctrl-C outside a command's own handler
         errors.interrupted_exit()
@@ -117,8 +122,6 @@ def main() -> None:
         # the interpreter's shutdown does not walk the whole heap again (a tenth of a
         # short run's wall time) for memory that the process's exit frees anyway. Files
         # are closed where they are written; atexit handlers still run.
-        import gc
-
         gc.freeze()
 
 

@@ -10,6 +10,7 @@ imported only to run the command or show the command's own help.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import importlib.util
 from functools import cache
@@ -42,7 +43,11 @@ def summary(module: str, name: str) -> str:
 
 
 def load(name: str, module: str, attr: str):
-    """The click command (or group) `name`: its module imported, its typer object built."""
+    """The click command (or group) `name`: its module imported, its typer object built.
+    The garbage collector runs again from here (`cli.main` holds it off while the
+    command's modules load: they allocate much and free little), and what they left is
+    frozen out of its reach (`gc.freeze`): modules, classes and the command, alive for
+    the whole process, are never scanned again."""
     obj = getattr(importlib.import_module(module), attr)
     if isinstance(obj, typer.Typer):
         cmd = typer.main.get_group(obj)
@@ -51,6 +56,8 @@ def load(name: str, module: str, attr: str):
         register(single, name, obj)
         cmd = typer.main.get_command(single)
     cmd.name = name
+    gc.freeze()
+    gc.enable()
     return cmd
 
 
