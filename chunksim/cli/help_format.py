@@ -17,8 +17,8 @@ def wanted() -> bool:
 
 
 def skip() -> None:
-    """This process prints no --help: options leave their help text out (building it is
-    about a sixth of `sim run`'s start-up)."""
+    """This process prints no --help: options leave their help text out (building it
+    parses the source of every module that declares a knob)."""
     _SHOWN[0] = False
 
 
