@@ -44,10 +44,11 @@ def summary(module: str, name: str) -> str:
 
 def load(name: str, module: str, attr: str):
     """The click command (or group) `name`: its module imported, its typer object built.
-    The garbage collector runs again from here (`cli.main` holds it off while the
-    command's modules load: they allocate much and free little), and what they left is
+    Where `cli.main` held the garbage collector off while the command's modules loaded
+    (they allocate much and free little), it runs again from here, and what they left is
     frozen out of its reach (`gc.freeze`): modules, classes and the command, alive for
-    the whole process, are never scanned again."""
+    the whole process, are never scanned again. A process that runs the app otherwise
+    (a test's CliRunner) keeps its collector as it was."""
     obj = getattr(importlib.import_module(module), attr)
     if isinstance(obj, typer.Typer):
         cmd = typer.main.get_group(obj)
@@ -56,8 +57,9 @@ def load(name: str, module: str, attr: str):
         register(single, name, obj)
         cmd = typer.main.get_command(single)
     cmd.name = name
-    gc.freeze()
-    gc.enable()
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
     return cmd
 
 

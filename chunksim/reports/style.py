@@ -59,7 +59,8 @@ def load_in_background(also: tuple[str, ...] = ()) -> None:
     runs are done calls this first: its main thread mostly waits on worker processes
     meanwhile, so the imports (a few tenths of a second each) are off the critical path.
     `pyplot` waits for the thread to finish; an import of one of `also` meanwhile waits
-    for that module (Python's import lock), never imports it twice."""
+    for that module (Python's import lock), never imports it twice. Only the first call
+    starts the thread: a later one changes nothing, whatever it names."""
     import threading
 
     if not _loading:
