@@ -129,7 +129,6 @@ def test_flags_of_the_other_source_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("args,says", [
-    (["--model", "Qwen/Qwen3-30B-A3B"], "is a mixture-of-experts model"),
     (["--model", MODEL, "--ep", "2"], "--ep 2: expert parallelism applies to"),
 ])
 def test_what_the_dense_import_cannot_price_is_refused(tmp_path, args, says):

@@ -379,7 +379,7 @@ def test_the_component_profiler_times_the_expert_by_tokens_per_expert(tmp_path):
 
 def test_the_bundled_moe_profile_is_labelled_and_expert_parallel():
     p = load_profile("qwen3-30b-a3b-h200-ep2")
-    assert p.provenance["device"] == "modelled" and p.provenance["calibration"] is None
+    assert p.provenance["device"] == "imported" and p.provenance["calibration"] is None
     assert p.provenance["source"]["kind"] == "aiconfigurator" and p.devices == 2
     lat = latency_model(p)
     assert (lat.routing.num_experts, lat.routing.top_k, lat.routing.ep) == (128, 8, 2)

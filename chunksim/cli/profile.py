@@ -279,7 +279,7 @@ def profile_import(
     model: str | None = typer.Option(
         None, "--model", help="Model the timings are of: a preset (--from csv; or "
         "--hf-config, or a config.json in the folder) or a Hugging Face id "
-        "(--from aiconfigurator, e.g. meta-llama/Meta-Llama-3.1-8B)."),
+        "(--from aiconfigurator, e.g. meta-llama/Meta-Llama-3.1-8B, Qwen/Qwen3-30B-A3B)."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="--from csv: local "
                                           "config.json (instead of --model)."),
     dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype", help="--from csv."),
@@ -303,7 +303,9 @@ def profile_import(
     backend_version: str | None = typer.Option(
         None, "--backend-version", help="--from aiconfigurator: the engine version's data "
         "(default: the database's current one)."),
-    ep: int = typer.Option(1, "--ep", help="--from aiconfigurator: expert-parallel degree."),
+    ep: int = typer.Option(1, "--ep", help="--from aiconfigurator: expert-parallel degree "
+                           "of a MoE model: 1 (experts sharded --tp ways), or --tp (vLLM "
+                           "--enable-expert-parallel)."),
     quant: str | None = typer.Option(None, "--quant", help="--from aiconfigurator: GEMM "
                                      "quantization, e.g. fp8 (default: the model's own)."),
 ) -> None:

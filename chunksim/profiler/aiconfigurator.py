@@ -17,6 +17,24 @@ files is copied) and summed into chunksim's components:
     head(n)               the LM-head GEMM at n logits (0 at 0 logits)
     fixed                 0: the database's ops are the whole forward pass
 
+and, for a mixture-of-experts model (every one the database and chunksim's config reader
+both cover, e.g. Qwen/Qwen3-30B-A3B; `--ep` as vLLM's `--enable-expert-parallel`):
+
+    expert(n)             one routed expert's FFN on n tokens, back-solved from the
+                          database's `moe` op (below)
+    alltoall(T)           the MoE dispatch and combine (`moe_pre_dispatch` +
+                          `moe_post_dispatch`)
+
+Shared experts and the router are per-token GEMMs: they stay in `dense`. The database
+times a whole MoE op at T tokens under its own token distribution (a power law).
+chunksim prices routed experts by tokens per expert (`chunksim.latency.moe`): under
+uniform routing a step of T tokens costs (E / ep) x active(T) x expert(n(T)), with
+active(T) = 1 - (1 - k / E)^T and n(T) = T k / (E active(T)). So `expert` is written at
+n(T), for every T of the token grid, as moe(T) x ep / (E active(T))
+(`latency.moe.expert_from_layer`): uniform routing then gives back the database's MoE
+figure at each of those T exactly, with the database's skew inside `expert`
+(`sim run --expert-skew` adds skew on top of it).
+
 Per-layer ops are summed over the model's layers by the database; they are divided by the
 layer count here, so that the composition multiplies back exactly. What the database lacks
 is recorded, not invented: it times prefill and decode attention apart (a mixed step's
@@ -37,8 +55,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from chunksim.decoder.config import ModelConfig, load_hf_config, shard_config
+from chunksim.decoder.config import ModelConfig, load_hf_config, shard_moe
 from chunksim.latency.component_table import COLUMNS
+from chunksim.latency.moe import Routing, expert_from_layer
 
 PACKAGE = "aiconfigurator-core"
 PINNED = "0.12.0"
@@ -110,22 +129,19 @@ def system_spec(system: str) -> dict:
     return yaml.safe_load((_root() / "systems" / f"{system}.yaml").read_text())
 
 
-MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-"""HF config keys of a mixture-of-experts model."""
-
-
 def model_config(model: str) -> ModelConfig:
-    """chunksim's shape of `model` (an HF id the package ships a config for). A
-    mixture-of-experts model is refused: chunksim's dense shape would count one MLP's
-    weights, not every expert's, and so size the KV cache wrongly."""
-    import json
-
+    """chunksim's shape of `model` (an HF id the package ships a config for), experts
+    included. ValueError naming --model when chunksim cannot read that config (a
+    multimodal wrapper, a hybrid layer stack)."""
     path = _root() / "model_configs" / f"{model.replace('/', '--', 1)}_config.json"
-    raw = json.loads(path.read_text())
-    if any(raw.get(k) for k in MOE_KEYS):
-        raise ValueError(f"--model {model!r} is a mixture-of-experts model; this import "
-                         f"prices dense (Llama-style) models only")
-    return replace(load_hf_config(path), name=model)
+    try:
+        cfg = load_hf_config(path)
+    except ValueError as exc:
+        why = str(exc).split("' ", 1)[-1].split(";")[0]  # drop the package's file path
+        raise ValueError(f"--model {model!r}: the database has it, but chunksim cannot read "
+                         f"its config ({why}); import a model with a Llama-, Qwen-, "
+                         f"Mixtral- or DeepSeek-style config") from None
+    return replace(cfg, name=model)
 
 
 def check_request(system: str, backend: str, model: str) -> None:
@@ -182,13 +198,15 @@ class Database:
     """One compiled engine: per-op seconds at a context or generation shape."""
 
     def __init__(self, model: str, system: str, backend: str, backend_version: str | None,
-                 tp: int, ep: int, quant: str | None) -> None:
+                 tp: int, ep: int, quant: str | None, moe: bool = False) -> None:
         engine_handle = _need_package()
         check_request(system, backend, model)
         self.version = _data_version(system, backend, backend_version)
         kwargs = {"tp_size": tp, "backend_version": self.version}
         if ep > 1:
             kwargs["moe_ep_size"] = ep
+        elif moe and tp > 1:  # vLLM's default for a MoE model: every expert sharded tp ways
+            kwargs["moe_tp_size"] = tp
         if quant:
             kwargs["gemm_quant_mode"] = quant
         with _quiet():
@@ -200,7 +218,10 @@ class Database:
             except Exception as exc:  # the package raises several types
                 raise ValueError(f"aiconfigurator could not build {model} on {system} "
                                  f"({backend} {self.version}, tp {tp}, ep {ep}, quant "
-                                 f"{quant or 'default'}): {str(exc).splitlines()[0]}") from None
+                                 f"{quant or 'default'}): {str(exc).splitlines()[0]}; the "
+                                 f"database lacks that data: choose another --system, "
+                                 f"--backend, --backend-version, --tp / --ep or --quant") \
+                    from None
 
     def context(self, tokens: int, prior: int = 0, batch: int = 1) -> list[tuple]:
         """(name, seconds, source) of every context op at `batch` x `tokens` after `prior`."""
@@ -230,6 +251,10 @@ def component_of(op: str) -> str:
         return "attention"
     if op.startswith("ar_") or op.endswith("_ar"):
         return "allreduce"
+    if op == "moe" or op.endswith("_moe"):
+        return "expert"
+    if op.endswith(("moe_pre_dispatch", "moe_post_dispatch")):
+        return "alltoall"
     return "dense"
 
 
@@ -240,8 +265,11 @@ def _row(component: str, seconds: float, **keys) -> dict:
             "p90_s": seconds, "mean_s": seconds, "repeats": 0}
 
 
-def build_rows(db: Database, layers: int, max_position: int) -> tuple[list[dict], dict]:
-    """The component rows and, per component, how many op values were of each source."""
+def build_rows(db: Database, layers: int, max_position: int,
+               routing: Routing | None = None) -> tuple[list[dict], dict]:
+    """The component rows and, per component, how many op values were of each source.
+    `routing`: a MoE model's, which turns the database's per-step MoE op into `expert`
+    rows (module docstring); None for a dense model."""
     sources: dict[str, dict[str, int]] = {}
     ops: dict[str, set[str]] = {}
 
@@ -252,7 +280,7 @@ def build_rows(db: Database, layers: int, max_position: int) -> tuple[list[dict]
 
     rows: list[dict] = []
     for t in TOKENS:
-        sums = {"dense": 0.0, "embed": 0.0, "allreduce": 0.0}
+        sums = {"dense": 0.0, "embed": 0.0, "allreduce": 0.0, "expert": 0.0, "alltoall": 0.0}
         for op, s, src in db.context(t):
             comp = component_of(op)
             if comp in sums:
@@ -261,6 +289,10 @@ def build_rows(db: Database, layers: int, max_position: int) -> tuple[list[dict]
         rows.append(_row("dense", sums["dense"] / layers, tokens=t))
         rows.append(_row("embed", sums["embed"], tokens=t))
         rows.append(_row("allreduce", sums["allreduce"] / layers, tokens=t))
+        if routing is not None:
+            n, sec = expert_from_layer(t, sums["expert"] / layers, routing)
+            rows.append(_row("expert", sec, tokens=round(n, 9)))
+            rows.append(_row("alltoall", sums["alltoall"] / layers, tokens=t))
     for n in LOGITS:
         head = 0.0
         if n:
@@ -328,16 +360,19 @@ def import_aiconfigurator(out_csv: Path, system: str, backend: str, model: str, 
     _need_package()
     check_request(system, backend, model)
     cfg = model_config(model)
-    if ep > 1:
+    if ep > 1 and cfg.moe is None:
         raise ValueError(f"--ep {ep}: expert parallelism applies to mixture-of-experts "
                          f"models; {model} is dense")
-    db = Database(model, system, backend, backend_version, tp, ep, quant)
-    shard = shard_config(cfg, tp)
+    shard = shard_moe(cfg, tp, ep)
+    routing = None if cfg.moe is None else Routing(cfg.moe.num_experts, cfg.moe.top_k, ep)
+    db = Database(model, system, backend, backend_version, tp, ep, quant,
+                  moe=cfg.moe is not None)
     with _quiet():
-        rows, sources = build_rows(db, cfg.n_layers, cfg.max_position)
-    if tp == 1:
-        rows = [r for r in rows if r["component"] != "allreduce"]
-        sources.pop("allreduce", None)
+        rows, sources = build_rows(db, cfg.n_layers, cfg.max_position, routing)
+    for comm in ("allreduce", "alltoall"):  # no such op in the database: no such cost
+        if comm not in sources or (comm == "allreduce" and tp == 1):
+            rows = [r for r in rows if r["component"] != comm]
+            sources.pop(comm, None)
     spec = system_spec(system)
     weight_bytes = 1 if quant and "fp8" in quant else 2
     measured = {k: ("measured" if set(v["sources"]) == {"silicon"} else
@@ -361,6 +396,7 @@ def import_aiconfigurator(out_csv: Path, system: str, backend: str, model: str, 
         "framework": {"step_s": framework[0], "source": framework[1]},
         "components": {"layers": cfg.n_layers, "timed_layers": None,
                        "in_sequence_scale": 1.0, "tp": tp, "link": None,
+                       **({} if routing is None else {"moe": _moe_entry(routing)}),
                        "mixed_attention": "sum-of-parts (the database times prefill and "
                                           "decode attention apart)",
                        "decode_spread": "mean only (the database times equal contexts)",
@@ -384,3 +420,13 @@ def import_aiconfigurator(out_csv: Path, system: str, backend: str, model: str, 
         out_csv.with_suffix(".json").unlink(missing_ok=True)
         raise ValueError(f"sim profile import --from aiconfigurator: {exc}") from None
     return meta
+
+
+def _moe_entry(routing: Routing) -> dict:
+    """The profile's `components.moe`: the routing `sim run` prices `expert` with."""
+    return {"num_experts": routing.num_experts, "top_k": routing.top_k, "ep": routing.ep,
+            "experts_per_device": routing.experts_per_device, "skew": 0.0,
+            "alltoall": "the database's moe_pre_dispatch + moe_post_dispatch",
+            "expert": ("back-solved from the database's moe op (power-law token "
+                       "distribution) so that uniform routing reproduces it at every grid "
+                       "token count")}
