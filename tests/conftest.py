@@ -1,3 +1,4 @@
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,28 @@ if _profile not in ("fixed", "explore"):
 settings.load_profile(_profile)
 
 from factories import constant_time, make_profile  # noqa: E402
+
+
+def torch_installed() -> bool:
+    """Whether torch can be found, without importing it (seconds of start-up)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+NO_TORCH = "torch is not installed (pip install 'chunksim[profile]'); this test needs it"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without torch, every test marked `torch` is skipped with one line saying why, so
+    `pytest -m "not torch"` (or the whole suite) runs on an install without it."""
+    if torch_installed():
+        return
+    skip = pytest.mark.skip(reason=NO_TORCH)
+    for item in items:
+        if item.get_closest_marker("torch") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

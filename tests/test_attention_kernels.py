@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from factories import SMALL as SMALL_2K
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from chunksim.decoder import attention  # noqa: E402

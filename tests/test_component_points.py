@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from chunksim.cli import app
-from chunksim.decoder.device import HOST_ALLOCATOR, pin_host_allocator
 from chunksim.latency.profile import load_profile
 from chunksim.profiler.component_points import checkpoint, measure_points, point_id, row
 from chunksim.profiler.timing import Timing
@@ -86,6 +85,7 @@ def test_point_ids_are_the_table_keys():
     assert point_id(r) == ("decode_attn", 0, 0, 0, 4, 64, 96, 0)
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # times a small model
 def test_an_interrupted_component_run_resumes_from_the_cli(tmp_path, monkeypatch):
     from test_component_profiler import MICRO
@@ -123,7 +123,10 @@ def test_an_interrupted_component_run_resumes_from_the_cli(tmp_path, monkeypatch
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                     reason="the host allocator is pinned on glibc only")
+@pytest.mark.torch
 def test_the_host_allocator_is_pinned_once():
+    from chunksim.decoder.device import HOST_ALLOCATOR, pin_host_allocator
+
     first = pin_host_allocator()
     assert first == {"glibc": HOST_ALLOCATOR}
     assert pin_host_allocator() is first

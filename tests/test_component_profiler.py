@@ -1,12 +1,13 @@
 """`sim profile --kind components`: axes, tensor-parallel shapes, the all-reduce model, and
 a small end-to-end run whose profile `sim run` loads."""
 
+from __future__ import annotations
+
 import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 from factories import SMALL, workload
 from typer.testing import CliRunner
 
@@ -16,9 +17,15 @@ from chunksim.latency.profile import load_profile
 from chunksim.latency.select import latency_model
 from chunksim.profiler.collective import LINKS, allreduce_s, layer_allreduce_s, link_settings
 from chunksim.profiler.component_grid import ComponentGrid, decode_lengths, dense_tokens
-from chunksim.profiler.component_run import ComponentSettings, run_components
-from chunksim.profiler.components import LayerBench
 from chunksim.sim.run import RunConfig, simulate
+
+try:
+    import torch
+
+    from chunksim.profiler.component_run import ComponentSettings, run_components
+    from chunksim.profiler.components import LayerBench
+except ImportError:  # the tests that use them are marked `torch`, skipped without it
+    torch = None
 
 
 def test_dense_axis_is_every_16_to_512_then_geometric():
@@ -54,6 +61,7 @@ def test_tp_shards_heads_kv_heads_intermediate_and_vocab():
         shard_config(cfg, 3)
 
 
+@pytest.mark.torch
 def test_a_sharded_layer_runs_at_the_sharded_shapes():
     cfg = shard_config(preset_config("llama-3.1-70b-mini"), 4)
     timing = {"warmup": 0, "repeats": 1, "point_budget_s": 1.0, "point_min_s": 0.0,
@@ -106,6 +114,7 @@ def micro_profile(tmp_path_factory):
     return load_profile(str(tmp / "c.csv"))
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # times a small model
 def test_a_component_run_writes_a_profile_sim_run_loads(micro_profile):
     p = micro_profile
@@ -133,6 +142,7 @@ def test_a_component_run_writes_a_profile_sim_run_loads(micro_profile):
     assert s["completed"] == 2 and s["profile_kind"] == "components"
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # times a small model
 def test_the_calibration_reports_the_models_own_predictions(micro_profile):
     """The stored predictions are what `sim run`'s model prices for those steps."""
@@ -149,6 +159,7 @@ def test_the_calibration_reports_the_models_own_predictions(micro_profile):
                                                              rel=1e-12)
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # times a small model
 def test_tp_run_adds_two_allreduces_per_layer(tmp_path):
     mini = preset_config("llama-3.1-70b-mini")
@@ -174,6 +185,7 @@ def test_cli_refuses_whole_step_flags_with_components(tmp_path):
     assert res.exit_code != 0 and "--tp" in str(res.exception)
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_cli_profiles_the_70b_mini_at_tp4(tmp_path):
     out = tmp_path / "m.csv"
@@ -209,6 +221,7 @@ def test_measure_runs_between_before_every_run_outside_the_clock():
     assert log == ["between", "fn"] * 6
 
 
+@pytest.mark.torch
 def test_evict_bytes_is_the_rest_of_the_model_capped():
     from chunksim.profiler.components import EVICT_CAP_BYTES, evict_bytes
 
@@ -217,6 +230,7 @@ def test_evict_bytes_is_the_rest_of_the_model_capped():
     assert evict_bytes(500, 500) == 0
 
 
+@pytest.mark.torch
 def test_a_cold_bench_reads_its_eviction_buffer_before_every_run():
     cfg = preset_config("tiny")
     timing = {"warmup": 1, "repeats": 3, "point_budget_s": 1.0, "point_min_s": 0.0,
@@ -232,6 +246,7 @@ def test_a_cold_bench_reads_its_eviction_buffer_before_every_run():
         assert warm._evict is None and warm.dense(16).median_s > 0
 
 
+@pytest.mark.torch
 def test_repeatability_is_look_two_against_look_one():
     from chunksim.profiler.calibration import repeatability
 
@@ -243,6 +258,7 @@ def test_repeatability_is_look_two_against_look_one():
     assert repeatability(kinds, [[1.0, 2.0, 4.0]]) is None
 
 
+@pytest.mark.torch
 def test_a_primed_bench_runs_the_layer_before_after_the_eviction_read():
     """On CPU each layer part runs after the same work on the layer before it (warm code,
     cold weights): evict, then layer 1's closure, then layer 0's timed one."""
@@ -287,6 +303,7 @@ def test_link_measured_refuses_formula_flags_and_missing_devices():
     assert measured_tokens((1, 16, 32, 48, 64, 96, 700)) == (1, 16, 32, 64, 700)
 
 
+@pytest.mark.torch
 @pytest.mark.slow  # spawns two processes
 def test_a_measured_link_times_the_allreduce_with_torch_distributed(tmp_path):
     """tp 2 on CPU (gloo): the allreduce rows are two measured all-reduces per layer, and

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from factories import SMALL
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from chunksim.decoder.kv import KVPool  # noqa: E402

@@ -106,9 +106,9 @@ def test_ctrl_c_of_a_sweep_says_what_was_saved_and_how_to_resume(tmp_path):
     assert _rows(out) == 24
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_ctrl_c_of_a_profile_says_what_was_saved_and_how_to_resume(tmp_path):
-    pytest.importorskip("torch")
     out = tmp_path / "p.csv"
     cmd = ["profile", "--chunk-lens", "0,16,64,128", "--decode-counts", "0,1,2,4",
            "--kv-lens", "1,32,64", "--prior-lens", "", "--warmup", "1", "--repeats", "300",

@@ -10,9 +10,8 @@ from factories import load_script
 
 from chunksim.validate.compare import TARGET_KEYS
 
+pytestmark = [pytest.mark.torch, pytest.mark.slow]  # the benchmark script end to end
 pytest.importorskip("torch")
-
-pytestmark = pytest.mark.slow  # the benchmark script end to end
 
 
 def test_resimulating_recorded_runs_reproduces_their_errors(tmp_path, capsys):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from factories import SMALL, workload
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from chunksim.core.kv_cache import KVConfig  # noqa: E402

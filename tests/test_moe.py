@@ -8,7 +8,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -23,6 +22,11 @@ from chunksim.latency.profile import load_profile
 from chunksim.latency.select import latency_model
 from chunksim.profiler.alltoall import alltoall_s, layer_alltoall_s
 from chunksim.profiler.collective import link_settings
+
+try:
+    import torch
+except ImportError:  # the tests that use it are marked `torch`, skipped without it
+    torch = None
 
 RUNNER = CliRunner()
 
@@ -86,6 +90,7 @@ def test_expert_parallel_shards_and_refusals():
 
 # --- the MoE layer --------------------------------------------------------------------------
 
+@pytest.mark.torch
 def test_the_moe_layer_is_the_weighted_sum_of_each_tokens_top_k_experts():
     from chunksim.decoder.model import build_model
 
@@ -110,6 +115,7 @@ def test_the_moe_layer_is_the_weighted_sum_of_each_tokens_top_k_experts():
         assert not moe(h, routed=False).any()  # no shared experts: nothing but the routed
 
 
+@pytest.mark.torch
 def test_mla_models_are_refused_by_the_torch_decoder():
     from chunksim.decoder.model import build_model
 
@@ -344,6 +350,7 @@ def test_sim_capacity_gpus_counts_an_expert_parallel_engines_gpus(tmp_path):
 
 # --- our own profiler on the tiny MoE preset --------------------------------------------------
 
+@pytest.mark.torch
 @pytest.mark.slow  # times a small model (about 15 s on one thread)
 def test_the_component_profiler_times_the_expert_by_tokens_per_expert(tmp_path):
     from chunksim.profiler.component_grid import ComponentGrid
@@ -429,6 +436,8 @@ def test_expert_rows_back_solved_from_a_whole_moe_op_price_it_back(
     assert got == pytest.approx(layer_s, rel=1e-9)
 
 
+@pytest.mark.torch
+@pytest.mark.torch
 @pytest.mark.parametrize("args,message", [
     (["--model", "tiny", "--tp", "2", "--ep", "2"], "has no experts"),
     (["--model", "tiny-moe", "--tp", "2", "--ep", "4"], "--ep 4 with --tp 2"),

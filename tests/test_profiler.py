@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
 from chunksim.decoder.config import ModelConfig, load_hf_config, preset_config  # noqa: E402

@@ -7,6 +7,7 @@ import json
 import pytest
 from factories import load_script
 
+pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
 
 

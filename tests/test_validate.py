@@ -11,6 +11,7 @@ import pytest
 from factories import SMALL, make_profile, workload
 from typer.testing import CliRunner
 
+pytestmark = pytest.mark.torch
 pytest.importorskip("torch")
 
 from chunksim.cli import app  # noqa: E402

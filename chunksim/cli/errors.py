@@ -4,6 +4,8 @@
   the fix) -> `error: ...`, exit 2.
 - The file system refusing a write or read (any OSError: ENOSPC, EROFS, EACCES, ...) ->
   the path, the reason and, when the path is under --out, that flag; exit 2.
+- An optional dependency not installed (torch, aiconfigurator-core, vLLM: `EXTRAS`) ->
+  the command, the package and the extra that installs it; exit 2.
 - Anything else, including a ValueError raised inside a library (matplotlib, numpy,
   pandas): that is a bug in chunksim, not the user's input. One line says so and names a
   log file holding the traceback; exit 1.
@@ -23,13 +25,18 @@ from pathlib import Path
 
 from chunksim.cli.interrupts import INTERRUPTED_EXIT
 
-__all__ = ["INTERRUPTED_EXIT", "describe", "forget_interrupt_mark", "install_signal_handlers",
-           "interrupted_exit", "os_error_line", "raised_by_chunksim", "sigint_seen"]
+__all__ = ["EXTRAS", "INTERRUPTED_EXIT", "describe", "forget_interrupt_mark",
+           "install_signal_handlers", "interrupted_exit", "missing_extra", "os_error_line",
+           "raised_by_chunksim", "sigint_seen"]
 INPUT_EXIT = 2
 """Bad input, or a file system that refused: the line says what to change."""
 BUG_EXIT = 1
 """chunksim's own bug: the line names the log file with the traceback."""
 TERMINATED_EXIT = 128 + signal.SIGTERM
+EXTRAS = {"torch": ("torch", "profile"),
+          "aiconfigurator_core": ("aiconfigurator-core", "aic"),
+          "vllm": ("vLLM", "vllm")}
+"""Top-level module -> (the package's name, the chunksim extra that installs it)."""
 _PACKAGE = Path(__file__).resolve().parents[1]
 _SIGINT = {"seen": False}
 
@@ -165,10 +172,30 @@ def save_traceback(exc: BaseException) -> Path | None:
         return None
 
 
+def missing_extra(exc: BaseException) -> str | None:
+    """The line for an optional dependency that is not installed (`exc`, or an exception
+    it was raised from or while handling, is a ModuleNotFoundError of an `EXTRAS`
+    module), else None. A module missing inside an installed package is not matched."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ModuleNotFoundError) and exc.name in EXTRAS:
+            package, extra = EXTRAS[exc.name]
+            words = [a for a in sys.argv[1:3] if not a.startswith("-")][:1]
+            command = " ".join(["sim", *words])
+            return (f"{command} needs {package}, an optional dependency that is not "
+                    f"installed: pip install 'chunksim[{extra}]'")
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """(the one line after `error: `, the exit status) for an exception `main` caught."""
     if isinstance(exc, ValueError) and raised_by_chunksim(exc):
         return one_line(str(exc)), INPUT_EXIT
+    extra = missing_extra(exc)
+    if extra is not None:
+        return extra, INPUT_EXIT
     if isinstance(exc, OSError):
         return one_line(os_error_line(exc)), INPUT_EXIT
     log = save_traceback(exc)
