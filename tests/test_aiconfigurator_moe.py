@@ -37,11 +37,17 @@ def ep2(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def database():
+def db():
+    """The database's engine at tp 2, ep 2: (name, seconds, source) per op."""
     pytest.importorskip("aiconfigurator_core")
-    from chunksim.profiler.aiconfigurator import Database, _quiet
+    from chunksim.profiler.aiconfigurator import Database
 
-    db = Database(MODEL, "h200_sxm", "vllm", None, 2, 2, None)
+    return Database(MODEL, "h200_sxm", "vllm", None, 2, 2, None, moe=True)
+
+
+@pytest.fixture(scope="module")
+def database(db):
+    from chunksim.profiler.aiconfigurator import _quiet
 
     def context(tokens: int, prior: int = 0) -> list[tuple]:
         with _quiet():
@@ -95,6 +101,22 @@ def test_a_prefill_step_is_the_databases_whole_context_sum(ep2, database, tokens
     want = sum(s for _, s, _ in database(tokens)) + lat.head.at(1)[0]
     got, out = lat.step_s(BatchShape(tokens, 0.0, 0, 0.0))
     assert not out and got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("decodes,kv", [(1, 128), (8, 1024), (64, 2048), (256, 4096),
+                                        (32, 16384)])
+def test_a_decode_step_is_the_databases_whole_generation_sum(ep2, db, decodes, kv):
+    """Decodes at a grid count and context: dense, experts (from the context ops at
+    `decodes` tokens), all-to-all, attention and LM head give the database's own
+    generation step, MoE op included."""
+    from chunksim.profiler.aiconfigurator import _quiet
+
+    with _quiet():
+        ops = db.generation(decodes, kv + 1)
+    lat = latency_model(load_profile(str(ep2[0])))
+    got, out = lat.step_s(BatchShape(0, 0.0, decodes, float(kv)))
+    assert "moe" in {op for op, _, _ in ops}
+    assert not out and got == pytest.approx(sum(s for _, s, _ in ops), rel=1e-6)
 
 
 def test_expert_rows_are_the_closed_form_of_the_moe_op(ep2, database):
