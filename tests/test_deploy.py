@@ -123,10 +123,22 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
         for c, kv_role in ((roles["prefill"], "kv_producer"), (roles["decode"], "kv_consumer")):
             kv = json.loads(parse_command(c.text)[1]["--kv-transfer-config"])
             assert kv == {"kv_connector": "NixlConnector", "kv_role": kv_role}
-        assert f"--pd {fleet.pd[0]}:{fleet.pd[1]}" in d.validate
+        # `--against` replays one engine: no validate line, and the check says what to do
+        assert d.validate is None and "no P/D form" in d.check
         assert d.gpus == sum(fleet.pd)
     elif fleet is not None:
         assert d.vllm[0].count == fleet.replicas and d.gpus == fleet.replicas
+    if fleet is not None and fleet.pd is None and fleet.replicas > 1:
+        # one instance benched alone at its share, and that is what the line replays
+        one = parse_command(d.instance_bench)[1]
+        assert d.validate.split()[3] == f"bench/{one['--result-filename']}"
+        if rate is not None:
+            assert math.isclose(float(one["--request-rate"]), rate / fleet.replicas,
+                                rel_tol=1e-3)
+        assert int(one["--num-prompts"]) == -(-20 // fleet.replicas)
+    if d.validate is not None:
+        assert "--replicas" not in d.validate and "--pd" not in d.validate
+        assert "--out" in d.validate.split()
 
 
 @pytest.mark.parametrize("spec, exact", [

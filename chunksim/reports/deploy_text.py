@@ -61,9 +61,19 @@ def deploy_lines(d: Deployment) -> list[str]:
     else:
         lines.append("SGLang equivalent: none for this policy.")
     lines.append(f"Check it on the hardware: `{d.bench}`")
-    lines.append(f"then: `{d.validate}`")
+    lines += check_lines(d)
     lines += [f"Note: {n}." for n in d.notes]
     return lines
+
+
+def check_lines(d: Deployment) -> list[str]:
+    """What follows the bench line: the `sim validate` line its result goes to, or, for a
+    fleet, the one-instance bench that line replays, or what to do instead."""
+    if d.validate is None:
+        return [f"then: {d.check}."]
+    if d.instance_bench is not None:
+        return [f"To validate: {d.check}:", f"`{d.instance_bench}`", f"then: `{d.validate}`"]
+    return [f"then: `{d.validate}`"]
 
 
 def _count(c) -> str:
@@ -125,8 +135,18 @@ def _deploy_blocks(doc, d: Deployment) -> None:
                             else "") + c.text for c in d.sglang))
     else:
         doc.para("SGLang equivalent: none for this policy.")
-    doc.para("Check it on the hardware, then compare the measurement with this prediction:")
-    doc.code(f"{d.bench}\n{d.validate}")
+    if d.validate is not None and d.instance_bench is None:
+        doc.para("Check it on the hardware, then compare the measurement with this "
+                 "prediction:")
+        doc.code(f"{d.bench}\n{d.validate}")
+    else:
+        doc.para("Check it on the hardware:")
+        doc.code(d.bench)
+        if d.validate is None:
+            doc.para(f"Then {d.check}.")
+        else:
+            doc.para(f"To validate, {d.check}:")
+            doc.code(f"{d.instance_bench}\n{d.validate}")
     if d.notes:
         doc.bullets(list(d.notes))
 
