@@ -323,3 +323,44 @@ def test_the_validate_line_replays_what_was_deployed(tmp_path):
             p["priority_scheduling"]) == (512, 64, 128, True)
     assert s["prefix_caching"] is False and s["async_scheduling"] is True
     assert s["kv_blocks"] == 2000
+
+
+def test_every_bundled_gpu_has_a_price_preset():
+    """`--gpu` names a preset for each device a bundled profile was measured on."""
+    from chunksim.latency.profile import bundled_profiles
+
+    devices = set()
+    for name in bundled_profiles():
+        dev = str(load_profile(name).provenance.get("device_name") or "").lower()
+        for gpu in ("a100", "h100", "h200", "b200"):
+            if gpu in dev.replace("_", " ").replace("-", " ").split() or gpu in dev:
+                devices.add(gpu)
+    assert "b200" in devices
+    for gpu in devices:
+        assert any(p.startswith(gpu) for p in GPU_PRICES), gpu
+    assert CostConfig(gpu="b200").price.usd_per_hour == 5.25
+
+
+@pytest.mark.slow
+def test_capacity_with_rejections_is_offered_and_costs_what_is_served(tmp_path):
+    """--max-reject-pct 90: the capacity met while requests are rejected is labelled as
+    offered, the served rate is beside it, and the cost counts the served tokens."""
+    out = tmp_path / "r"
+    res = RUNNER.invoke(app, ["capacity", "-n", "200", "--max-model-len", "700",
+                              "--policies", "budget", "--chunks", "512", "--seeds", "0",
+                              "--max-reject-pct", "90", "--gpu", "b200", "--workers", "1",
+                              "--no-svg", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "capacity.json").read_text())
+    cap = doc["configurations"][0]
+    at = cap["summary_at_max_rate"]
+    assert at["rejected"] > 0 and cap["rejected_pct_at_max"] > 0
+    assert cap["served_rate_at_max"] == at["request_throughput"] < cap["max_rate"]
+    (c,) = doc["cost"]["configurations"]
+    assert c["rate"] == cap["max_rate"] and c["served_rate"] == at["request_throughput"]
+    assert math.isclose(c["usd_per_mtok"], 5.25 / (at["output_throughput"] * 3600) * 1e6)
+    assert "max rate req/s offered" in res.output and "served req/s" in res.output
+    assert f"{cap['max_rate']:.0f} req/s offered ({at['request_throughput']:.3g} req/s served" \
+        in res.output
+    report = (out / "report.md").read_text()
+    assert "capacity req/s (offered)" in report and "served req/s" in report
