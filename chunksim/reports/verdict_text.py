@@ -83,6 +83,13 @@ def _med(c: Candidate, m) -> float:
     return x if x == x else float("inf")
 
 
+def _is_best(c: Candidate, group: list[Candidate], m) -> bool:
+    """Whether no configuration of `group` has a lower median on `m` than `c` (a tie is
+    best too), `c` having a value."""
+    a = _med(c, m)
+    return a != float("inf") and all(a <= _med(o, m) for o in group)
+
+
 def beaten(c: Candidate, m, candidates: list[Candidate]) -> bool:
     """Whether another configuration of the table has a lower median on `m` than `c`."""
     a = _med(c, m)
@@ -112,14 +119,14 @@ def _costs(c: Candidate, group: list[Candidate], v: Verdict) -> list[str]:
     out = []
     for m in v.metrics:
         best = _best_on(group, m)
-        if best is c:
+        if _is_best(c, group, m):
             continue
         a, b = c.metric(m)[0], best.metric(m)[0]
         if b > 0 and a == a:
             out.append(f"{m.label} +{(a / b - 1) * 100:.0f} % vs {best.label}")
     if c.capacity is not None:
         top = max(group, key=lambda x: x.capacity or 0.0)
-        if top is not c and top.capacity:
+        if top is not c and top.capacity and (c.capacity or 0.0) < top.capacity:
             out.append(f"capacity {((c.capacity or 0.0) / top.capacity - 1) * 100:+.0f} % vs "
                        f"{top.label}")
     return out
@@ -127,7 +134,7 @@ def _costs(c: Candidate, group: list[Candidate], v: Verdict) -> list[str]:
 
 def _give_up(c: Candidate, group: list[Candidate], v: Verdict) -> str:
     """What `c` is best on, and what it costs against the group's best elsewhere."""
-    bests = [m for m in v.metrics if _best_on(group, m) is c]
+    bests = [m for m in v.metrics if _is_best(c, group, m)]
     parts = ([_best_text(c, bests, group, v)] if bests else []) + _costs(c, group, v)
     return "; ".join(parts)
 
@@ -143,12 +150,12 @@ def _extremes(group: list[Candidate], v: Verdict, skip: tuple) -> list[str]:
         if b in skip or b in seen:
             continue
         seen.append(b)
-        bests = [x for x in v.metrics if _best_on(group, x) is b]
+        bests = [x for x in v.metrics if _is_best(b, group, x)]
         costs = _costs(b, group, v)
         if not costs:
             rec = v.recommended
             costs = ([f"meets the SLOs on {b.seeds_met} of {n} seeds"] if b.seeds_met < n
-                     else [f"ranks below {rec.label} on the SLOs"])
+                     else [f"ranks after {rec.label}"])
         out.append(f"{b.label} is {_best_text(b, bests, group, v, values=True)} but "
                    + "; ".join(costs))
     return out

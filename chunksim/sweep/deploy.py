@@ -3,6 +3,12 @@ SGLang's where an equivalent exists), P/D instances with their KV transfer, and 
 bench serve` line that replays the workload at the recommended rate, whose saved result
 goes back into `sim validate --against`.
 
+The configuration is built as the recommendation's runs were (`sweep.job.run_config`), so
+every knob they simulated, speculative decoding and a CPU KV tier included, reaches the
+lines. `sim validate --against` replays one engine: replicas get a bench of one instance
+at its share of the rate for the validate line to replay; P/D gets no validate line and a
+statement of what to check instead.
+
 Every flag comes from `engine_flags` (the one table, with the engine versions checked).
 Where a policy has no engine equivalent the deployment says so (`exact` False, a note)
 and gives the closest flags rather than pretend.

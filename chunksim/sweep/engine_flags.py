@@ -9,8 +9,13 @@ Sources checked: vLLM's engine arguments and `SchedulerConfig` (docs.vllm.ai, v0
 max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold, enable_chunked_prefill,
 scheduling policy fcfs|priority, async_scheduling), the `vllm bench serve` CLI reference
 (v0.11.2), the NixlConnector usage guide (`--kv-transfer-config` with kv_connector
-NixlConnector, kv_role kv_producer | kv_consumer | kv_both), and SGLang's server arguments
-(docs/advanced_features/server_arguments.md, 0.5 series; PD disaggregation guide).
+NixlConnector, kv_role kv_producer | kv_consumer | kv_both), vLLM's `SpeculativeConfig`
+(`--speculative-config` JSON: method ngram | eagle | eagle3 | mtp | draft_model, model,
+num_speculative_tokens) and KV offloading (`--kv-offloading-size` GiB,
+`--kv-offloading-backend native`), and SGLang's server arguments
+(docs/advanced_features/server_arguments.md, 0.5 series; PD disaggregation guide;
+speculative decoding: `--speculative-algorithm` EAGLE | EAGLE3 | NEXTN | STANDALONE with its
+step, top-k and draft-token counts).
 """
 
 from __future__ import annotations
