@@ -159,14 +159,18 @@ def test_a_speculative_serve_line_parses_and_carries_its_config():
     from chunksim.sweep.configs import Config, PolicySpec
     from chunksim.sweep.deploy import deployment
 
-    for method, k in (("eagle", 3), ("mtp", 1), ("ngram", 4)):
+    for method, k in (("eagle", 3), ("mtp", 1), ("ngram", 4), ("draft-model", 2)):
+        draft = "tiny-cpu" if method == "draft-model" else None
         run = RunConfig(engine=EngineConfig(speculative=SpecConfig(
-            speculative_method=method, num_speculative_tokens=k, spec_acceptance_rate=0.6)))
+            speculative_method=method, num_speculative_tokens=k, spec_acceptance_rate=0.6,
+            draft_profile=draft)))
         d = deployment(Config(PolicySpec("budget"), 2048, spec_tokens=k), run,
                        load_profile("llama-3.1-8b-h200").provenance, 4.0)
         doc = json.loads(parse_command(d.vllm[0].text)[1]["--speculative-config"])
-        assert doc["method"] == method and doc["num_speculative_tokens"] == k
-        assert ("model" in doc) == (method == "eagle")
+        assert doc["method"] == method.replace("-", "_") and doc["num_speculative_tokens"] == k
+        assert ("model" in doc) == (method in ("eagle", "draft-model"))
+        if draft:  # the draft is the model its profile measured
+            assert doc["model"] == load_profile(draft).provenance["model"]["name"]
         words = shlex.split(d.validate)
         assert words[words.index("--num-speculative-tokens") + 1] == str(k)
         assert words[words.index("--speculative-method") + 1] == method
@@ -175,7 +179,8 @@ def test_a_speculative_serve_line_parses_and_carries_its_config():
         else:
             s = parse_command(d.sglang[0].text)[1]
             assert s["--speculative-num-draft-tokens"] == str(k + 1)
-            assert s["--speculative-algorithm"] == {"eagle": "EAGLE", "mtp": "NEXTN"}[method]
+            assert s["--speculative-algorithm"] == {"eagle": "EAGLE", "mtp": "NEXTN",
+                                                     "draft-model": "STANDALONE"}[method]
 
 
 def test_the_flag_table_refuses_a_speculative_config_it_does_not_know():
