@@ -364,3 +364,17 @@ def test_capacity_with_rejections_is_offered_and_costs_what_is_served(tmp_path):
         in res.output
     report = (out / "report.md").read_text()
     assert "capacity req/s (offered)" in report and "served req/s" in report
+
+
+def test_an_expert_parallel_profile_deploys_expert_parallel():
+    """The profile's MoE layers were timed split over its GPUs: the engines split them
+    too, on as many GPUs as the deployment counts."""
+    moe = load_profile("qwen3-30b-a3b-h200-ep2")
+    ep = moe.provenance["components"]["moe"]["ep"]
+    d = deployment(Config(PolicySpec("budget"), 2048), RunConfig(), moe.provenance, 4.0)
+    v = parse_command(d.vllm[0].text)[1]
+    s = parse_command(d.sglang[0].text)[1]
+    assert "--enable-expert-parallel" in v and s["--ep-size"] == str(ep)
+    assert int(v["--tensor-parallel-size"]) == d.gpus == ep
+    dense = deployment(Config(PolicySpec("budget"), 2048), RunConfig(), H200.provenance, 4.0)
+    assert "--enable-expert-parallel" not in dense.vllm[0].text

@@ -36,6 +36,7 @@ from chunksim.workloads.options import WorkloadOptions
 
 MODEL_IDS: dict[str, str] = {
     "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
 }
 """Profile model name -> the Hugging Face id to serve (others: the profile's name as is)."""
 
@@ -272,6 +273,10 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
     tp = engine_devices(provenance)
     common_v: list = [("--tensor-parallel-size", tp)]
     common_s: list = [("--tp-size", tp)]
+    ep = ((provenance.get("components") or {}).get("moe") or {}).get("ep")
+    if isinstance(ep, int) and ep > 1:  # experts split across the engine's GPUs
+        common_v.append(("--enable-expert-parallel", None))
+        common_s.append(("--ep-size", ep))
     common_v.append(("--enable-prefix-caching" if cfg.prefix_caching
                      else "--no-enable-prefix-caching", None))
     if not cfg.prefix_caching:

@@ -108,6 +108,7 @@ VLLM_SERVE = _table(
     F("--kv-transfer-config", "json", "P/D: the instance's KV role and connector"),
     F("--speculative-config", "json", "--speculative-method, --num-speculative-tokens and "
       "the draft (eagle head, draft model)"),
+    F("--enable-expert-parallel", "switch", "the profile's expert-parallel MoE layers"),
     F("--kv-offloading-size", "float", "--kv-offload-gib (the CPU KV tier, GiB)"),
     F("--kv-offloading-backend", "choice:native|lmcache", "the CPU KV tier's connector"),
 )
@@ -145,6 +146,7 @@ VLLM_BENCH = _table(
 SGLANG_SERVE = _table(
     F("--model-path", "str", "the served model"),
     F("--tp-size", "int", "the profile's tensor-parallel degree"),
+    F("--ep-size", "int", "the profile's expert-parallel degree"),
     F("--chunked-prefill-size", "int", "prefill tokens per chunk (-1: no chunking)"),
     F("--max-prefill-tokens", "int", "prefill tokens per batch"),
     F("--enable-mixed-chunk", "switch", "decodes ride along with a prefill chunk"),
