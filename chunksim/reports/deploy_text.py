@@ -160,7 +160,7 @@ def _deploy_blocks(doc, d: Deployment) -> None:
         doc.para("Check it on the hardware:")
         doc.code(d.bench)
         if d.validate is None:
-            doc.para(f"Then {d.check}.")
+            doc.para(f"No validate line: {d.check}.")
         else:
             doc.para(f"To validate, {d.check}:")
             doc.code(f"{d.instance_bench}\n{d.validate}")
