@@ -97,7 +97,7 @@ def beaten(c: Candidate, m, candidates: list[Candidate]) -> bool:
 
 
 def _among(v: Verdict, group: list[Candidate]) -> str:
-    return ("among the tied configurations" if len(v.tied) > 1 and group == v.tied
+    return ("among the tied configurations" if len(v.tied) > 1 and group is v.tied
             else "among the configurations meeting the SLOs")
 
 
