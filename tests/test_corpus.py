@@ -25,6 +25,8 @@ LONG = "x" * 300
 GENERIC = ["--trace-format", "generic", "--time-column", "t"]
 BUDGET = ["--policies", "budget", "--chunks", "512", "--seeds", "0"]
 REJECTING = [*BUDGET, "-n", "200", "--max-model-len", "700"]
+SPEC = ["--speculative-method", "eagle", "--num-speculative-tokens", "2",
+        "--spec-acceptance-rate", "0.7"]
 
 # (id, args, exit status, stream, first-line regex)
 CORPUS: list[tuple[str, list[str], int, str, str]] = [
@@ -95,6 +97,28 @@ CORPUS: list[tuple[str, list[str], int, str, str]] = [
      r"^error: .*hash\.csv: line 2: column 'h' = '1 2 x' is not a list of integer hashes"),
     ("speedup-refused", ["run", "--speedup", "2"], 2, "err",
      r"^error: --speedup does not apply to --workload poisson \(only to --trace\); drop it$"),
+    # 12. next steps as printed, capacity as served, verdicts that agree with their table
+    ("deploy-speculative", ["compare", *BUDGET, "-n", "40", *SPEC, "--out", "{tmp}/c"], 0,
+     "out", r"^workload poisson"),
+    ("deploy-validate-out", ["capacity", *BUDGET, "-n", "40", "--tol", "0.3"], 0, "out",
+     r"^capacity under"),
+    ("deploy-pd-no-validate", ["compare", *BUDGET, "-n", "40", "--pd", "1:1", "--out",
+                               "{tmp}/c"], 0, "out", r"^workload poisson"),
+    ("deploy-replicas-one-instance", ["capacity", *BUDGET, "-n", "40", "--tol", "0.3",
+                                      "--gpus", "2"], 0, "out", r"^capacity under"),
+    ("capacity-offered-served", ["capacity", *REJECTING, "--max-reject-pct", "90", "--gpu",
+                                 "h200-sxm"], 0, "out", r"^capacity under"),
+    ("verdict-all-rejected", ["capacity", *BUDGET, "-n", "20", "--max-model-len", "64"], 0,
+     "out", r"^capacity under"),
+    ("verdict-rejects-past-the-cap", ["capacity", *REJECTING, "--max-reject-pct", "50"], 0,
+     "out", r"^capacity under"),
+    ("verdict-readme-4-gpus", ["capacity", "-w", "long-prompt", "--profile",
+                               "llama-3.1-8b-h200-vllm", "--policies", "budget", "--chunks",
+                               "8192", "--gpus", "4", "--fleet", "router=least-tokens",
+                               "--seeds", "0", "--slo", "p99_ttft_ms=200", "--slo",
+                               "p99_itl_ms=50"], 0, "out", r"^capacity under"),
+    ("price-b200", ["compare", *BUDGET, "-n", "20", "--profile", "llama-3.1-8b-b200-vllm",
+                    "--gpu", "b200", "--out", "{tmp}/c"], 0, "out", r"^workload poisson"),
 ]
 
 
@@ -159,5 +183,36 @@ def _and_then(name: str, proc: subprocess.CompletedProcess, tmp_path: Path) -> N
         report = (tmp_path / "f" / "report.md").read_text()
         assert "step_timeline.png left out: it could not be drawn" in report
         assert not (tmp_path / "f" / "step_timeline.png").exists()
+    if name == "deploy-speculative":  # the recommendation speculates; so do its lines
+        serve = next(x for x in out.splitlines() if x.startswith("vllm serve"))
+        assert '"num_speculative_tokens":2' in serve
+        assert "--speculative-algorithm EAGLE" in out
+        assert re.search(r"then: sim validate .*--num-speculative-tokens 2.* --out ", out)
+    if name == "deploy-validate-out":
+        assert re.search(r"^then: sim validate --against bench/\S+ .* --out \S+$", out, re.M)
+    if name == "deploy-pd-no-validate":
+        assert "No validate line: sim validate --against replays one engine" in out
+        assert "then: sim validate" not in out
+    if name == "deploy-replicas-one-instance":
+        assert re.search(r"^then: sim validate --against bench/\S+-one-instance\.json", out,
+                         re.M)
+        assert "--replicas" not in out.split("then: sim validate")[1].splitlines()[0]
+    if name == "capacity-offered-served":
+        assert re.search(r"recommended: budget 512 \(\S+ req/s offered, \S+ served", out)
+        assert "offered req/s" in out and "served output tok/s" in out
+    if name == "verdict-all-rejected":
+        assert ("No configuration meets the SLOs at any probed rate: budget 512 rejects "
+                "more than --max-reject-pct 0 % of its requests (budget 512: 20 of 20 "
+                "requests rejected (100 %)") in out
+        assert "Closest" not in out and "tightest bound" not in out
+    if name == "verdict-rejects-past-the-cap":
+        assert "budget 512 rejects more than --max-reject-pct 50 % of its requests" in out
+        assert "Closest" not in out and "tightest bound" not in out
+    if name == "verdict-readme-4-gpus":
+        assert "but best on" not in out
+        assert re.search(r"Extremes: P/D 1:3 \S+ · budget 8192 is best on worst stall "
+                         r"\([^)]*\) and on the long request's TTFT", out)
+    if name == "price-b200":
+        assert "per GPU-hour (b200: " in out
     if name.endswith("long-name"):
         assert not any(p.name.startswith(".") for p in tmp_path.iterdir())

@@ -123,10 +123,22 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
         for c, kv_role in ((roles["prefill"], "kv_producer"), (roles["decode"], "kv_consumer")):
             kv = json.loads(parse_command(c.text)[1]["--kv-transfer-config"])
             assert kv == {"kv_connector": "NixlConnector", "kv_role": kv_role}
-        assert f"--pd {fleet.pd[0]}:{fleet.pd[1]}" in d.validate
+        # `--against` replays one engine: no validate line, and the check says what to do
+        assert d.validate is None and "no P/D form" in d.check
         assert d.gpus == sum(fleet.pd)
     elif fleet is not None:
         assert d.vllm[0].count == fleet.replicas and d.gpus == fleet.replicas
+    if fleet is not None and fleet.pd is None and fleet.replicas > 1:
+        # one instance benched alone at its share, and that is what the line replays
+        one = parse_command(d.instance_bench)[1]
+        assert d.validate.split()[3] == f"bench/{one['--result-filename']}"
+        if rate is not None:
+            assert math.isclose(float(one["--request-rate"]), rate / fleet.replicas,
+                                rel_tol=1e-3)
+        assert int(one["--num-prompts"]) == -(-20 // fleet.replicas)
+    if d.validate is not None:
+        assert "--replicas" not in d.validate and "--pd" not in d.validate
+        assert "--out" in d.validate.split()
 
 
 @pytest.mark.parametrize("spec, exact", [
@@ -311,3 +323,58 @@ def test_the_validate_line_replays_what_was_deployed(tmp_path):
             p["priority_scheduling"]) == (512, 64, 128, True)
     assert s["prefix_caching"] is False and s["async_scheduling"] is True
     assert s["kv_blocks"] == 2000
+
+
+def test_every_bundled_gpu_has_a_price_preset():
+    """`--gpu` names a preset for each device a bundled profile was measured on."""
+    from chunksim.latency.profile import bundled_profiles
+
+    devices = set()
+    for name in bundled_profiles():
+        dev = str(load_profile(name).provenance.get("device_name") or "").lower()
+        for gpu in ("a100", "h100", "h200", "b200"):
+            if gpu in dev.replace("_", " ").replace("-", " ").split() or gpu in dev:
+                devices.add(gpu)
+    assert "b200" in devices
+    for gpu in devices:
+        assert any(p.startswith(gpu) for p in GPU_PRICES), gpu
+    assert CostConfig(gpu="b200").price.usd_per_hour == 5.25
+
+
+@pytest.mark.slow
+def test_capacity_with_rejections_is_offered_and_costs_what_is_served(tmp_path):
+    """--max-reject-pct 90: the capacity met while requests are rejected is labelled as
+    offered, the served rate is beside it, and the cost counts the served tokens."""
+    out = tmp_path / "r"
+    res = RUNNER.invoke(app, ["capacity", "-n", "200", "--max-model-len", "700",
+                              "--policies", "budget", "--chunks", "512", "--seeds", "0",
+                              "--max-reject-pct", "90", "--gpu", "b200", "--workers", "1",
+                              "--no-svg", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "capacity.json").read_text())
+    cap = doc["configurations"][0]
+    at = cap["summary_at_max_rate"]
+    assert at["rejected"] > 0 and cap["rejected_pct_at_max"] > 0
+    assert cap["served_rate_at_max"] == at["request_throughput"] < cap["max_rate"]
+    (c,) = doc["cost"]["configurations"]
+    assert c["rate"] == cap["max_rate"] and c["served_rate"] == at["request_throughput"]
+    assert math.isclose(c["usd_per_mtok"], 5.25 / (at["output_throughput"] * 3600) * 1e6)
+    assert "max rate req/s offered" in res.output and "served req/s" in res.output
+    assert f"{cap['max_rate']:.0f} req/s offered ({at['request_throughput']:.3g} req/s served" \
+        in res.output
+    report = (out / "report.md").read_text()
+    assert "capacity req/s (offered)" in report and "served req/s" in report
+
+
+def test_an_expert_parallel_profile_deploys_expert_parallel():
+    """The profile's MoE layers were timed split over its GPUs: the engines split them
+    too, on as many GPUs as the deployment counts."""
+    moe = load_profile("qwen3-30b-a3b-h200-ep2")
+    ep = moe.provenance["components"]["moe"]["ep"]
+    d = deployment(Config(PolicySpec("budget"), 2048), RunConfig(), moe.provenance, 4.0)
+    v = parse_command(d.vllm[0].text)[1]
+    s = parse_command(d.sglang[0].text)[1]
+    assert "--enable-expert-parallel" in v and s["--ep-size"] == str(ep)
+    assert int(v["--tensor-parallel-size"]) == d.gpus == ep
+    dense = deployment(Config(PolicySpec("budget"), 2048), RunConfig(), H200.provenance, 4.0)
+    assert "--enable-expert-parallel" not in dense.vllm[0].text

@@ -125,3 +125,138 @@ def test_tables_show_ranges_and_a_row_group_per_class():
     assert "<section class='verdict' id='verdict'>" in page and "<b>Recommended: a</b>" in page
     assert "<div class='scroll'><table>" in page
     assert "> **Recommended: a**" in doc.to_markdown()
+
+
+# --- wording generated from the data: no sentence contradicts its table ---------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+LABELS = [_cfg("whole"), _cfg("chunk", 256), _cfg("chunk", 1024), _cfg("budget", 512),
+          _cfg("budget", 2048), _cfg("budget", 8192)]
+
+
+@st.composite
+def tables(draw):
+    """A random table: 2-5 configurations x 1-3 seeds of summaries (some completing
+    nothing, some rejecting), with or without a long class, with or without capacities."""
+    n = draw(st.integers(2, 5))
+    seeds = draw(st.integers(1, 3))
+    classes = draw(st.booleans())
+    value = st.floats(1, 4000, allow_nan=False).map(lambda x: round(x, 1))
+    runs = []
+    for _ in range(n):
+        rs = []
+        for _ in range(seeds):
+            completed = draw(st.sampled_from([0, 10, 10, 10]))
+            s = _s(draw(value), draw(st.floats(1, 150).map(lambda x: round(x, 1))),
+                   draw(value), draw(value) if classes else None, completed)
+            s["rejected"] = draw(st.sampled_from([0, 0, 0, 2, 10]))
+            s["request_throughput"] = draw(st.floats(0.1, 50))
+            rs.append(s)
+        runs.append(rs)
+    caps = None
+    if draw(st.booleans()):
+        caps = []
+        for _ in range(n):
+            c = draw(st.sampled_from([0.0, 2.0, 4.0, 4.5, 8.0]))
+            caps.append((c, (c * 0.9, c * 1.1)))
+    return (LABELS[:n], runs, list(range(seeds)), caps,
+            draw(st.sampled_from([0.0, 0.0, 50.0])))
+
+
+def _median(runs, path) -> float:
+    import numpy as np
+
+    vals = []
+    for s in runs:
+        v = s
+        for p in path:
+            v = v.get(p) if isinstance(v, dict) else None
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            vals.append(float(v))
+    return float(np.median(vals)) if vals else math.inf
+
+
+def _claims(line: str, labels: list[str], metrics: dict[str, tuple]):
+    """(configuration, metric label, clause) for each `<label> … best on <metric>` in
+    `line`: the configuration is the last label named before the claim."""
+    import re
+
+    by_len = sorted(labels, key=len, reverse=True)
+    names = re.compile("|".join(re.escape(x) for x in by_len))
+    out = []
+    for m in re.finditer(r"best on ", line):
+        before = [x for x in names.finditer(line, 0, m.start())]
+        clause = re.split(r"; |\. | but ", line[m.start():])[0]
+        for label in metrics:
+            if f"on {label}" in clause and before:
+                out.append((before[-1].group(0), label, clause))
+    return out
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(tables())
+def test_no_sentence_calls_a_configuration_best_where_another_beats_it(table):
+    configs, runs, seeds, caps, max_reject = table
+    v = decide(configs, runs, SLOS, True, seeds, caps, max_reject)
+    lines = verdict_lines(v, capacity_searched=caps is not None)
+    by_label = {c.label: rs for c, rs in zip(configs, runs, strict=True)}
+    metrics = {m.label: m.path for m in v.metrics}
+    for line in lines:
+        for label, metric, clause in _claims(line, list(by_label), metrics):
+            if "among" in clause:
+                continue
+            mine = _median(by_label[label], metrics[metric])
+            others = [_median(rs, metrics[metric]) for x, rs in by_label.items() if x != label]
+            assert all(mine <= o for o in others), (line, label, metric)
+    text = "\n".join(lines)
+    rejecting = {c.label for c in v.candidates
+                 if any(100 * s["rejected"] / (s["rejected"] + s["completed"]) > max_reject
+                        for s in c.runs if s["rejected"] + s["completed"])}
+    if v.recommended is None:
+        # every configuration fails: said plainly, the closest never one that rejects
+        if rejecting == set(by_label):
+            assert "rejects more than --max-reject-pct" in text and "Closest" not in text
+        for label in rejecting:
+            assert f"Closest: **{label}**" not in text
+        assert "× its tightest bound" not in text
+
+
+def test_an_extreme_best_on_both_metrics_is_named_once_with_what_it_costs():
+    """The README's 4-GPU case: a lower-capacity split best on both trade-off metrics."""
+    configs = [_cfg("budget", 512), _cfg("budget", 2048), _cfg("budget", 8192)]
+    runs = [[_s(75, 44, 202, 237)], [_s(170, 11, 11.8, 260)], [_s(150, 7, 7.2, 215)]]
+    v = decide(configs, runs, SLOS, True, [0],
+               capacities=[(362.0, (362.0, 362.0)), (298.0, (298.0, 298.0)),
+                           (131.0, (131.0, 131.0))])
+    text = "\n".join(verdict_lines(v, capacity_searched=True))
+    extremes = next(x for x in text.splitlines() if x.startswith("Extremes"))
+    assert extremes.count("budget 8192 is best") == 1
+    assert "best on worst stall (7.2 ms) and on the long request's TTFT (215 ms)" in extremes
+    assert "but capacity -64 % vs budget 512" in extremes
+    assert "but best on" not in text
+
+
+def test_best_among_the_group_says_among_when_an_excluded_configuration_beats_it():
+    """Two meet the SLOs; a third misses them but has the lowest stall: the one called best
+    on stall is best among those meeting the SLOs, and says so."""
+    configs = [_cfg("whole"), _cfg("budget", 512), _cfg("budget", 2048)]
+    runs = [[_s(5000, 6, 5)], [_s(90, 5, 50)], [_s(95, 5, 200)]]
+    v = decide(configs, runs, SLOS, True, [0], capacities=[(0.0, (0.0, 0.0)),
+                                                             (4.0, (4.0, 4.0)),
+                                                             (8.0, (8.0, 8.0))])
+    text = "\n".join(verdict_lines(v, capacity_searched=True))
+    assert ("budget 512: best on worst stall and on P99 TTFT among the configurations "
+            "meeting the SLOs") in text
+
+
+def test_every_configuration_rejecting_says_so_without_a_closest():
+    configs = [_cfg("whole"), _cfg("budget", 512)]
+    runs = [[{**_s(1, 1, 1, completed=1), "rejected": 39}],
+            [{**_s(1, 1, 1, completed=0), "rejected": 40}]]
+    v = decide(configs, runs, SLOS, True, [0])
+    text = "\n".join(verdict_lines(v, capacity_searched=False))
+    assert "every configuration rejects more than --max-reject-pct 0 % of its requests" in text
+    assert "40 of 40 requests rejected (100 %)" in text
+    assert "Closest" not in text and "tightest bound" not in text

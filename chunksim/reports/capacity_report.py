@@ -51,7 +51,9 @@ def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
     """One row per configuration: capacity on the median seed, its range over seeds, the
     SLO'd metrics at that rate, and how many rates were probed."""
     keys = list(slos)
-    headers = (["configuration", "capacity req/s", "per seed req/s"]
+    offered = any(e.served_at_max for e in entries)  # a capacity with rejections at it
+    headers = (["configuration", "capacity req/s" + (" (offered)" if offered else "")]
+               + (["served req/s"] if offered else []) + ["per seed req/s"]
                + [f"{metric_name(k)} ms at cap." for k in keys]
                + ["rejected %", "probes", "note"])
     rows = []
@@ -76,7 +78,9 @@ def capacity_rows(entries: Sequence[CapacityEntry], slos: dict[str, float],
         # the worst seed at the capacity, or (none met) at the lowest rate probed
         shown = p or (e.probes[0] if e.probes else None)
         rej = num(reject_pct(worst(shown.runs))) if shown and shown.runs else "–"
-        rows.append([e.config.label, cap, per_seed if n_seeds > 1 else num(lo if lo else hi)]
+        served = ([num(e.served_at_max[0]) if e.served_at_max else cap] if offered else [])
+        rows.append([e.config.label, cap, *served,
+                     per_seed if n_seeds > 1 else num(lo if lo else hi)]
                     + cells + [rej, str(len(e.probes)), note])
     return headers, rows
 
@@ -104,7 +108,9 @@ def capacity_section(doc: Document, entries: Sequence[CapacityEntry], slos: dict
     headers, rows = capacity_rows(entries, slos, n_seeds)
     doc.table(headers, rows)
     doc.para("Capacity = the highest probed rate at which every SLO holds for the median "
-             "seed (per bound, the median over seeds of its metric). Per seed = the highest "
+             "seed (per bound, the median over seeds of its metric); where requests were "
+             "rejected at it (--max-reject-pct), it is the rate offered, and the rate served "
+             "(requests completed per second) is beside it. Per seed = the highest "
              "probed rate that seed alone met. The search doubles, bisects, then probes 1.15× "
              "and 1.4× above its bracket: a pass there resumes the search."
              + (f" Probe window: {window}." if window else ""))
@@ -168,7 +174,9 @@ def _splits_section(doc: Document, rows: list[dict]) -> None:
 
     doc.table(["configuration (best first)", "max rate req/s", "req/s per GPU",
                "P99 TTFT ms", "P99 ITL ms"],
-              [[r["config"], ("≥" if r["capped"] else "") + f"{r['max_rate']:.3g}",
+              [[r["config"], ("≥" if r["capped"] else "") + f"{r['max_rate']:.3g}"
+                + (f" offered ({r['served_rate']:.3g} served)"
+                   if r.get("served_rate") is not None else ""),
                 f"{r['max_rate_per_gpu']:.3g}", ms(r["p99_ttft_ms"]), ms(r["p99_itl_ms"])]
                for r in rows])
     doc.para(f"{gpus} colocated replicas against every prefill:decode split of the same "

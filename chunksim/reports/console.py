@@ -147,26 +147,32 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
     slo_txt = ", ".join(f"{k} ≤ {v:g}" for k, v in slos.items())
     t = Table(title=f"capacity under {slo_txt}", title_justify="left", show_edge=False,
               pad_edge=False)
-    for col in ("configuration", "max rate req/s", "P99 ITL ms", "P99 TTFT ms",
+    offered = any(e.served_at_max for e in entries)  # rejections at a capacity
+    for col in ("configuration", "max rate req/s" + (" offered" if offered else ""),
+                *(("served req/s",) if offered else ()), "P99 ITL ms", "P99 TTFT ms",
                 "med sched ms", "rejected %", "probes"):
         t.add_column(col, justify="left" if col == "configuration" else "right")
     for e in entries:
         s = e.at_max
         star = " ★" if recommended is not None and e.config == recommended.config else ""
         rate = ("≥" if e.capped else "") + f"{e.max_rate:.3g}"
+        served = ([f"{e.served_at_max[0]:.3g}" if e.served_at_max else rate]
+                  if offered else [])
         cells = ([f"{s['p99_itl_ms']:.1f}", f"{s['p99_ttft_ms']:.1f}",
                   f"{s['median_sched_delay_ms']:.1f}"] if s else ["–", "–", "–"])
         # at the capacity, or (none met) the lowest probe: why it failed there
         shown = e.probe_at_max or (e.probes[0] if e.probes else None)
         rej = (f"{reject_pct(worst(shown.runs)):.3g}" if shown and shown.runs
                else "–")
-        t.add_row(e.config.label + star, rate, *cells, rej, str(len(e.probes)))
+        t.add_row(e.config.label + star, rate, *served, *cells, rej, str(len(e.probes)))
     con.print(t)
     if recommended is None:
         con.print("[red]no configuration met the SLOs at any probed rate[/red]")
     else:
+        sv = recommended.served_at_max
         con.print(f"recommended: [bold]{recommended.config.label}[/bold] "
-                  f"({recommended.max_rate:.3g} req/s)")
+                  f"({recommended.max_rate:.3g} req/s"
+                  + (f" offered, {sv[0]:.3g} served, {sv[1]:.3g} % rejected)" if sv else ")"))
 
 
 def print_splits(rows: list[dict], gpus: int, console: Console | None = None) -> None:
@@ -178,7 +184,9 @@ def print_splits(rows: list[dict], gpus: int, console: Console | None = None) ->
                 "P99 ITL ms"):
         t.add_column(col, justify="left" if col == "configuration" else "right")
     for r in rows:
-        rate = ("≥" if r["capped"] else "") + f"{r['max_rate']:.3g}"
+        rate = ("≥" if r["capped"] else "") + f"{r['max_rate']:.3g}" + (
+            f" offered ({r['served_rate']:.3g} served)"
+            if r.get("served_rate") is not None else "")
         cells = ([f"{r['p99_ttft_ms']:.1f}", f"{r['p99_itl_ms']:.1f}"]
                  if r["p99_ttft_ms"] is not None else ["–", "–"])
         t.add_row(str(r["rank"]), r["config"], rate, f"{r['max_rate_per_gpu']:.3g}", *cells)

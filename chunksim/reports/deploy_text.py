@@ -26,14 +26,30 @@ def price_text(price: GpuPrice) -> str:
 
 
 def cost_headers() -> list[str]:
-    return ["configuration", "GPUs", "at req/s", "output tok/s", "$ per M output tok",
-            "GPU-h per day", "$ per day"]
+    return ["configuration", "GPUs", "offered req/s", "served req/s", "served output tok/s",
+            "$ per M output tok", "GPU-h per day", "$ per day"]
 
 
 def cost_rows(costs: Sequence[Cost]) -> list[list[str]]:
-    return [[c.label, str(c.gpus), f"{c.rate:.3g}", f"{c.output_tok_per_s:,.0f}",
+    return [[c.label, str(c.gpus), f"{c.rate:.3g}", _served(c), f"{c.output_tok_per_s:,.0f}",
              _money(c.usd_per_mtok), f"{c.gpu_hours_per_day:g}", _money(c.usd_per_day)]
             for c in costs]
+
+
+def _served(c: Cost) -> str:
+    if not math.isfinite(c.served_rate):
+        return "–"
+    return f"{c.served_rate:.3g}" + (f" ({c.rejected_pct:.3g} % rejected)"
+                                     if c.rejected_pct > 0 else "")
+
+
+def _at(c: Cost, at: str) -> str:
+    """`12.5 req/s (its capacity)`, or with rejections `740 req/s offered (its capacity),
+    88 served (87 % rejected)`."""
+    if c.rejected_pct > 0 and math.isfinite(c.served_rate):
+        return (f"{c.rate:.3g} req/s offered ({at}), {c.served_rate:.3g} served "
+                f"({c.rejected_pct:.3g} % rejected)")
+    return f"{c.rate:.3g} req/s ({at})"
 
 
 def cost_sentence(c: Cost, price: GpuPrice, at: str) -> str:
@@ -41,7 +57,7 @@ def cost_sentence(c: Cost, price: GpuPrice, at: str) -> str:
     12.5 req/s (its capacity), 24 GPU-hours a day ($96)`."""
     gpus = f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}"
     return (f"**Cost: {_money(c.usd_per_mtok)} per million output tokens** — {c.label} on "
-            f"{gpus} at {c.rate:.3g} req/s ({at}), {c.output_tok_per_s:,.0f} output tok/s; "
+            f"{gpus} at {_at(c, at)}, {c.output_tok_per_s:,.0f} output tok/s served; "
             f"{c.gpu_hours_per_day:g} GPU-hours a day ({_money(c.usd_per_day)} a day at "
             f"{price_text(price)}).")
 
@@ -61,9 +77,19 @@ def deploy_lines(d: Deployment) -> list[str]:
     else:
         lines.append("SGLang equivalent: none for this policy.")
     lines.append(f"Check it on the hardware: `{d.bench}`")
-    lines.append(f"then: `{d.validate}`")
+    lines += check_lines(d)
     lines += [f"Note: {n}." for n in d.notes]
     return lines
+
+
+def check_lines(d: Deployment) -> list[str]:
+    """What follows the bench line: the `sim validate` line its result goes to, or, for a
+    fleet, the one-instance bench that line replays, or what to do instead."""
+    if d.validate is None:
+        return [f"No validate line: {d.check}."]
+    if d.instance_bench is not None:
+        return [f"To validate: {d.check}:", f"`{d.instance_bench}`", f"then: `{d.validate}`"]
+    return [f"then: `{d.validate}`"]
 
 
 def _count(c) -> str:
@@ -108,8 +134,9 @@ def deploy_section(doc, d: Deployment | None, costs: Sequence[Cost] = (),
         if best is not None:
             doc.para(cost_sentence(best, price, at))
         doc.table(cost_headers(), cost_rows(costs))
-        doc.para("$ per million output tokens = GPUs × price per GPU-hour ÷ (output tokens/s "
-                 "× 3600) × 10⁶, at the rate in the row; GPU-hours per day = GPUs × 24; "
+        doc.para("$ per million output tokens = GPUs × price per GPU-hour ÷ (served output "
+                 "tokens/s × 3600) × 10⁶, at the rate offered in the row (a rejected request "
+                 "produces no tokens); GPU-hours per day = GPUs × 24; "
                  f"price: {price_text(price)}.")
 
 
@@ -125,8 +152,18 @@ def _deploy_blocks(doc, d: Deployment) -> None:
                             else "") + c.text for c in d.sglang))
     else:
         doc.para("SGLang equivalent: none for this policy.")
-    doc.para("Check it on the hardware, then compare the measurement with this prediction:")
-    doc.code(f"{d.bench}\n{d.validate}")
+    if d.validate is not None and d.instance_bench is None:
+        doc.para("Check it on the hardware, then compare the measurement with this "
+                 "prediction:")
+        doc.code(f"{d.bench}\n{d.validate}")
+    else:
+        doc.para("Check it on the hardware:")
+        doc.code(d.bench)
+        if d.validate is None:
+            doc.para(f"No validate line: {d.check}.")
+        else:
+            doc.para(f"To validate, {d.check}:")
+            doc.code(f"{d.instance_bench}\n{d.validate}")
     if d.notes:
         doc.bullets(list(d.notes))
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
 from chunksim.sim.build import static_rejections
-from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT
+from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, reject_pct
+from chunksim.sim.rejections import worst as reject_worst
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.early import settle_bounds
@@ -169,6 +170,22 @@ class CapacityEntry:
         """The (median) summary at `max_rate` (None if no rate met the SLOs)."""
         p = self.probe_at_max
         return None if p is None else p.summary
+
+    @property
+    def served_at_max(self) -> tuple[float, float] | None:
+        """(requests/s served on the median seed, % rejected on the worst seed) at the
+        capacity when a seed rejected requests there (None: none did, or nothing met):
+        the capacity is then a rate offered, not served."""
+        p = self.probe_at_max
+        if p is None or not p.runs:
+            return None
+        w = reject_worst(p.runs)
+        if w is None or not w.get("rejected"):
+            return None
+        import numpy as np
+
+        served = [float(s.get("request_throughput") or 0.0) for s in p.runs]
+        return float(np.median(served)), reject_pct(w)
 
     @property
     def probe_at_max(self) -> Probe | None:

@@ -42,6 +42,9 @@ def entry_document(e: CapacityEntry, slos: dict[str, float], seeds: list[int],
     return {
         **config_keys(e.config),
         "max_rate": e.max_rate, "capped": e.capped,
+        # max_rate is offered: where requests were rejected at it, what was served
+        "served_rate_at_max": e.served_at_max[0] if e.served_at_max else None,
+        "rejected_pct_at_max": e.served_at_max[1] if e.served_at_max else 0.0,
         "max_rate_by_seed": dict(zip(map(str, seeds), e.seed_capacities(), strict=True)),
         "max_rate_range": [lo, hi],
         "non_monotone_rates": e.non_monotone,

@@ -4,8 +4,10 @@ a price per GPU-hour (`--gpu-cost-per-hour`, or a `--gpu` preset with its source
     $ per Mtok = GPUs x price per GPU-hour / (output tokens/s x 3600) x 1e6
     GPU-hours per day = GPUs x 24
 
-Output tokens/s is the run's own (vLLM bench's `output_throughput`): at a capacity, the
-rate the configuration sustains under the SLOs, so the capacity answer reads as a cost.
+Output tokens/s is the run's own (vLLM bench's `output_throughput`): the tokens of the
+requests served, at a capacity the rate the configuration sustains under the SLOs, so the
+capacity answer reads as a cost. Where requests were rejected (`--max-reject-pct`), the
+rate offered and the rate served differ, and both are stated.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ GPU_PRICES: dict[str, GpuPrice] = {p.name: p for p in (
              "on-demand range $2.50-3.50, midpoint", "2026-05"),
     GpuPrice("h200-sxm", 4.00, "mercatus-ai.com/blog/cloud-gpu-pricing, specialty-cloud "
              "on-demand range $3.50-4.50, midpoint", "2026-05"),
+    GpuPrice("b200", 5.25, "lyceum.technology/magazine/nvidia-b200-gpu-cloud-pricing-2026, "
+             "specialty-cloud on-demand range $4.50-6.00, midpoint", "2026-03"),
 )}
 """Public on-demand list prices per GPU-hour (hyperscalers charge more, reservations
 less: give your own with --gpu-cost-per-hour)."""
@@ -57,7 +61,8 @@ class CostConfig:
     verdict and the capacity tables."""
     gpu: str | None = knob(None, "--gpu", panel=_C)
     """A price preset instead of --gpu-cost-per-hour: a100-80gb ($1.30), h100-sxm ($3.00),
-    h200-sxm ($4.00); public on-demand prices, source and date in the answer."""
+    h200-sxm ($4.00), b200 ($5.25); public on-demand prices, source and date in the
+    answer."""
 
     def __post_init__(self) -> None:
         if self.gpu is not None and self.gpu not in GPU_PRICES:
@@ -95,18 +100,29 @@ class Cost:
     label: str
     gpus: int
     rate: float
-    """Requests/s at which the cost is read."""
+    """Requests/s offered at the operating point where the cost is read."""
     output_tok_per_s: float
+    """Output tokens/s served (of the requests completed; rejected ones produce none)."""
     usd_per_mtok: float
     gpu_hours_per_day: float
     usd_per_day: float
+    served_rate: float = math.nan
+    """Requests/s completed (the offered rate less what was rejected or left unfinished)."""
+    rejected_pct: float = 0.0
+    """Requests rejected on arrival, % of those offered: the rate served is below the
+    rate offered by at least this share."""
 
 
 def cost_of(label: str, gpus: int, summary: dict, rate: float, price: GpuPrice) -> Cost:
-    """The cost of `gpus` GPUs producing `summary`'s output throughput at `rate`."""
+    """The cost of `gpus` GPUs producing `summary`'s served output throughput, offered
+    `rate`."""
+    from chunksim.sim.rejections import reject_pct
+
     tok = float(summary.get("output_throughput") or 0.0)
+    served = float(summary.get("request_throughput") or 0.0)
     return Cost(label, gpus, rate, tok, usd_per_mtok(gpus, price.usd_per_hour, tok),
-                gpu_hours_per_day(gpus), gpu_hours_per_day(gpus) * price.usd_per_hour)
+                gpu_hours_per_day(gpus), gpu_hours_per_day(gpus) * price.usd_per_hour,
+                served, reject_pct(summary))
 
 
 def config_gpus(config, fleet, provenance: dict) -> int:

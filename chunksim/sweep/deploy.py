@@ -3,6 +3,12 @@ SGLang's where an equivalent exists), P/D instances with their KV transfer, and 
 bench serve` line that replays the workload at the recommended rate, whose saved result
 goes back into `sim validate --against`.
 
+The configuration is built as the recommendation's runs were (`sweep.job.run_config`), so
+every knob they simulated, speculative decoding and a CPU KV tier included, reaches the
+lines. `sim validate --against` replays one engine: replicas get a bench of one instance
+at its share of the rate for the validate line to replay; P/D gets no validate line and a
+statement of what to check instead.
+
 Every flag comes from `engine_flags` (the one table, with the engine versions checked).
 Where a policy has no engine equivalent the deployment says so (`exact` False, a note)
 and gives the closest flags rather than pretend.
@@ -11,6 +17,7 @@ and gives the closest flags rather than pretend.
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass, replace
 
 from chunksim.latency.profile import engine_devices
@@ -23,13 +30,24 @@ from chunksim.sweep.engine_flags import (
     VLLM_SERVE,
     command_text,
     flag_args,
+    parse_command,
 )
 from chunksim.workloads.options import WorkloadOptions
 
 MODEL_IDS: dict[str, str] = {
     "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
 }
 """Profile model name -> the Hugging Face id to serve (others: the profile's name as is)."""
+
+EAGLE_HEADS: dict[str, str] = {
+    "meta-llama/Llama-3.1-8B-Instruct": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+    "meta-llama/Meta-Llama-3.1-8B-Instruct": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+}
+"""Served model -> a published EAGLE head for it (others: EAGLE_HEAD, to be replaced)."""
+
+EAGLE_PLACEHOLDER = "EAGLE_HEAD"
+"""Stands for the EAGLE head of a model this table does not know; a note says so."""
 
 NIXL = "NixlConnector"
 """vLLM's KV connector for P/D (NIXL over UCX: NVLink within a node, RDMA across)."""
@@ -64,8 +82,14 @@ class Deployment:
     notes: tuple[str, ...]
     bench: str
     """`vllm bench serve` at the recommended rate."""
-    validate: str
-    """The `sim validate --against` line its result goes to."""
+    validate: str | None
+    """The `sim validate --against` line a bench result goes to (None: no form replays
+    this deployment; `check` says what to do instead)."""
+    instance_bench: str | None = None
+    """Replicas: `vllm bench serve` against one instance alone at its share of the rate,
+    whose result the validate line replays (`sim validate --against` replays one engine)."""
+    check: str | None = None
+    """How the validate line relates to the deployment, or what to do instead of one."""
 
     @property
     def versions(self) -> str:
@@ -161,21 +185,98 @@ def _policy_flags(policy) -> tuple[list, list | None, bool, list[str]]:
     return v, s, exact, notes
 
 
+_SGLANG_SPEC = {"eagle": "EAGLE", "mtp": "NEXTN", "draft-model": "STANDALONE"}
+"""chunksim's --speculative-method -> SGLang's --speculative-algorithm (ngram: none)."""
+
+
+def _draft_model(spec) -> str:
+    """The served id of a draft-model's profile (its provenance's model)."""
+    from chunksim.latency.profile import load_profile
+
+    try:
+        return model_id(load_profile(spec.draft_profile).provenance)
+    except (OSError, ValueError):
+        return str(spec.draft_profile)
+
+
+def _spec_flags(cfg: RunConfig, model: str) -> tuple[list, list | None, list[str]]:
+    """(vLLM pairs, SGLang pairs or None, notes) of the run's speculative decoding: vLLM's
+    `--speculative-config` and SGLang's `--speculative-*` flags, k drafts in one chain."""
+    spec = cfg.engine.speculative
+    if not spec.enabled:
+        return [], [], []
+    k = spec.num_speculative_tokens
+    method = spec.speculative_method
+    notes: list[str] = []
+    doc: dict = {"method": method.replace("-", "_"), "num_speculative_tokens": k}
+    draft = None
+    if method == "eagle":
+        draft = EAGLE_HEADS.get(model, EAGLE_PLACEHOLDER)
+        if draft == EAGLE_PLACEHOLDER:
+            notes.append(f"replace {EAGLE_PLACEHOLDER} with the EAGLE head trained for "
+                         f"{model}: chunksim prices a head of --draft-head-layers "
+                         f"{spec.head_layers:g} target layers, not a named checkpoint")
+    elif method == "draft-model":
+        draft = _draft_model(spec)
+    if draft is not None:
+        doc["model"] = draft
+    v = [("--speculative-config", doc)]
+    rates = ",".join(f"{r:.3g}" for r in spec.position_rates)
+    notes.append(f"speculative decoding as modelled: {method}, {k} drafts a step, "
+                 f"per-position acceptance {rates} (an input: the engine measures its own, "
+                 "reported by `vllm bench serve` as the acceptance rate)")
+    algo = _SGLANG_SPEC.get(method)
+    if algo is None:
+        notes.append("SGLang's n-gram speculation takes other parameters than vLLM's; no "
+                     "SGLang equivalent is given for --speculative-method ngram")
+        return v, None, notes
+    s: list = [("--speculative-algorithm", algo)]
+    if draft is not None:
+        s.append(("--speculative-draft-model-path", draft))
+    s += [("--speculative-num-steps", k), ("--speculative-eagle-topk", 1),
+          ("--speculative-num-draft-tokens", k + 1)]
+    return v, s, notes
+
+
+def _offload_flags(cfg: RunConfig) -> tuple[list, list[str]]:
+    """vLLM's CPU KV tier flags for --kv-offload-gib (SGLang's HiCache is not one)."""
+    gib = cfg.offload.kv_offload_gib
+    if not gib:
+        return [], []
+    return ([("--kv-offloading-size", float(gib)), ("--kv-offloading-backend", "native")],
+            ["SGLang's hierarchical cache (--enable-hierarchical-cache) is its nearest CPU "
+             "tier; not emitted: it stores and loads blocks by other rules than the vLLM "
+             "tier modelled"])
+
+
 def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | None,
                workload: WorkloadOptions | None = None, profile_name: str = "PROFILE",
                result_dir: str = "bench") -> Deployment:
     """The commands of `config` under `run`'s engine settings, on the profile described by
     `provenance`; `rate` (req/s) and `workload` (the flags of the requests it replays, at
     that rate) shape the bench line."""
-    cfg = run.variant(policy=config.policy.family, chunk=config.chunk,
-                      variant=config.policy.variant)
-    if config.fleet is not None:
-        cfg = replace(cfg, fleet=config.fleet.apply(cfg.fleet))
+    from chunksim.sweep.job import SimJob, run_config
+
+    # the configuration the recommendation simulated, built as its runs were
+    cfg = run_config(SimJob(workload or WorkloadOptions(), run, config))
     policy = cfg.make_policy(provenance.get("device_name"))
     v, s, exact, notes = _policy_flags(policy)
+    model = model_id(provenance)
+    spec_v, spec_s, spec_notes = _spec_flags(cfg, model)
+    off_v, off_notes = _offload_flags(cfg)
+    v += spec_v + off_v
+    if s is not None and spec_s is not None:
+        s += spec_s
+    elif spec_s is None and s is not None:
+        s = None
+    notes += spec_notes + off_notes
     tp = engine_devices(provenance)
     common_v: list = [("--tensor-parallel-size", tp)]
     common_s: list = [("--tp-size", tp)]
+    ep = ((provenance.get("components") or {}).get("moe") or {}).get("ep")
+    if isinstance(ep, int) and ep > 1:  # experts split across the engine's GPUs
+        common_v.append(("--enable-expert-parallel", None))
+        common_s.append(("--ep-size", ep))
     common_v.append(("--enable-prefix-caching" if cfg.prefix_caching
                      else "--no-enable-prefix-caching", None))
     if not cfg.prefix_caching:
@@ -202,7 +303,6 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
         common_s.append(("--max-total-tokens", cfg.kv_blocks * cfg.block_size))
     else:
         common_v.append(("--gpu-memory-utilization", cfg.gpu_memory_utilization))
-    model = model_id(provenance)
     fleet = cfg.fleet
     pd = fleet.pd_counts if fleet.active else None
     replicas = fleet.replicas or 1
@@ -233,15 +333,32 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
                      f"`{fleet.router or 'round-robin'}` router (no engine flag)")
     bench, bench_notes = bench_command(model, rate, workload, result_dir, config.label)
     notes += bench_notes
-    fleet_flags = (f" --pd {pd[0]}:{pd[1]}" if pd is not None else
-                   f" --replicas {replicas}" if replicas > 1 else "")
-    validate = (f"sim validate --against {result_dir}/{_result_name(config.label)} "
-                f"--profile {profile_name} --policy {config.policy.family}"
-                + (f" --variant {config.policy.variant}" if config.policy.variant else "")
-                + (f" --chunk {config.chunk}" if config.chunk is not None else "")
-                + "".join(f" {w}" for w in sim_flags(cfg)) + fleet_flags)
+    instance_bench = check = None
+    name = _result_name(config.label)
+    if pd is not None:
+        validate = None
+        check = (f"`sim validate --against` replays one engine and has no P/D form: read "
+                 f"the bench's TTFT and ITL percentiles against {config.label}'s row of "
+                 "the table, or validate the policy on one engine (`sim validate --against` "
+                 "with a bench of a single `vllm serve` instance)")
+    else:
+        if replicas > 1:
+            name = _result_name(f"{config.label} one instance")
+            instance_bench, _ = bench_command(model, rate, workload, result_dir,
+                                              f"{config.label} one instance", share=replicas)
+            share = parse_command(instance_bench)[1]["--request-rate"]
+            check = (f"`sim validate --against` replays one engine, so bench one "
+                     f"instance alone at its share of the rate ({share} req/s, 1/{replicas} "
+                     "of the fleet's; the bench above checks the whole fleet against the "
+                     "table)")
+        validate = shlex.join(
+            ["sim", "validate", "--against", f"{result_dir}/{name}",
+             "--profile", profile_name, "--policy", config.policy.family,
+             *(["--variant", config.policy.variant] if config.policy.variant else []),
+             *(["--chunk", str(cfg.chunk)] if cfg.chunk is not None else []),
+             *sim_flags(cfg), "--out", f"validate-{name.removesuffix('.json')}"])
     return Deployment(config.label, model, instances * tp, vllm, sg, exact, tuple(notes),
-                      bench, validate)
+                      bench, validate, instance_bench, check)
 
 
 def _result_name(label: str) -> str:
@@ -252,10 +369,11 @@ def _result_name(label: str) -> str:
 
 
 def bench_command(model: str, rate: float | None, opts: WorkloadOptions | None,
-                  result_dir: str, label: str) -> tuple[str, list[str]]:
+                  result_dir: str, label: str, share: int = 1) -> tuple[str, list[str]]:
     """`vllm bench serve` replaying the workload of `opts` at `rate` (its request count,
     mean lengths and their spread, its burstiness and seed); notes where the bench tool
-    cannot draw what chunksim drew."""
+    cannot draw what chunksim drew. `share` N: one instance of N, at 1/N of the rate and
+    of the requests."""
     notes: list[str] = []
     pairs: list = [("--backend", "vllm"), ("--model", model), ("--dataset-name", "random")]
     n, burst, seed = 1000, 1.0, 0
@@ -302,6 +420,9 @@ def bench_command(model: str, rate: float | None, opts: WorkloadOptions | None,
         elif kind in (WorkloadKind.LONG_PROMPT, WorkloadKind.SHARED_PREFIX):
             notes.append(f"the bench's random dataset has no {kind.value} structure "
                          "(one long prompt at a set time, shared system prompts)")
+    if share > 1:
+        n = max(1, math.ceil(n / share))
+        rate = rate / share if rate and rate > 0 else rate
     pairs.append(("--ignore-eos", None))
     pairs.append(("--request-rate", float(f"{rate:.4g}") if rate and rate > 0
                   else float("inf")))
@@ -336,9 +457,28 @@ def sim_flags(cfg: RunConfig) -> list[str]:
         out.append("--no-prefix-caching")
     if cfg.engine.async_scheduling:
         out.append("--async-scheduling")
-    for flag, value, default in (("--kv-blocks", cfg.kv_blocks, None),
-                                 ("--block-size", cfg.block_size, 16),
-                                 ("--max-model-len", cfg.engine.max_model_len, None)):
+    for flag, value, default in (
+            ("--kv-blocks", cfg.kv_blocks, None), ("--block-size", cfg.block_size, 16),
+            ("--gpu-memory-utilization", cfg.gpu_memory_utilization, 0.9),
+            ("--max-model-len", cfg.engine.max_model_len, None),
+            ("--step-overhead-ms", None if cfg.step_overhead_s is None
+             else cfg.step_overhead_s * 1000.0, None),
+            ("--expert-skew", cfg.expert_skew, None),
+            ("--kv-offload-gib", cfg.offload.kv_offload_gib or None, None),
+            ("--kv-offload-link", cfg.offload.kv_offload_link if cfg.offload.kv_offload_gib
+             else "pcie-gen5", "pcie-gen5")):
         if value != default:
-            out += [flag, str(value)]
+            out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    spec = cfg.engine.speculative
+    if spec.enabled:
+        out += ["--speculative-method", spec.speculative_method,
+                "--num-speculative-tokens", str(spec.num_speculative_tokens)]
+        if spec.spec_acceptance:
+            out += ["--spec-acceptance", ",".join(f"{r:g}" for r in spec.spec_acceptance)]
+        else:
+            out += ["--spec-acceptance-rate", f"{spec.spec_acceptance_rate:g}"]
+        if spec.draft_profile is not None:
+            out += ["--draft-profile", str(spec.draft_profile)]
+        if spec.draft_head_layers is not None:
+            out += ["--draft-head-layers", f"{spec.draft_head_layers:g}"]
     return out

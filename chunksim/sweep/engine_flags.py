@@ -9,8 +9,13 @@ Sources checked: vLLM's engine arguments and `SchedulerConfig` (docs.vllm.ai, v0
 max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold, enable_chunked_prefill,
 scheduling policy fcfs|priority, async_scheduling), the `vllm bench serve` CLI reference
 (v0.11.2), the NixlConnector usage guide (`--kv-transfer-config` with kv_connector
-NixlConnector, kv_role kv_producer | kv_consumer | kv_both), and SGLang's server arguments
-(docs/advanced_features/server_arguments.md, 0.5 series; PD disaggregation guide).
+NixlConnector, kv_role kv_producer | kv_consumer | kv_both), vLLM's `SpeculativeConfig`
+(`--speculative-config` JSON: method ngram | eagle | eagle3 | mtp | draft_model, model,
+num_speculative_tokens) and KV offloading (`--kv-offloading-size` GiB,
+`--kv-offloading-backend native`), and SGLang's server arguments
+(docs/advanced_features/server_arguments.md, 0.5 series; PD disaggregation guide;
+speculative decoding: `--speculative-algorithm` EAGLE | EAGLE3 | NEXTN | STANDALONE with its
+step, top-k and draft-token counts).
 """
 
 from __future__ import annotations
@@ -50,11 +55,34 @@ class EngineFlag:
                 if value != "inf":
                     float(value)
             elif self.kind == "json":
-                json.loads(value)
+                doc = json.loads(value)
         except ValueError:
             raise ValueError(f"{self.flag} {value!r} is not a {self.kind}") from None
+        if self.flag == "--speculative-config":
+            _check_speculative(doc)
         if self.kind.startswith("choice:") and value not in self.kind[7:].split("|"):
             raise ValueError(f"{self.flag} {value!r}: one of {self.kind[7:]}")
+
+
+def _check_speculative(doc: object) -> None:
+    """ValueError unless `doc` is a `--speculative-config` of the table's keys and kinds,
+    with its method and a draft count >= 1."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"--speculative-config {doc!r} is not a JSON object")
+    for key, value in doc.items():
+        kind = SPECULATIVE_CONFIG_KEYS.get(key)
+        if kind is None:
+            raise ValueError(f"--speculative-config key {key!r} is not in the flag table")
+        if kind == "int" and not (isinstance(value, int) and not isinstance(value, bool)
+                                  and value >= 1):
+            raise ValueError(f"--speculative-config {key} {value!r} is not an int >= 1")
+        if kind == "str" and not (isinstance(value, str) and value):
+            raise ValueError(f"--speculative-config {key} {value!r} is not a name")
+        if kind.startswith("choice:") and value not in kind[7:].split("|"):
+            raise ValueError(f"--speculative-config {key} {value!r}: one of {kind[7:]}")
+    missing = {"method", "num_speculative_tokens"} - set(doc)
+    if missing:
+        raise ValueError(f"--speculative-config lacks {', '.join(sorted(missing))}")
 
 
 def _table(*rows: EngineFlag) -> dict[str, EngineFlag]:
@@ -78,8 +106,21 @@ VLLM_SERVE = _table(
     F("--gpu-memory-utilization", "float", "--gpu-memory-utilization"),
     F("--num-gpu-blocks-override", "int", "--kv-blocks"),
     F("--kv-transfer-config", "json", "P/D: the instance's KV role and connector"),
+    F("--speculative-config", "json", "--speculative-method, --num-speculative-tokens and "
+      "the draft (eagle head, draft model)"),
+    F("--enable-expert-parallel", "switch", "the profile's expert-parallel MoE layers"),
+    F("--kv-offloading-size", "float", "--kv-offload-gib (the CPU KV tier, GiB)"),
+    F("--kv-offloading-backend", "choice:native|lmcache", "the CPU KV tier's connector"),
 )
 """`vllm serve MODEL` flags."""
+
+SPECULATIVE_CONFIG_KEYS: dict[str, str] = {
+    "method": "choice:ngram|eagle|eagle3|mtp|draft_model",
+    "model": "str",
+    "num_speculative_tokens": "int",
+}
+"""The keys `--speculative-config` may carry here, each with its kind (vLLM's
+`SpeculativeConfig`: method, the drafter's model, k)."""
 
 VLLM_BENCH = _table(
     F("--backend", "choice:vllm|openai", "the server's API"),
@@ -105,6 +146,7 @@ VLLM_BENCH = _table(
 SGLANG_SERVE = _table(
     F("--model-path", "str", "the served model"),
     F("--tp-size", "int", "the profile's tensor-parallel degree"),
+    F("--ep-size", "int", "the profile's expert-parallel degree"),
     F("--chunked-prefill-size", "int", "prefill tokens per chunk (-1: no chunking)"),
     F("--max-prefill-tokens", "int", "prefill tokens per batch"),
     F("--enable-mixed-chunk", "switch", "decodes ride along with a prefill chunk"),
@@ -118,6 +160,13 @@ SGLANG_SERVE = _table(
     F("--max-total-tokens", "int", "--kv-blocks x --block-size"),
     F("--disaggregation-mode", "choice:prefill|decode", "P/D: the instance's role"),
     F("--disaggregation-transfer-backend", "choice:nixl|mooncake", "P/D: the KV transfer"),
+    F("--speculative-algorithm", "choice:EAGLE|EAGLE3|NEXTN|STANDALONE",
+      "--speculative-method (eagle, mtp, draft-model)"),
+    F("--speculative-draft-model-path", "str", "the eagle head or draft model"),
+    F("--speculative-num-steps", "int", "--num-speculative-tokens (draft passes)"),
+    F("--speculative-eagle-topk", "int", "1: one chain of drafts, as vLLM proposes them"),
+    F("--speculative-num-draft-tokens", "int", "--num-speculative-tokens + 1 (the verified "
+      "chain, its root included)"),
 )
 """`python -m sglang.launch_server` flags."""
 

@@ -10,7 +10,10 @@ from chunksim.sweep.table import csv_text
 
 SPLIT_COLUMNS = ("rank", "config", "policy", "chunk", "fleet_layout", "gpus", "max_rate",
                  "capped", "max_rate_per_gpu", "p99_ttft_ms", "p99_itl_ms",
-                 "median_sched_delay_ms")
+                 "median_sched_delay_ms", "served_rate", "rejected_pct")
+"""max_rate is the rate offered; served_rate (requests completed per second on the median
+seed) and rejected_pct (worst seed) are filled where requests were rejected at it."""
+_METRICS = ("p99_ttft_ms", "p99_itl_ms", "median_sched_delay_ms")
 
 
 def split_rows(ranked: list[CapacityEntry], devices: int = 1) -> list[dict]:
@@ -24,7 +27,9 @@ def split_rows(ranked: list[CapacityEntry], devices: int = 1) -> list[dict]:
         rows.append({"rank": k, **config_keys(e.config), "gpus": gpus,
                      "max_rate": e.max_rate, "capped": e.capped,
                      "max_rate_per_gpu": e.max_rate / gpus,
-                     **{m: s.get(m) for m in SPLIT_COLUMNS[-3:]}})
+                     **{m: s.get(m) for m in _METRICS},
+                     "served_rate": e.served_at_max[0] if e.served_at_max else None,
+                     "rejected_pct": e.served_at_max[1] if e.served_at_max else 0.0})
     return rows
 
 
