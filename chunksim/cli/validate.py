@@ -111,7 +111,9 @@ def validate(
             raise typer.BadParameter(
                 f"--passes {passes} applies only when profiling on the fly; drop --profile "
                 f"{profile} or --passes", param_hint="--passes")
-        profile = load_profile(profile)
+        from chunksim.cli.options import say_calibration
+
+        profile = say_calibration(load_profile(profile))
     else:
         from chunksim.validate.profiling import profile_now
 

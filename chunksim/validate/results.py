@@ -242,10 +242,11 @@ def check_gaps(path, gaps: Gaps, out: np.ndarray, ttft: np.ndarray, e2e: np.ndar
     over = np.flatnonzero(ok & (gaps.counts > out - 1))
     if len(over):
         i = int(over[0])
+        c, o = int(gaps.counts[i]), int(out[i])
         raise InputError(
-            f"results file {path}: {where(i)}: field {field!r} holds {int(gaps.counts[i])} "
-            f"token gaps, more than its {int(out[i])} output tokens have ({int(out[i]) - 1} "
-            "after the first)")
+            f"results file {path}: {where(i)}: field {field!r} holds {c} token "
+            f"gap{'s' if c != 1 else ''}, more than its {o} output "
+            f"token{'s' if o != 1 else ''} can have ({o - 1}: one per token after the first)")
     if e2e is None:
         return
     total = ttft + gaps.sums()
