@@ -74,9 +74,8 @@ def calibrate(
     for run in runs:
         for warning in profile_warnings(run, base):
             typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
-    typer.echo(f"fitting {', '.join(names)} to {len(runs)} run(s) "
-               f"({sum(len(r) for r in runs)} requests) ...", err=True)
-    result = fit_runs(runs, base, run_cfg.variant(seed=seed), names, hold_out, tail_fraction)
+    result = fit_runs(runs, base, run_cfg.variant(seed=seed), names, hold_out, tail_fraction,
+                      say=say)
     write_calibrated(base, result, runs, out)
     record = {"calibration": result.calibration.as_dict(), **result.provenance(runs)}
     for warning in result.warnings:

@@ -557,8 +557,10 @@ def _warnings(x: np.ndarray, fitted: tuple[str, ...], cal: Calibration,
 
 def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
               fitted: tuple[str, ...] = PARAMS, hold_out: int | None = None,
-              tail_fraction: float = 1 / 3, max_evals: int = 80) -> Fit:
-    """Fit `fitted` to `runs`, holding one run (or the later part of one run) out."""
+              tail_fraction: float = 1 / 3, max_evals: int = 80, say=None) -> Fit:
+    """Fit `fitted` to `runs`, holding one run (or the later part of one run) out;
+    `say(line)`, where given, hears when the fit proper starts (after the runs and the
+    parameters were found fit to fit: a refusal comes alone)."""
     if not runs:
         raise ValueError("sim calibrate needs at least one --against RESULTS")
     if KEY in profile.provenance:
@@ -582,6 +584,10 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
         every_measured = [measured_stats(c) for c in every]
         raise ValueError("cannot calibrate: " + "; ".join(
             _diagnose(every, every_measured, profile, cfg, fitted, f_ref, refused, idf)))
+
+    if say is not None:
+        say(f"fitting {', '.join(fitted)} to {len(runs)} run(s) "
+            f"({sum(len(r) for r in runs)} requests) ...")
 
     def residual(x: np.ndarray) -> np.ndarray:
         return residuals(fit_cases, measured, profile, cfg, _calibration(x, fitted, f_ref))
