@@ -503,22 +503,26 @@ def _diagnose(cases, measured, profile, cfg, fitted, f_ref, refused,
     x0 = np.zeros(len(fitted))
     base = [case_residuals(c, m, profile, cfg, Calibration())
             for c, m in zip(cases, measured, strict=True)]
-    cols: list[list[np.ndarray]] = []
+    cols: list[list[np.ndarray | None]] = []  # per parameter, per case: its column
     for i in range(len(fitted)):
         x = x0.copy()
         x[i] = 1.0 if fitted[i] == "framework" else h
         cal = _calibration(x, fitted, f_ref)
-        cols.append([(case_residuals(c, m, profile, cfg, cal) - b) / x[i]
-                     for c, m, b in zip(cases, measured, base, strict=True)])
-    keep = [i for i, n in enumerate(fitted) if idf[n]["identifiable"] or n in refused]
+        moved = [case_residuals(c, m, profile, cfg, cal)
+                 for c, m in zip(cases, measured, strict=True)]
+        # a figure that vanished when the parameter moved leaves that case out
+        cols.append([(r - b) / x[i] if len(r) == len(b) else None
+                     for r, b in zip(moved, base, strict=True)])
     rest = [n for n in fitted if n not in refused]
     loads = {c.name: run_load(c.run) for c in cases}
     out = []
     for name in refused:
+        # judged against the parameters the runs do identify (what `--fit` would keep)
         i = fitted.index(name)
+        keep = sorted([fitted.index(n) for n in rest] + [i])
         per_case = {}
         for k, c in enumerate(cases):
-            if any(len(cols[j][k]) != len(base[k]) for j in keep):
+            if any(cols[j][k] is None for j in keep):
                 continue
             J = np.stack([cols[j][k] for j in keep], axis=1)
             per_case[c.name] = _unique_share(J, keep.index(i), list(range(len(keep))))

@@ -21,7 +21,11 @@ Arrivals come from the file where it records them (`start_times`, `arrival_s`). 
 does not, they are rebuilt as the bench tool drew them (`arrivals`): the schedule needs
 the seed the tool ran with (`--seed`, which these files do not record).
 
-A malformed file raises InputError naming the file and the field.
+A malformed file raises InputError naming the file, the request (its index in the file's
+arrays, or a generic file's row) and the field. The trace reader's plausibility rules
+(`workloads.traces.columns`) hold here too: a boolean, string or null is not a number;
+a clock spans at most 30 days and resolves a millisecond; a request has at most one gap
+per output token after the first, and its TTFT plus its gaps come no later than its E2E.
 """
 
 from __future__ import annotations
@@ -176,11 +180,11 @@ def _itls(path, doc: dict, n: int, required: bool = True) -> Gaps | None:
     types = set()
     for row in rows:
         types.update(map(type, row))
-    if not types <= _NUMBER_TYPES:
+    if not types <= _NUMBER_TYPES:  # name the first request holding one
         for i, row in enumerate(rows):
-            x = next((x for x in row if type(x) not in _NUMBER_TYPES), None)
-            if x is not None or any(type(y) not in _NUMBER_TYPES for y in row):
-                raise _not_a_number(path, i, "itls", x, "a gap in s")
+            for x in row:
+                if type(x) not in _NUMBER_TYPES:
+                    raise _not_a_number(path, i, "itls", x, "a gap in s")
     flat = np.fromiter(chain.from_iterable(rows), dtype=float, count=int(counts.sum()))
     gaps = Gaps(flat, counts)
     bad_k = np.flatnonzero(~np.isfinite(flat) | (flat < 0) | (flat > MAX_SPAN_S))
