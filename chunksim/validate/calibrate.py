@@ -456,10 +456,10 @@ def check_runs(runs: list[MeasuredRun]) -> None:
             raise ValueError(
                 f"{names[j]} starts {t_b - t_a:.3f} s after {names[i]} on the same clock, "
                 f"while {busy} of {names[i]}'s requests were still in flight: one run split "
-                f"in two files. Replayed apart, the later part would start from an empty "
-                f"engine though its requests arrived into a queue; join the files into one "
-                f"run (its later part is held out by --tail-fraction), or give runs "
-                f"measured separately")
+                f"in two files (or two runs that shared the engine). Replayed apart, the "
+                f"later part would start from an empty engine though its requests arrived "
+                f"into a queue; join the files into one run (its later part is held out by "
+                f"--tail-fraction), or give runs measured one after the other")
 
 
 def run_load(run: MeasuredRun) -> str:

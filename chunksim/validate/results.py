@@ -515,14 +515,13 @@ def _load(p: Path, fmt: str | None, seed: int, run: int | None) -> MeasuredRun:
     if p.suffix.lower() == ".csv" or fmt == "generic" and not text.lstrip().startswith("{"):
         reader = csv.DictReader(io.StringIO(text))
         return _generic(p, list(reader), 2)
-    stripped = text.strip()
-    if not stripped:
+    if not text or text.isspace():
         raise InputError(f"results file {p} is empty")
     try:
-        docs = [json.loads(stripped)]
+        docs = [json.loads(text)]  # (no stripped copy: a large file's text is large)
     except json.JSONDecodeError:
         docs = _json_lines(p, text)
-    del text, stripped  # a large file's text is as large as its objects
+    del text
     kind = fmt or detect(p, "", docs)
     if kind == "generic":
         if not all(isinstance(d, dict) for d in docs):
