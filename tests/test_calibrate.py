@@ -144,7 +144,8 @@ def test_run_that_never_queued_is_refused_for_framework_time(tmp_path):
     with pytest.raises(ValueError) as exc:
         calibrate([run], profile, CFG)
     msg = str(exc.value)
-    assert "framework time cannot be told apart" in msg and "never queued" in msg
+    assert "framework time cannot be told apart" in msg and "in flight on average" in msg
+    assert "add a run at another load" in msg and "higher request rate" not in msg
     assert "--fit compute,memory" in msg
     fit = calibrate([run], profile, CFG, fitted=("compute", "memory"))  # what it does tell
     assert fit.calibration.framework_s == 0.0
@@ -256,3 +257,208 @@ def test_validate_against_is_deterministic(tmp_path):
         outs.append(out)
     for name in ("validation.json", "sim_requests.csv", "measured_requests.csv"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes()
+
+
+# ------------------------------------------------------------------ saying the true thing
+MADE_UP = ROOT / "examples" / "data" / "results"
+H200 = "llama-3.1-8b-h200"
+CFG_2048 = RunConfig(policy="budget", chunk=2048)
+
+
+def _doctored(tmp_path, name: str, ttft_factor: float = 1.0, time_factor: float = 1.0) -> str:
+    """A made-up run with its TTFTs (and E2Es by the same amount) stretched, or every
+    time scaled by `time_factor`: a run the calibration's parameters cannot explain, or
+    one faster than the profile prices."""
+    doc = json.loads((MADE_UP / f"made_up_{name}.json").read_text())
+    extra = [t * (ttft_factor - 1) for t in doc["ttfts"]]
+    doc["ttfts"] = [(t + x) * time_factor for t, x in zip(doc["ttfts"], extra, strict=True)]
+    doc["latencies"] = [(e + x) * time_factor
+                        for e, x in zip(doc["latencies"], extra, strict=True)]
+    doc["itls"] = [[g * time_factor for g in gaps] for gaps in doc["itls"]]
+    doc["start_times"] = [1000 + (t - 1000) * time_factor for t in doc["start_times"]]
+    path = tmp_path / f"{name}_x{ttft_factor:g}_t{time_factor:g}.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _split(tmp_path, at: int) -> list[str]:
+    """made_up_high.json cut in two files at request `at`, on its own clock."""
+    doc = json.loads((MADE_UP / "made_up_high.json").read_text())
+    per = [k for k in doc if isinstance(doc[k], list) and len(doc[k]) == len(doc["ttfts"])]
+    paths = []
+    for part, sl in (("a", slice(None, at)), ("b", slice(at, None))):
+        d = dict(doc, **{k: doc[k][sl] for k in per})
+        paths.append(tmp_path / f"high_{part}.json")
+        paths[-1].write_text(json.dumps(d))
+    return [str(p) for p in paths]
+
+
+def test_a_run_given_twice_is_refused_as_one_run(tmp_path):
+    low = load_results(MADE_UP / "made_up_low.json")
+    copy = tmp_path / "copy.json"
+    copy.write_text((MADE_UP / "made_up_low.json").read_text())
+    profile = load_profile(H200)
+    with pytest.raises(ValueError, match=r"are one run \(the same file, 80 requests\)"):
+        calibrate([low, load_results(MADE_UP / "made_up_low.json")], profile, CFG_2048)
+    with pytest.raises(ValueError, match="are one run .the same requests, arrivals and timings"):
+        calibrate([low, load_results(copy)], profile, CFG_2048)
+
+
+def test_a_run_split_in_two_files_is_refused(tmp_path):
+    """The later file starts on the earlier one's clock while its requests are in
+    flight: the count named is the earlier file's requests still running then."""
+    a, b = (load_results(p) for p in _split(tmp_path, 40))
+    start_b = b.clock_origin_s
+    busy = int(np.sum(a.clock_origin_s + a.arrival_s + a.e2el_s > start_b))
+    assert busy >= 1
+    with pytest.raises(ValueError, match=rf"run1:high_b.json starts .* after run0:high_a.json "
+                                         rf"on the same clock, while {busy} of"):
+        calibrate([a, b], load_profile(H200), CFG_2048)
+    # separate runs (made up on one clock, but one after the other) are not refused by it
+    low, high = (load_results(MADE_UP / f"made_up_{n}.json") for n in ("low", "high"))
+    from chunksim.validate.calibrate import check_runs
+
+    check_runs([low, replace(high, clock_origin_s=low.clock_origin_s + 1e4)])
+
+
+def test_refusal_names_the_run_that_sets_the_parameter_apart():
+    """The refusal's per-run shares are the identifiability measure over each run alone:
+    recomputed here run by run, the run named 'most' has the larger share."""
+    import re
+
+    from chunksim.validate.calibrate import (
+        _calibration,
+        identifiability,
+        measured_stats,
+        predicted_stats,
+        residuals,
+        split_cases,
+    )
+
+    runs = [load_results(MADE_UP / f"made_up_{n}.json") for n in ("low", "high")]
+    profile = load_profile(H200)
+    with pytest.raises(ValueError) as exc:
+        calibrate(runs, profile, CFG_2048)
+    msg = str(exc.value)
+    assert "higher request rate" not in msg and "--fit compute,memory" in msg
+    m = re.search(r"of the runs, (\S+) \((.*?)\) sets it apart most \((\d+)%\) and (\S+) "
+                  r"\((.*?)\) least \((\d+)%\)", msg)
+    assert m, msg
+    fit, held = split_cases(runs)
+    shares = {}
+    for case in fit + held:
+        meas = [measured_stats(case)]
+        _, summ = predicted_stats(fit[0], profile, CFG_2048, Calibration())
+        f_ref = max(float(summ.get("mean_step_ms") or 0.0) / 1e3, 1e-6)
+        base = residuals([case], meas, profile, CFG_2048, _calibration(np.zeros(3), PARAMS3,
+                                                                       f_ref))
+        idf, _ = identifiability([case], meas, profile, CFG_2048, PARAMS3, f_ref, base)
+        shares[case.name] = idf["framework"]["unique_share"]
+    assert shares[m[1]] >= shares[m[4]]
+    assert int(m[3]) == round(100 * shares[m[1]]) and int(m[6]) == round(100 * shares[m[4]])
+    assert "req/s" in m[2] and "in flight on average" in m[5]
+
+
+PARAMS3 = ("framework", "compute", "memory")
+
+
+def fit_ref_step_ms(runs) -> float:
+    """The uncalibrated replay's mean step of the first fitted case (the framework
+    time's unit in the fit)."""
+    from chunksim.validate.calibrate import predicted_stats, split_cases
+
+    fit, _ = split_cases(runs)
+    _, summ = predicted_stats(fit[0], load_profile(H200), CFG_2048, Calibration())
+    return float(summ["mean_step_ms"])
+
+
+def test_a_run_left_far_off_and_a_bound_are_flagged(tmp_path):
+    """Held out, a run whose TTFTs are twice the engine's is still far off after the fit;
+    runs faster than the profile prices push the framework time to its bound, 0."""
+    from chunksim.validate.calibrate import FAR_OFF_PCT
+
+    runs = [load_results(MADE_UP / "made_up_low.json"),
+            load_results(MADE_UP / "made_up_high.json"),
+            load_results(_doctored(tmp_path, "mid", ttft_factor=2.0))]
+    fit = calibrate(runs, load_profile(H200), CFG_2048, fitted=("compute", "memory"))
+    (held,) = fit.held_out_error_after_pct.values()
+    assert held["mean_ttft_ms"] < -FAR_OFF_PCT
+    far = (f"after the fit, run2:mid_x2_t1.json is still {held['mean_ttft_ms']:+.0f} % off "
+           "on mean TTFT")
+    assert any(w.startswith(far) for w in fit.warnings)
+    assert all("p99_ttft_ms" in e for e in fit.held_out_error_after_pct.values())
+    fast = [load_results(_doctored(tmp_path, n, time_factor=0.5)) for n in ("low", "high")]
+    fit = calibrate(fast, load_profile(H200), CFG_2048, fitted=("framework",))
+    ms = fit.calibration.framework_s * 1e3
+    assert ms < 0.05 * fit_ref_step_ms(fast)
+    assert any(f"framework time ended at its bound: {ms:.3f} ms per step, where 0 is" in w
+               for w in fit.warnings)
+    assert fit.provenance(fast)["warnings"] == fit.warnings
+
+
+def test_calibrate_command_flags_and_reports_p99_and_sim_run_says_applied(tmp_path):
+    out = tmp_path / "cal.csv"
+    args = ["calibrate", "--against", str(MADE_UP / "made_up_low.json"), "--against",
+            str(MADE_UP / "made_up_high.json"), "--against",
+            _doctored(tmp_path, "mid", ttft_factor=2.0), "--fit", "compute,memory",
+            "--profile", H200, "--policy", "budget", "--max-num-batched-tokens", "2048",
+            "--out", str(out)]
+    proc = subprocess.run([sys.executable, "-m", "chunksim.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "held out P99, after:  run2:mid_x2_t1.json: TTFT" in proc.stdout
+    assert "warning: after the fit, run2:mid_x2_t1.json is still" in proc.stderr
+    prov = json.loads(out.with_suffix(".json").read_text())
+    assert prov["serving_calibration_fit"]["warnings"][0].startswith("after the fit, run2")
+    run = subprocess.run([sys.executable, "-m", "chunksim.cli", "run", "-n", "20",
+                          "--profile", str(out)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    cal = Calibration.from_provenance(prov)
+    assert run.returncode == 0 and run.stderr.startswith(
+        f"note: {out}: calibration applied (sim calibrate): +0.000 ms framework time per "
+        f"step, compute x{cal.compute_scale:.3f}, memory x{cal.memory_scale:.3f}; its fit "
+        "carries 1 warning(s)")
+    plain = subprocess.run([sys.executable, "-m", "chunksim.cli", "run", "-n", "20",
+                            "--profile", H200], capture_output=True, text=True, cwd=ROOT,
+                           timeout=300)
+    assert "calibration applied" not in plain.stderr
+
+
+def test_validate_against_warns_of_another_model_and_says_where_times_were_taken(tmp_path):
+    from chunksim.validate.against import validate_against
+    from chunksim.validate.match import mismatches, model_tokens
+
+    assert model_tokens("meta-llama/Llama-3.1-8B-Instruct") == {"llama", "3.1", "8b"}
+    prov = {"model": {"name": "meta-llama/Meta-Llama-3.1-8B"}, "device_name": "h200_sxm (x)"}
+    assert not mismatches(prov, {"model_id": "meta-llama/Llama-3.1-8B-Instruct"}, "p", "r")
+    assert mismatches(prov, {"model_id": "meta-llama/Llama-3.1-70B"}, "p", "r")
+    (dev,) = mismatches(prov, {"model_id": "llama-3.1-8b", "device": "NVIDIA B200"}, "p", "r")
+    assert "timed on H200, but r ran on NVIDIA B200" in dev
+    run = load_results(MADE_UP / "made_up_low.json")
+    v = validate_against(run, load_profile("tiny-cpu"), CFG_2048)
+    (w,) = v.report["warnings"]
+    assert "times tiny, but made_up_low.json measured made-up/llama-3.1-8b" in w
+    assert v.report["measured_includes"].startswith("client-side time")
+    g = tmp_path / "g.csv"
+    g.write_text("arrival_s,prompt_tokens,output_tokens,ttft_ms,e2e_ms\n0,100,4,50,80\n"
+                 "1,200,4,60,90\n")
+    v = validate_against(load_results(g), load_profile("tiny-cpu"), CFG)
+    assert v.report["measured_includes"] is None and not v.report["warnings"]
+    from chunksim.reports.against_report import timing
+
+    assert "client" in timing(v.report) and "does not record" in timing(v.report)
+
+
+def test_cdf_of_a_streamed_sample_draws_from_its_histogram():
+    from chunksim.reports.against_report import CDF_POINTS, _quantiles
+    from chunksim.sim.quantiles import LogHistogram, Samples
+
+    rng = np.random.default_rng(0)
+    x = rng.lognormal(-4, 0.5, 50_000)
+    h = LogHistogram()
+    h.add(x)
+    q = _quantiles(Samples(hist=h))
+    exact = _quantiles(x)
+    assert len(q) == len(exact) == CDF_POINTS and (np.diff(q) >= 0).all()
+    assert np.allclose(q[1:-1], exact[1:-1], rtol=2e-3)
+    assert np.array_equal(_quantiles(x[:10]), np.sort(x[:10]))  # small: every value

@@ -27,6 +27,10 @@ BUDGET = ["--policies", "budget", "--chunks", "512", "--seeds", "0"]
 REJECTING = [*BUDGET, "-n", "200", "--max-model-len", "700"]
 SPEC = ["--speculative-method", "eagle", "--num-speculative-tokens", "2",
         "--spec-acceptance-rate", "0.7"]
+MADE_UP = "examples/data/results"
+AGAINST = ["--profile", "tiny-cpu", "--no-plot", "--out", "{tmp}/v"]
+CAL = ["--profile", "llama-3.1-8b-h200", "--policy", "budget", "--max-num-batched-tokens",
+       "2048", "--out", "{tmp}/c.csv"]
 
 # (id, args, exit status, stream, first-line regex)
 CORPUS: list[tuple[str, list[str], int, str, str]] = [
@@ -119,6 +123,72 @@ CORPUS: list[tuple[str, list[str], int, str, str]] = [
                                "p99_itl_ms=50"], 0, "out", r"^capacity under"),
     ("price-b200", ["compare", *BUDGET, "-n", "20", "--profile", "llama-3.1-8b-b200-vllm",
                     "--gpu", "b200", "--out", "{tmp}/c"], 0, "out", r"^workload poisson"),
+    # 13. the results reader as strict as the trace reader; calibration says the true thing
+    ("against-start-1e300", ["validate", "--against", "{d}/r_1e300.json", *AGAINST], 2, "err",
+     r"^error: results file .*r_1e300\.json: field 'start_times': the requests span "
+     r"1e\+300 s .*request 2"),
+    ("against-boolean", ["validate", "--against", "{d}/r_bool.json", *AGAINST], 2, "err",
+     r"^error: results file .*r_bool\.json: request 1: field 'output_lens' = true is a "
+     r"boolean, not a number"),
+    ("against-string", ["validate", "--against", "{d}/r_str.json", *AGAINST], 2, "err",
+     r"^error: results file .*r_str\.json: request 3: field 'ttfts' = '0\.05' is a string"),
+    ("against-itl-count", ["validate", "--against", "{d}/r_gaps.json", *AGAINST], 2, "err",
+     r"^error: results file .*r_gaps\.json: request 2: field 'itls' holds 5 token gaps, more "
+     r"than its 3 output tokens can have"),
+    ("against-itl-sum", ["validate", "--against", "{d}/r_late.json", *AGAINST], 2, "err",
+     r"^error: results file .*r_late\.json: request 1: field 'itls': TTFT plus its gaps "
+     r"1\.06 s exceeds its E2E 0\.11 s"),
+    ("against-numpy-repr", ["validate", "--against", "{d}/r_neg.json", *AGAINST], 2, "err",
+     r"^error: results file .*r_neg\.json: request 0: field 'ttfts' = -0\.05 s is not a "
+     r"number > 0"),
+    ("calibrate-impossible", ["calibrate", "--against", "{d}/r_1e300.json", "--profile",
+                              "tiny-cpu", "--out", "{tmp}/c.csv"], 2, "err",
+     r"^error: results file .*r_1e300\.json: field 'start_times': the requests span"),
+    ("against-other-model", ["validate", "--against", f"{MADE_UP}/made_up_low.json",
+                             "--profile", "tiny-cpu", "--no-plot", "--out", "{tmp}/v"], 0,
+     "err", r"^warning: the profile .*tiny-cpu\.csv times tiny, but made_up_low\.json "
+     r"measured made-up/llama-3\.1-8b: the comparison is of another model"),
+    ("against-generic-timing", ["validate", "--against", "{d}/generic.csv", *AGAINST], 0,
+     "out", r"^\s*budget · generic\.csv · tiny"),
+    ("against-45k-requests", ["validate", "--against", "{d}/big.json", "--profile",
+                              "llama-3.1-8b-h200", "--policy", "budget", "--chunk", "2048",
+                              "--out", "{tmp}/big"], 0, "err",
+     r"^reading big\.json \(\d+ MiB\) \.\.\.$"),
+    ("calibrate-twice", ["calibrate", "--against", f"{MADE_UP}/made_up_low.json", "--against",
+                         f"{MADE_UP}/made_up_low.json", *CAL], 2, "err",
+     r"^error: --against .*made_up_low\.json and --against .*made_up_low\.json are one run "
+     r"\(the same file, 80 requests\)"),
+    ("calibrate-split", ["calibrate", "--against", "{d}/high_a.json", "--against",
+                         "{d}/high_b.json", *CAL], 2, "err",
+     r"^error: run1:high_b\.json starts [\d.]+ s after run0:high_a\.json on the same clock, "
+     r"while \d+ of run0:high_a\.json's requests were still in flight: one run split"),
+    ("calibrate-unidentifiable", ["calibrate", "--against", f"{MADE_UP}/made_up_low.json",
+                                  "--against", f"{MADE_UP}/made_up_high.json", *CAL], 2, "err",
+     r"^error: cannot calibrate: the per-step framework time cannot be told apart from the "
+     r"scales in these runs: \d+% .* of the runs, run\d:made_up_\w+\.json \([\d.]+ req/s, "
+     r".* in flight on average\) sets it apart most"),
+    ("calibrate-far-off", ["calibrate", "--against", f"{MADE_UP}/made_up_low.json",
+                           "--against", f"{MADE_UP}/made_up_high.json", "--against",
+                           "{d}/mid_slow.json", *CAL, "--fit", "compute,memory"], 0, "out",
+     r"^fitted compute, memory: framework time 0\.000 ms/step"),
+    ("calibrate-bound", ["calibrate", "--against", "{d}/low_fast.json", "--against",
+                         "{d}/high_fast.json", *CAL, "--fit", "framework"], 0, "out",
+     r"^fitted framework: framework time"),
+    ("run-calibrated", ["run", "-n", "20", "--profile", "{d}/cal.csv"], 0, "err",
+     r"^note: .*cal\.csv: calibration applied \(sim calibrate\): \+0\.000 ms framework "
+     r"time per step, compute x[\d.]+, memory x[\d.]+$"),
+    ("against-calibrated", ["validate", "--against", f"{MADE_UP}/made_up_mid.json",
+                            "--profile", "{d}/cal.csv", "--policy", "budget", "--chunk", "2048",
+                            "--no-plot", "--out", "{tmp}/v"], 0, "out",
+     r"^\s*budget · made_up_mid\.json"),
+    ("run-rate-1e-300", ["run", "--rate", "1e-300"], 2, "err",
+     r"^error: --rate 1e-300: the requests would arrive over 2e\+302 s .* resolves less than "
+     r"a microsecond and latencies round away; raise --rate$"),
+    ("run-rate-1e-300-n", ["run", "--rate", "1e-300", "-n", "20"], 2, "err",
+     r"^error: --rate 1e-300 req/s with 20 requests: .*give --rate at least 2\.3e-09 req/s$"),
+    ("run-rate-slow-honest", ["run", "--rate", "1e-6", "-n", "20"], 0, "out", r"^budget"),
+    ("readme-trace", ["run", "--trace", AZURE, "--policy", "budget", "--chunk", "2048"], 0,
+     "out", r"^budget"),
 ]
 
 
@@ -145,6 +215,7 @@ def inputs(tmp_path_factory) -> Path:
             ("nomodel", table, {k: v for k, v in meta.items() if k != "model"})):
         (d / f"{name}.csv").write_text("\n".join(rows) + "\n")
         (d / f"{name}.json").write_text(json.dumps(m))
+    _results_inputs(d)
     return d
 
 
@@ -216,3 +287,94 @@ def _and_then(name: str, proc: subprocess.CompletedProcess, tmp_path: Path) -> N
         assert "per GPU-hour (b200: " in out
     if name.endswith("long-name"):
         assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    _and_then_results(name, proc, tmp_path)
+
+
+# ------------------------------------------------------------------ 12. results, calibration
+def _results_inputs(d: Path) -> None:
+    """Results files each wrong in one way (a vLLM bench JSON of four requests), a
+    generic CSV, a 45,000-request bench, made-up runs split, slowed and sped up, and a
+    calibrated profile."""
+    n = 4
+    good = {"backend": "vllm", "endpoint_type": "openai", "model_id": "tiny", "num_prompts": n,
+            "request_rate": 2.0, "burstiness": 1.0, "max_concurrency": None,
+            "input_lens": [100, 110, 120, 130], "output_lens": [3] * n,
+            "ttfts": [0.05, 0.06, 0.07, 0.08], "itls": [[0.02, 0.03]] * n,
+            "latencies": [0.1, 0.11, 0.12, 0.13], "errors": [""] * n,
+            "start_times": [1000.0, 1000.5, 1001.0, 1001.5]}
+    for name, field, i, value in (("r_1e300", "start_times", 2, 1e300),
+                                  ("r_bool", "output_lens", 1, True),
+                                  ("r_str", "ttfts", 3, "0.05"),
+                                  ("r_gaps", "itls", 2, [0.01] * 5),
+                                  ("r_late", "itls", 1, [0.5, 0.5]),
+                                  ("r_neg", "ttfts", 0, -0.05)):
+        doc = json.loads(json.dumps(good))
+        doc[field][i] = value
+        (d / f"{name}.json").write_text(json.dumps(doc))
+    (d / "generic.csv").write_text("arrival_s,prompt_tokens,output_tokens,ttft_ms,e2e_ms\n"
+                                   "0,100,4,50,80\n1,200,4,60,90\n")
+    big = 45_000  # 200 tokens each: 8,955,000 gaps, past the simulator's exact cap
+    (d / "big.json").write_text(json.dumps({
+        **{k: good[k] for k in ("backend", "endpoint_type", "burstiness", "max_concurrency")},
+        "model_id": "meta-llama/Llama-3.1-8B", "num_prompts": big, "request_rate": 20.0,
+        "input_lens": [200 + (i * 37) % 1500 for i in range(big)], "output_lens": [200] * big,
+        "ttfts": [0.1] * big, "itls": [[0.01] * 199] * big, "latencies": [2.09] * big,
+        "start_times": [1000 + i * 0.05 for i in range(big)], "errors": [""] * big}))
+    src = ROOT / MADE_UP
+    high = json.loads((src / "made_up_high.json").read_text())
+    per = [k for k, v in high.items() if isinstance(v, list) and len(v) == len(high["ttfts"])]
+    for part, sl in (("a", slice(None, 40)), ("b", slice(40, None))):
+        (d / f"high_{part}.json").write_text(json.dumps({**high, **{k: high[k][sl]
+                                                                    for k in per}}))
+    mid = json.loads((src / "made_up_mid.json").read_text())  # TTFTs twice the engine's
+    extra = mid["ttfts"]
+    mid["latencies"] = [e + x for e, x in zip(mid["latencies"], extra, strict=True)]
+    mid["ttfts"] = [2 * t for t in extra]
+    (d / "mid_slow.json").write_text(json.dumps(mid))
+    for name in ("low", "high"):  # every time halved: faster than the profile prices
+        doc = json.loads((src / f"made_up_{name}.json").read_text())
+        for k in ("ttfts", "latencies"):
+            doc[k] = [t / 2 for t in doc[k]]
+        doc["itls"] = [[g / 2 for g in gaps] for gaps in doc["itls"]]
+        doc["start_times"] = [1000 + (t - 1000) / 2 for t in doc["start_times"]]
+        (d / f"{name}_fast.json").write_text(json.dumps(doc))
+    proc = sim("calibrate", *(a for n in ("low", "high", "mid")
+                              for a in ("--against", f"{MADE_UP}/made_up_{n}.json")),
+               *[a.replace("{tmp}", str(d)).replace("c.csv", "cal.csv") for a in CAL],
+               "--fit", "compute,memory")
+    assert proc.returncode == 0, proc.stderr
+
+
+def _and_then_results(name: str, proc: subprocess.CompletedProcess, tmp_path: Path) -> None:
+    """What the results and calibration rows' first lines cannot show."""
+    out, err = proc.stdout, proc.stderr
+    assert "np.float64" not in out + err
+    if name == "against-generic-timing":
+        assert "note: measured figures are the file's own times" in out
+        assert "client-side" not in out
+    if name == "against-other-model":
+        assert "client-side time" in out  # a bench tool's file is timed at the client
+    if name == "against-45k-requests":
+        assert re.search(r"^read 45,000 requests \(8,955,000 token gaps\)", err, re.M)
+        assert "EXACT_GAP_SAMPLES" not in err and "45000 requests" in out
+        assert (tmp_path / "big" / "validation.png").read_bytes()[:4] == b"\x89PNG"
+    if name == "calibrate-far-off":
+        assert re.search(r"^warning: after the fit, run2:mid_slow\.json is still -\d+ % off on "
+                         r"mean TTFT", err, re.M)
+        assert "held out P99, after:  run2:mid_slow.json: TTFT" in out
+        prov = json.loads((tmp_path / "c.json").read_text())
+        assert prov["serving_calibration_fit"]["warnings"][0].startswith("after the fit, run2")
+    if name == "calibrate-bound":
+        assert re.search(r"^warning: the framework time ended at its bound: [\d.]+ ms per "
+                         r"step, where 0 is the least it can be", err, re.M)
+        prov = json.loads((tmp_path / "c.json").read_text())
+        assert any("ended at its bound" in w for w in prov["serving_calibration_fit"]["warnings"])
+    if name == "against-calibrated":
+        assert "note: calibration applied (sim calibrate): +0.000 ms framework time" in out
+    if name == "run-rate-slow-honest":
+        ttft = re.search(r"^TTFT\s+│\s+([\d.]+)\s+│\s+([\d.]+)", out, re.M)
+        assert ttft and float(ttft[2]) > 0  # the median is a real figure, not 0.00
+    if name == "readme-trace":  # the README's trace example is this command, on a shipped file
+        readme = (ROOT / "README.md").read_text()
+        assert f"sim run --trace {AZURE} --policy budget --chunk 2048" in readme
+        assert (ROOT / AZURE).is_file()

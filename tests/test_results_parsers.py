@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chunksim.core.errors import InputError
 from chunksim.validate.arrivals import sglang_schedule, vllm_schedule
@@ -204,3 +206,113 @@ def test_shipped_example_results_parse_and_say_made_up():
         assert doc["label"].startswith("MADE UP")
         run = load_results(root / name)
         assert run.format == "vllm" and len(run) == 80 and run.arrivals.startswith("recorded")
+
+
+# ---------------------------------------------------- plausibility, as the trace reader
+@pytest.mark.parametrize("mutate, needle", [
+    # a clock spanning 1e300 s (TTFT rounds to 0 there)
+    (lambda d: d["start_times"].__setitem__(2, 1e300), r"'start_times': the requests span "
+                                                       r"1e\+300 s .*request 2"),
+    # a nanosecond epoch read as seconds: the float cannot resolve a millisecond
+    (lambda d: d.update(start_times=[1.7e18 + k * 1e5 for k in range(4)]),
+     r"request \d: field 'start_times' = 1\.7e\+18: at that size a time is only known"),
+    # booleans and strings where numbers belong
+    (lambda d: d["output_lens"].__setitem__(1, True),
+     "request 1: field 'output_lens' = true is a boolean, not a number"),
+    (lambda d: d["ttfts"].__setitem__(3, "0.05"),
+     "request 3: field 'ttfts' = '0.05' is a string, not a number"),
+    (lambda d: d["itls"].__setitem__(0, [0.02, False]),
+     "request 0: field 'itls' = false is a boolean, not a gap in s"),
+    # more gaps than output tokens allow
+    (lambda d: d["itls"].__setitem__(2, [0.01] * 5),
+     "request 2: field 'itls' holds 5 token gaps, more than its 3 output tokens can have"),
+    # gaps that add up past E2E
+    (lambda d: d["itls"].__setitem__(1, [0.5, 0.5]),
+     r"request 1: field 'itls': TTFT plus its gaps 1\.06 s exceeds its E2E 0\.11 s"),
+    # negative TTFT: shown plainly, never as np.float64(-0.05)
+    (lambda d: d["ttfts"].__setitem__(0, -0.05), r"request 0: field 'ttfts' = -0\.05 s is not"),
+    (lambda d: d["latencies"].__setitem__(0, 1e12), r"request 0: field 'latencies' = 1e\+12 s"),
+])
+def test_impossible_values_are_refused_naming_request_and_field(tmp_path, mutate, needle):
+    doc = _vllm_doc()
+    mutate(doc)
+    path = _write(tmp_path, "bad.json", doc)
+    with pytest.raises(InputError, match=needle) as exc:
+        load_results(path)
+    msg = str(exc.value)
+    assert path in msg and "\n" not in msg and "np." not in msg
+
+
+@pytest.mark.parametrize("row, needle", [
+    ('{"arrival_s": 0, "prompt_tokens": true, "output_tokens": 2, "ttft_ms": 5, "e2e_ms": 9}',
+     "row 1: field 'prompt_tokens' = true is a boolean"),
+    ('{"arrival_s": "0", "prompt_tokens": 5, "output_tokens": 2, "ttft_ms": 5, "e2e_ms": 9}',
+     "row 1: field 'arrival_s' = '0' is a string"),
+    ('{"arrival_s": 1e300, "prompt_tokens": 5, "output_tokens": 2, "ttft_ms": 5, "e2e_ms": 9}',
+     r"'arrival_s': the requests span 1e\+300 s .*row 2 to row 1.*stray value at row 1"),
+    ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 2, "ttft_ms": 5, "e2e_ms": 9, '
+     '"itl_ms": [1, 1]}', "row 1: field 'itl_ms' holds 2 token gaps, more than its 2 output "
+                          r"tokens can have \(1: one per token after the first\)"),
+    ('{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 3, "ttft_ms": 5, "e2e_ms": 9, '
+     '"itl_ms": [3, 3]}', r"row 1: field 'itl_ms': TTFT plus its gaps 11 ms exceeds its E2E 9"),
+])
+def test_generic_jsonl_is_as_strict(tmp_path, row, needle):
+    ok = ('{"arrival_s": 0.5, "prompt_tokens": 5, "output_tokens": 2, "ttft_ms": 5, '
+          '"e2e_ms": 9' + (', "itl_ms": [4]}' if "itl_ms" in row else "}"))
+    p = tmp_path / "g.jsonl"
+    p.write_text(row + "\n" + ok + "\n")
+    with pytest.raises(InputError, match=needle) as exc:
+        load_results(str(p))
+    assert str(p) in str(exc.value)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(1, 6), st.floats(0.001, 0.2), st.integers(0, 8),
+                          st.floats(0.0, 0.05)), min_size=1, max_size=12))
+def test_gap_rules_match_their_definition(rows):
+    """A request passes exactly when its gaps are at most output - 1 and TTFT + their sum
+    is within the slack of its E2E (the rule written out per request); the count is
+    checked over every request before the sum, so the first count fault is named first."""
+    import tempfile
+    from pathlib import Path
+
+    n = len(rows)
+    out = [r[0] for r in rows]
+    ttft = [r[1] for r in rows]
+    gaps = [[r[3]] * r[2] for r in rows]
+    e2e = [t + 0.1 for t in ttft]
+    doc = _vllm_doc(n, output_lens=out, ttfts=ttft, itls=gaps, latencies=e2e,
+                    input_lens=[10] * n, start_times=[float(k) for k in range(n)])
+    many = [len(g) > o - 1 for o, g in zip(out, gaps, strict=True)]
+    late = [t + sum(g) > e * (1 + 1e-3) + 1e-3 for t, g, e in zip(ttft, gaps, e2e, strict=True)]
+    first = many.index(True) if any(many) else late.index(True) if any(late) else None
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "r.json")
+        Path(path).write_text(json.dumps(doc))
+        if first is not None:
+            with pytest.raises(InputError, match=f"request {first}: field 'itls'"):
+                load_results(path)
+        else:
+            assert len(load_results(path)) == n
+
+
+def test_large_file_reads_and_says_so(tmp_path):
+    """A file past PROGRESS_BYTES says it is being read, and how many requests and gaps
+    it read; the gaps come back per request, in arrival order."""
+    from chunksim.validate import results
+
+    n = 1000  # ~3 MiB
+    doc = _vllm_doc(n, output_lens=[400] * n, itls=[[0.001] * 399] * n,
+                    latencies=[0.5] * n, ttfts=[0.05] * n)
+    path = _write(tmp_path, "big.json", doc)
+    lines = []
+    old = results.PROGRESS_BYTES
+    results.PROGRESS_BYTES = 1 << 20
+    try:
+        run = load_results(path, progress=lines.append)
+    finally:
+        results.PROGRESS_BYTES = old
+    assert len(run) == n and sum(len(g) for g in run.itl_s) == n * 399
+    assert lines[0].startswith("reading big.json (") and "MiB" in lines[0]
+    assert lines[1].startswith(f"read {n:,} requests ({n * 399:,} token gaps) from big.json")
+    assert load_results(path, progress=lines.append) and len(lines) == 2  # small: silent

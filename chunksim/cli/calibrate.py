@@ -66,13 +66,20 @@ def calibrate(
     if out.suffix != ".csv":
         raise ValueError(f"--out {out}: a profile is a .csv file (its provenance is written "
                          "beside it as .json)")
-    runs = [load_results(p, results_format, seed=seed) for p in against]
+    say = lambda line: typer.echo(line, err=True)  # noqa: E731
+    runs = [load_results(p, results_format, seed=seed, progress=say) for p in against]
     base = load_profile(profile)
-    typer.echo(f"fitting {', '.join(names)} to {len(runs)} run(s) "
-               f"({sum(len(r) for r in runs)} requests) ...", err=True)
-    result = fit_runs(runs, base, run_cfg.variant(seed=seed), names, hold_out, tail_fraction)
+    from chunksim.validate.against import profile_warnings
+
+    for run in runs:
+        for warning in profile_warnings(run, base):
+            typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    result = fit_runs(runs, base, run_cfg.variant(seed=seed), names, hold_out, tail_fraction,
+                      say=say)
     write_calibrated(base, result, runs, out)
     record = {"calibration": result.calibration.as_dict(), **result.provenance(runs)}
+    for warning in result.warnings:
+        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
     if as_json:
         typer.echo(json.dumps(record, default=float))
         return

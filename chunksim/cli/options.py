@@ -196,7 +196,7 @@ def load_run_profile(profile: str | None, run_cfg: RunConfig):
 
     groups = run_cfg.fleet.groups
     if groups is None:
-        return load_profile(profile)
+        return say_calibration(load_profile(profile))
     if profile is not None:
         raise ValueError(f"--profile {profile} and --replica-groups "
                          f"{run_cfg.fleet.replica_groups} both choose the profile; name each "
@@ -204,7 +204,18 @@ def load_run_profile(profile: str | None, run_cfg: RunConfig):
                          "--profile")
     from chunksim.sim.fleet_run import group_profile
 
-    return group_profile(groups[0][0])
+    return say_calibration(group_profile(groups[0][0]))
+
+
+def say_calibration(profile):
+    """Say on stderr that a profile carries a `sim calibrate` fit, which prices every
+    step of the run (a calibrated profile's name need not say so); the profile back."""
+    from chunksim.validate.match import calibration_note
+
+    note = calibration_note(profile.provenance)
+    if note:
+        typer.echo(f"note: {profile.path}: {note}", err=True)
+    return profile
 
 
 def bundle(params: list[Param], build: Callable[[dict[str, Any]], Any], kw: str) -> Callable:

@@ -111,7 +111,9 @@ def validate(
             raise typer.BadParameter(
                 f"--passes {passes} applies only when profiling on the fly; drop --profile "
                 f"{profile} or --passes", param_hint="--passes")
-        profile = load_profile(profile)
+        from chunksim.cli.options import say_calibration
+
+        profile = say_calibration(load_profile(profile))
     else:
         from chunksim.validate.profiling import profile_now
 
@@ -167,9 +169,18 @@ def _validate_against(against: Path, results_format: str | None, run_index: int 
         raise ValueError("--against replays the results file's own requests; drop the "
                          "workload flags (--rate, --workload, --trace, ...); --seed stays: "
                          "it is the seed the bench tool ran with")
+    from chunksim.progress import DelayedProgress
+    from chunksim.validate.against import profile_warnings
+
     check_out_dir(out)
-    run = load_results(against, results_format, seed=workload_opts.seed, run=run_index)
-    v = validate_against(run, load_profile(profile), run_cfg.variant(seed=workload_opts.seed))
+    say = lambda line: typer.echo(line, err=True)  # noqa: E731
+    run = load_results(against, results_format, seed=workload_opts.seed, run=run_index,
+                       progress=say)
+    prof = load_profile(profile)
+    for warning in profile_warnings(run, prof):
+        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    with DelayedProgress(f"replaying {len(run):,} requests") as replay:
+        v = validate_against(run, prof, run_cfg.variant(seed=workload_opts.seed), replay)
     draw = None
     if plot:
         from chunksim.reports.against_report import plot_against

@@ -56,14 +56,40 @@ def print_against(report: dict, console=None) -> None:
     console.print(f"{report['requests']} requests ({report['results_format']} results; "
                   f"{report['failed_in_results']} failed left out); arrivals "
                   f"{report['arrivals']}", markup=False, highlight=False)
-    for note in [f"measured figures include {report['measured_includes']}",
-                 *report.get("notes", [])]:
+    for note in [timing(report), *report.get("notes", [])]:
         console.print(f"note: {note}", markup=False, highlight=False)
 
 
-def _cdf(ax, values_ms, label: str, style: str) -> None:
-    x = np.sort(np.asarray(values_ms, dtype=float))
-    x = x[np.isfinite(x)]
+def timing(report: dict) -> str:
+    """Where the measured times were taken: client-side for a bench tool's file; a
+    generic file's own times otherwise, whose origin it does not record."""
+    inc = report.get("measured_includes")
+    if inc:
+        return f"measured figures include {inc}"
+    return ("measured figures are the file's own times (it does not record whether a "
+            "client or the engine took them)")
+
+
+CDF_POINTS = 2001
+"""A CDF of more samples than this is drawn through this many quantiles: the curve is
+the same to the eye, and a million-token bench draws in a moment."""
+
+
+def _quantiles(values) -> np.ndarray:
+    """Sorted values to draw, or evenly spaced quantiles of a large or streamed sample
+    (`sim.quantiles.Samples` keeps a histogram, not values, past a size)."""
+    if getattr(values, "exact", True) is False:
+        return (values.percentile(np.linspace(0, 100, CDF_POINTS)) if len(values)
+                else np.zeros(0))
+    x = np.asarray(values, dtype=float)
+    x = np.sort(x[np.isfinite(x)])
+    if len(x) > CDF_POINTS:
+        x = np.quantile(x, np.linspace(0, 1, CDF_POINTS))
+    return x
+
+
+def _cdf(ax, values, scale: float, label: str, style: str) -> None:
+    x = _quantiles(values) * scale
     if len(x):
         ax.plot(x, np.arange(1, len(x) + 1) / len(x), style, label=label, lw=1.4)
 
@@ -76,7 +102,7 @@ def _series(v) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
     multi = run.output_tokens > 1
     tpot = (run.e2el_s[multi] - run.ttft_s[multi]) / (run.output_tokens[multi] - 1)
     itl = np.concatenate(run.itl_s) if run.itl_s is not None and len(run.itl_s) else None
-    return {"ttft": (sim["ttft"], run.ttft_s), "itl": (np.asarray(v.sim.itl_s), itl),
+    return {"ttft": (sim["ttft"], run.ttft_s), "itl": (v.sim.itl_s, itl),
             "tpot": (sim["tpot"], tpot), "e2el": (sim["e2el"], run.e2el_s)}
 
 
@@ -91,13 +117,13 @@ def plot_against(v, out_dir: str | Path) -> list[Path]:
     for ax, (key, name) in zip(axes.flat, METRICS, strict=True):
         pred, meas = series[key]
         if meas is not None:
-            _cdf(ax, meas * 1e3, "measured", "-")
+            _cdf(ax, meas, 1e3, "measured", "-")
         else:
             ax.text(0.5, 0.5, "the results file has no token gaps", ha="center",
                     transform=ax.transAxes)
-        _cdf(ax, np.asarray(pred) * 1e3, "predicted", "--")
+        _cdf(ax, pred, 1e3, "predicted", "--")
         ax.set(xlabel=f"{name} (ms)", ylabel="CDF", title=name)
-        if key in ("itl", "ttft") and len(pred) and np.nanmin(pred) > 0:
+        if key in ("itl", "ttft") and len(pred) and _quantiles(pred)[0] > 0:
             ax.set_xscale("log")
         ax.legend()
     r = v.report
@@ -125,27 +151,30 @@ def page(report: dict) -> str:
         f"<h1>Predicted vs measured: {e(report['results'].rsplit('/', 1)[-1])}</h1>"
         f"<p>{e(report['policy'])} on {e(report['profile_label'])}; {report['requests']} "
         f"requests ({e(report['results_format'])} results); arrivals "
-        f"{e(report['arrivals'])}. Error = (predicted − measured) / measured; the measured "
-        f"side includes {e(report['measured_includes'])}.</p>"
+        f"{e(report['arrivals'])}. Error = (predicted − measured) / measured; "
+        f"{e(timing(report))}.</p>"
+        + "".join(f"<p><b>warning:</b> {e(w)}</p>" for w in report.get("warnings", []))
+        + "".join(f"<p>note: {e(n)}</p>" for n in report.get("notes", [])) +
         "<table><tr><th>figure</th><th>predicted</th><th>measured</th><th>error %</th></tr>"
         f"{body}</table>"
         "<p><img src='validation.png' alt='predicted and measured CDFs of TTFT, ITL, TPOT "
         "and E2E' width='100%'></p></body></html>\n")
 
 
-def _mean_errors(errors: dict) -> str:
+def _errors(errors: dict, stat: str = "mean") -> str:
     parts = []
     for name, errs in errors.items():
         shown = ", ".join(f"{k.split('_')[1].upper().replace('E2EL', 'E2E')} "
-                          f"{errs[k]:+.1f} %" for k in ("mean_ttft_ms", "mean_tpot_ms",
-                                                        "mean_e2el_ms") if k in errs)
+                          f"{errs[k]:+.1f} %" for k in (f"{stat}_ttft_ms", f"{stat}_tpot_ms",
+                                                        f"{stat}_e2el_ms") if k in errs)
         parts.append(f"{name}: {shown}")
     return "; ".join(parts)
 
 
 def print_calibration(record: dict, console=None) -> None:
-    """The fitted parameters and the error of the mean TTFT, TPOT and E2E before and after,
-    on the fitted runs and on the held-out one."""
+    """The fitted parameters, the error of the mean TTFT, TPOT and E2E before and after
+    on the fitted runs and on the held-out one, and the held-out P99s (the fit's warnings
+    go to stderr, from the command)."""
     from chunksim.reports.console import make_console
 
     console = console or make_console()
@@ -154,7 +183,9 @@ def print_calibration(record: dict, console=None) -> None:
     p(f"fitted {', '.join(record['fitted'])}: framework time "
       f"{c['framework_s'] * 1e3:.3f} ms/step, compute scale {c['compute_scale']:.3f}, "
       f"memory scale {c['memory_scale']:.3f} ({record['evaluations']} simulations)")
-    p(f"fitted runs, before: {_mean_errors(record['fit_error_before_pct'])}")
-    p(f"fitted runs, after:  {_mean_errors(record['fit_error_after_pct'])}")
-    p(f"held out, before:    {_mean_errors(record['held_out_error_before_pct'])}")
-    p(f"held out, after:     {_mean_errors(record['held_out_error_after_pct'])}")
+    p(f"fitted runs, before: {_errors(record['fit_error_before_pct'])}")
+    p(f"fitted runs, after:  {_errors(record['fit_error_after_pct'])}")
+    p(f"held out, before:    {_errors(record['held_out_error_before_pct'])}")
+    p(f"held out, after:     {_errors(record['held_out_error_after_pct'])}")
+    p(f"held out P99, before: {_errors(record['held_out_error_before_pct'], 'p99')}")
+    p(f"held out P99, after:  {_errors(record['held_out_error_after_pct'], 'p99')}")

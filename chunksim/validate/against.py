@@ -5,9 +5,10 @@ by flags, and compare predicted with measured figures. No torch.
 Both sides' figures are computed by one function (`sim.metrics.summarize`, vLLM bench's
 definitions) over the same requests: TTFT and E2E per request, TPOT = (E2E - TTFT) /
 (output - 1), ITL pooled over every token gap (measured only where the file has the
-gaps), throughputs over first arrival to last finish. The measured side is client-side:
-it includes the HTTP, tokenization and detokenization time of the API server, which the
-simulator does not price (docs/validation.md).
+gaps), throughputs over first arrival to last finish. A bench tool's file (vLLM, SGLang)
+is timed at the client: it includes the HTTP, tokenization and detokenization time of
+the API server, which the simulator does not price (docs/validation.md). A generic file
+is timed wherever its writer took the times, which it does not record.
 """
 
 from __future__ import annotations
@@ -24,12 +25,33 @@ from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepTotals
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.validate.compare import rel_error_pct
+from chunksim.validate.match import calibration_note, mismatches
 from chunksim.validate.results import MeasuredRun
 
 FORMAT = "chunksim-validation-against/1"
 LATENCY = ("ttft", "itl", "tpot", "e2el")
 STATS = ("mean", "median", "p90", "p99")
 THROUGHPUT = ("request_throughput", "output_throughput", "total_token_throughput")
+
+
+CLIENT_SIDE = {
+    "vllm": "client-side time (HTTP, tokenization) the simulator does not price",
+    "sglang": "client-side time (HTTP, tokenization) the simulator does not price",
+}
+"""What the measured figures include beyond the engine's steps, by results format (a
+generic file: unknown, so nothing is claimed)."""
+
+
+def measured_includes(run: MeasuredRun) -> str | None:
+    """What the measured times include beyond the engine's work, where the format says
+    (None: a generic file, which does not record where its times were taken)."""
+    return CLIENT_SIDE.get(run.format)
+
+
+def profile_warnings(run: MeasuredRun, profile: Profile) -> list[str]:
+    """The profile against the results file's own record of its model and device."""
+    return mismatches(profile.provenance, run.settings or {}, profile.path,
+                      run.path.rsplit("/", 1)[-1])
 
 
 def table_keys() -> list[str]:
@@ -94,13 +116,15 @@ class AgainstValidation:
     report: dict
 
 
-def validate_against(run: MeasuredRun, profile: Profile, cfg: RunConfig) -> AgainstValidation:
-    """Simulate the run's requests under `cfg` and compare with the measurement."""
+def validate_against(run: MeasuredRun, profile: Profile, cfg: RunConfig,
+                     progress=None) -> AgainstValidation:
+    """Simulate the run's requests under `cfg` and compare with the measurement;
+    `progress(done, total)` hears the replay's progress (`sim.run.simulate`)."""
     if cfg.fleet.active:
         raise ValueError("sim validate --against replays one engine; drop --replicas / --pd "
                          "/ --replica-groups")
     workload = workload_of(run)
-    result, predicted = simulate(workload, profile, cfg)
+    result, predicted = simulate(workload, profile, cfg, progress=progress)
     if predicted["rejected"]:
         why = ", ".join(f"{n} by {k}" for k, n in predicted.get("rejected_reasons", {}).items())
         raise ValueError(
@@ -118,6 +142,9 @@ def validate_against(run: MeasuredRun, profile: Profile, cfg: RunConfig) -> Agai
             "the file lacks), so predicted TTFT prices those tokens")
     if run.itl_s is None:
         notes.append("the file has no token gaps: ITL is not compared")
+    applied = calibration_note(profile.provenance)
+    if applied:
+        notes.insert(0, applied)
     report = {
         "format": FORMAT,
         "results": run.path,
@@ -138,8 +165,8 @@ def validate_against(run: MeasuredRun, profile: Profile, cfg: RunConfig) -> Agai
         "prefix_caching": cfg.prefix_caching,
         "metrics": metrics,
         "notes": notes,
-        "measured_includes": "client-side time (HTTP, tokenization) the simulator does "
-                             "not price",
+        "warnings": profile_warnings(run, profile),
+        "measured_includes": measured_includes(run),
         "counts": {"predicted_steps": predicted.get("steps"),
                    "predicted_busy_fraction": predicted.get("busy_fraction"),
                    "predicted_preemptions": predicted.get("preemptions")},

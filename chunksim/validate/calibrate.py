@@ -17,7 +17,13 @@ earlier requests' measured figures only and the check the later ones'.
 Identifiability is judged before fitting, on the model itself: the change of the
 residuals when each parameter moves (finite differences at the start point). A
 parameter whose change is (nearly) one the other fitted parameters can make too is not
-identifiable from these runs, and the fit is refused with what data would make it so.
+identifiable from these runs, and the fit is refused: the same measure, taken over each
+run alone (held-out ones too), names the run that sets the parameter apart most.
+
+Before any of it, the runs must be separate measurements (`check_runs`): a file given
+twice, or one run split in two files on one clock, is refused. After the fit, a
+parameter at its bound or a run left far off is flagged (`Fit.warnings`), in the output
+and in the written profile's provenance.
 """
 
 from __future__ import annotations
@@ -47,22 +53,20 @@ NO_EFFECT_BELOW = 1e-3
 """... or when moving it (a mean step of framework time, 22 % on a scale) changes the
 residuals by less than this (RMS log ratio)."""
 WHY = {
-    "framework": (
-        "the per-step framework time cannot be told apart from the scales in these runs: "
-        "its effect on TTFT, TPOT and E2E is one the scales make too, since their steps "
-        "cost about the same whatever they hold (a run that never queued runs steps of "
-        "one size; a launch-bound engine prices a decode step alike at any batch); add a "
-        "run at a higher request rate, where requests queue and steps batch several of "
-        "them, or one with prompts of varied lengths"),
-    "compute": (
-        "the compute scale cannot be identified from these runs: their prefill work "
-        "does not change TTFT apart from what the other parameters do; add a run with "
-        "prompts of several lengths (some long)"),
-    "memory": (
-        "the memory scale cannot be identified from these runs: their decode work does "
-        "not change TPOT apart from what the other parameters do; add a run whose "
-        "requests generate many tokens at several concurrencies"),
+    "framework": "the per-step framework time cannot be told apart from the scales",
+    "compute": "the compute scale (on each step's prefill part) cannot be identified",
+    "memory": "the memory scale (on each step's decode part) cannot be identified",
 }
+"""The refusal's first words, per parameter; what follows is the measure and which data
+set the parameter apart (`_refusal`)."""
+FAR_OFF_PCT = 20.0
+"""After the fit, a run whose mean TTFT, TPOT or E2E is still further off than this
+(signed error, %) is flagged: the fitted parameters do not explain that run."""
+SCALE_BOUND = -3.0
+"""The lowest log scale the search may reach (a scale of 0.05)."""
+AT_BOUND = 0.05
+"""A fitted parameter this close to its bound (framework time in mean steps, a scale
+in log units: 5 %) ended there: the search stops near a bound it presses against."""
 
 
 def parse_fit(text: str) -> tuple[str, ...]:
@@ -176,32 +180,53 @@ def predicted_stats(case: Case, profile: Profile, cfg: RunConfig,
     return Scored(per, _features(per, (_bins(per["prompt"]), _bins(per["arrival"])))), summary
 
 
-def _keys() -> list[str]:
-    return [f"{s}_{m}_ms" for m in FIT_METRICS for s in FIT_STATS]
+def case_residuals(case: Case, meas: Scored, profile: Profile, cfg: RunConfig,
+                   cal: Calibration) -> np.ndarray:
+    """log(predicted / measured) of every fitted feature of one case."""
+    pred, _ = predicted_stats(case, profile, cfg, cal)
+    out = []
+    for k, m in meas.stats.items():
+        p = pred.stats.get(k, 0.0)
+        if m > 0 and p > 0:
+            out.append(math.log(p / m))
+    return np.asarray(out)
 
 
 def residuals(cases: list[Case], measured: list[Scored], profile: Profile, cfg: RunConfig,
               cal: Calibration) -> np.ndarray:
     """log(predicted / measured) of every fitted feature of every case."""
-    out = []
-    for case, meas in zip(cases, measured, strict=True):
-        pred, _ = predicted_stats(case, profile, cfg, cal)
-        for k, m in meas.stats.items():
-            p = pred.stats.get(k, 0.0)
-            if m > 0 and p > 0:
-                out.append(math.log(p / m))
-    return np.asarray(out)
+    parts = [case_residuals(c, m, profile, cfg, cal)
+             for c, m in zip(cases, measured, strict=True)]
+    return np.concatenate(parts) if parts else np.zeros(0)
+
+
+REPORT_STATS = (*FIT_STATS, "p99")
+"""The statistics whose error is reported (P99 too, which the fit does not read: one
+request's figure, too jumpy to fit, but what an SLO bounds)."""
 
 
 def errors_pct(cases: list[Case], measured: list[Scored], profile: Profile, cfg: RunConfig,
                cal: Calibration) -> dict[str, dict[str, float]]:
-    """{case: {key: signed error %}} of every fitted figure's summary statistic."""
+    """{case: {key: signed error %}} of the mean, median, P90 and P99 of TTFT, TPOT, E2E."""
     out = {}
     for case, meas in zip(cases, measured, strict=True):
         pred, _ = predicted_stats(case, profile, cfg, cal)
-        m, p = meas.stats, pred.stats
-        out[case.name] = {k: (p[k] - m[k]) / m[k] * 100.0 for k in _keys()
+        m, p = _report_stats(meas.per), _report_stats(pred.per)
+        out[case.name] = {k: (p[k] - m[k]) / m[k] * 100.0 for k in _report_keys()
                           if k in m and k in p and m[k] > 0}
+    return out
+
+
+def _report_keys() -> list[str]:
+    return [f"{s}_{m}_ms" for m in FIT_METRICS for s in REPORT_STATS]
+
+
+def _report_stats(per: dict[str, np.ndarray]) -> dict[str, float]:
+    out = _stats(per)
+    for m in FIT_METRICS:
+        v = per[m][np.isfinite(per[m])]
+        if len(v):
+            out[f"p99_{m}_ms"] = float(np.percentile(v, 99)) * 1e3
     return out
 
 
@@ -283,12 +308,15 @@ class Fit:
     """log(predicted / measured) of every fitted figure at the optimum."""
     evaluations: int
     identifiability: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    """A bound the fit ended at, a run it leaves far off (`_warnings`)."""
 
     def provenance(self, runs: list[MeasuredRun]) -> dict:
         """The record written into the calibrated profile's JSON."""
         return {
             "runs": [{"path": r.path, "format": r.format, "requests": len(r),
-                      "arrivals": r.arrivals} for r in runs],
+                      "arrivals": r.arrivals, "load": run_load(r)} for r in runs],
+            "warnings": list(self.warnings),
             "fitted": list(self.fitted),
             "method": "Levenberg-Marquardt, then coordinate search, on log(predicted/"
                       "measured) of the mean, median, P90 of TTFT, TPOT, E2E and the mean "
@@ -297,6 +325,7 @@ class Fit:
             "held_out": self.held_out,
             "fit_error_before_pct": self.fit_error_before_pct,
             "fit_error_after_pct": self.fit_error_after_pct,
+            "errors_of": "signed % of the mean, median, P90 and P99 of TTFT, TPOT, E2E",
             "held_out_error_before_pct": self.held_out_error_before_pct,
             "held_out_error_after_pct": self.held_out_error_after_pct,
             "residuals": self.residuals,
@@ -394,10 +423,148 @@ def _judge(J: np.ndarray, fitted: tuple[str, ...]) -> dict[str, dict]:
     return out
 
 
+def _same_requests(a: MeasuredRun, b: MeasuredRun) -> bool:
+    return len(a) == len(b) and all(
+        np.array_equal(getattr(a, k), getattr(b, k))
+        for k in ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "e2el_s"))
+
+
+def check_runs(runs: list[MeasuredRun]) -> None:
+    """Refuse runs that are not separate measurements: one file (or its copy) passed
+    twice, or one run split into two files on one clock. A split run's later file would
+    replay from an empty engine while its first requests really arrived into the queue
+    the earlier ones left, so the fit would read a warm engine as a slow one."""
+    names = [f"run{i}:{Path(r.path).name}" for i, r in enumerate(runs)]
+    for i, a in enumerate(runs):
+        for j in range(i + 1, len(runs)):
+            b = runs[j]
+            if _same_requests(a, b):
+                same = ("the same file" if Path(a.path).resolve() == Path(b.path).resolve()
+                        else "the same requests, arrivals and timings")
+                raise ValueError(
+                    f"--against {a.path} and --against {b.path} are one run ({same}, "
+                    f"{len(a)} requests): a run given twice adds nothing to fit and, held "
+                    "out, checks the fit against its own data; give each run once")
+    clocked = sorted((r.clock_origin_s, i) for i, r in enumerate(runs)
+                     if r.clock_origin_s is not None)
+    for k, (t_a, i) in enumerate(clocked):
+        a = runs[i]
+        end_a = t_a + float(np.max(a.arrival_s + a.e2el_s))
+        t_b, j = next(((t, j) for t, j in clocked[k + 1:] if t > t_a), (math.inf, -1))
+        if t_b < end_a:
+            busy = int(np.sum(t_a + a.arrival_s + a.e2el_s > t_b))
+            raise ValueError(
+                f"{names[j]} starts {t_b - t_a:.3f} s after {names[i]} on the same clock, "
+                f"while {busy} of {names[i]}'s requests were still in flight: one run split "
+                f"in two files (or two runs that shared the engine). Replayed apart, the "
+                f"later part would start from an empty engine though its requests arrived "
+                f"into a queue; join the files into one run (its later part is held out by "
+                f"--tail-fraction), or give runs measured one after the other")
+
+
+def run_load(run: MeasuredRun) -> str:
+    """A run's offered rate and mean requests in flight (Little's law on the measured
+    E2E): where it sits between idle and queued."""
+    span = float(run.arrival_s[-1] - run.arrival_s[0]) if len(run) > 1 else 0.0
+    rate = (len(run) - 1) / span if span > 0 else math.inf
+    busy = float(np.max(run.arrival_s + run.e2el_s) - run.arrival_s[0])
+    inflight = float(np.sum(run.e2el_s)) / busy if busy > 0 else float(len(run))
+    r = f"{rate:.3g} req/s" if math.isfinite(rate) else "all at once"
+    return f"{r}, {inflight:.2g} in flight on average"
+
+
+def _refusal(name: str, share: float, per_case: dict[str, float], loads: dict[str, str],
+             rest: list[str]) -> str:
+    """Why `name` is refused and which of the runs set it apart, from the identifiability
+    measure (the unique share of its effect) taken over each run alone."""
+    head = (f"{WHY[name]} in these runs: {share:.0%} of its effect on the fitted figures is "
+            f"its own (the rest the other parameters make too; it needs "
+            f"{COLLINEAR_BELOW:.0%})")
+    if len(per_case) >= 2:
+        ranked = sorted(per_case.items(), key=lambda kv: -kv[1])
+        (best, s_best), (worst, s_worst) = ranked[0], ranked[-1]
+        data = (f"; of the runs, {best} ({loads[best]}) sets it apart most ({s_best:.0%}) and "
+                f"{worst} ({loads[worst]}) least ({s_worst:.0%}): add runs at a load like "
+                f"{best}'s")
+    else:
+        (only, s_only), = per_case.items() if per_case else (("this run", share),)
+        data = (f"; {only} ({loads.get(only, 'its load')}) alone cannot set it apart "
+                f"({s_only:.0%}): add a run at another load, and this refusal, if it "
+                "stands, names the run that sets it apart most")
+    fix = f"; or fit only what the runs identify: --fit {','.join(rest)}" if rest else ""
+    return head + data + fix
+
+
+def _diagnose(cases, measured, profile, cfg, fitted, f_ref, refused,
+              idf) -> list[str]:
+    """The refusal's sentences: per refused parameter, its unique share over every run
+    (fitted and held out), each run's alone."""
+    h = 0.2
+    x0 = np.zeros(len(fitted))
+    base = [case_residuals(c, m, profile, cfg, Calibration())
+            for c, m in zip(cases, measured, strict=True)]
+    cols: list[list[np.ndarray | None]] = []  # per parameter, per case: its column
+    for i in range(len(fitted)):
+        x = x0.copy()
+        x[i] = 1.0 if fitted[i] == "framework" else h
+        cal = _calibration(x, fitted, f_ref)
+        moved = [case_residuals(c, m, profile, cfg, cal)
+                 for c, m in zip(cases, measured, strict=True)]
+        # a figure that vanished when the parameter moved leaves that case out
+        cols.append([(r - b) / x[i] if len(r) == len(b) else None
+                     for r, b in zip(moved, base, strict=True)])
+    rest = [n for n in fitted if n not in refused]
+    loads = {c.name: run_load(c.run) for c in cases}
+    out = []
+    for name in refused:
+        # judged against the parameters the runs do identify (what `--fit` would keep)
+        i = fitted.index(name)
+        keep = sorted([fitted.index(n) for n in rest] + [i])
+        per_case = {}
+        for k, c in enumerate(cases):
+            if any(cols[j][k] is None for j in keep):
+                continue
+            J = np.stack([cols[j][k] for j in keep], axis=1)
+            per_case[c.name] = _unique_share(J, keep.index(i), list(range(len(keep))))
+        out.append(_refusal(name, idf[name]["unique_share"], per_case, loads, rest))
+    return out
+
+
+def _warnings(x: np.ndarray, fitted: tuple[str, ...], cal: Calibration,
+              errors: dict[str, dict[str, float]]) -> list[str]:
+    """What a written fit should not hide: a parameter that ended at its bound (the
+    best fit lies past it, so the value is not a minimum), and a run the fit leaves far
+    off (the parameters do not explain it)."""
+    out = []
+    for v, name in zip(x, fitted, strict=True):
+        if name == "framework" and v <= AT_BOUND:
+            out.append(f"the framework time ended at its bound: {cal.framework_s * 1e3:.3f} "
+                       "ms per step, where 0 is the least it can be; the runs ask for less "
+                       "per-step time than the profile prices already, which no framework "
+                       "time can give, so the fit is the best within bounds, not a minimum")
+        elif name != "framework" and v <= SCALE_BOUND + AT_BOUND:
+            value = getattr(cal, f"{name}_scale")
+            out.append(f"the {name} scale ended at its bound: {value:.3f}, where "
+                       f"{math.exp(SCALE_BOUND):.3f} is the least it can be; the runs ask "
+                       "for a faster step part still: is the profile of this engine?")
+    for case, errs in errors.items():
+        far = {k: v for k, v in errs.items()
+               if k.startswith("mean_") and abs(v) > FAR_OFF_PCT}
+        if far:
+            k, v = max(far.items(), key=lambda kv: abs(kv[1]))
+            metric = k.split("_")[1].upper().replace("E2EL", "E2E")
+            out.append(f"after the fit, {case} is still {v:+.0f} % off on mean {metric} "
+                       f"(more than {FAR_OFF_PCT:.0f} %): the fitted parameters do not "
+                       "explain that run")
+    return out
+
+
 def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
               fitted: tuple[str, ...] = PARAMS, hold_out: int | None = None,
-              tail_fraction: float = 1 / 3, max_evals: int = 80) -> Fit:
-    """Fit `fitted` to `runs`, holding one run (or the later part of one run) out."""
+              tail_fraction: float = 1 / 3, max_evals: int = 80, say=None) -> Fit:
+    """Fit `fitted` to `runs`, holding one run (or the later part of one run) out;
+    `say(line)`, where given, hears when the fit proper starts (after the runs and the
+    parameters were found fit to fit: a refusal comes alone)."""
     if not runs:
         raise ValueError("sim calibrate needs at least one --against RESULTS")
     if KEY in profile.provenance:
@@ -405,6 +572,7 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
                          "profile it was made from")
     if cfg.fleet.active:
         raise ValueError("sim calibrate replays one engine; drop --replicas / --pd")
+    check_runs(runs)
     fit_cases, held = split_cases(runs, hold_out, tail_fraction)
     measured = [measured_stats(c) for c in fit_cases]
     held_measured = [measured_stats(c) for c in held]
@@ -415,10 +583,15 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
     idf, jac = identifiability(fit_cases, measured, profile, cfg, fitted, f_ref, base)
     refused = [n for n in fitted if not idf[n]["identifiable"]]
     if refused:
-        rest = [n for n in fitted if n not in refused]
-        fix = (f"; or fit only what they do identify: --fit {','.join(rest)}" if rest
-               else "")
-        raise ValueError("cannot calibrate: " + "; ".join(WHY[n] for n in refused) + fix)
+        seen = {id(c.run) for c in fit_cases}  # a single run's tail: the same run
+        every = fit_cases + [c for c in held if id(c.run) not in seen]
+        every_measured = [measured_stats(c) for c in every]
+        raise ValueError("cannot calibrate: " + "; ".join(
+            _diagnose(every, every_measured, profile, cfg, fitted, f_ref, refused, idf)))
+
+    if say is not None:
+        say(f"fitting {', '.join(fitted)} to {len(runs)} run(s) "
+            f"({sum(len(r) for r in runs)} requests) ...")
 
     def residual(x: np.ndarray) -> np.ndarray:
         return residuals(fit_cases, measured, profile, cfg, _calibration(x, fitted, f_ref))
@@ -432,7 +605,7 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
     # arrival into another step changes the schedule after it), which stalls derivative
     # steps near the optimum
     h = np.asarray([0.1 if n == "framework" else 0.05 for n in fitted])
-    lower = np.asarray([0.0 if n == "framework" else -3.0 for n in fitted])
+    lower = np.asarray([0.0 if n == "framework" else SCALE_BOUND for n in fitted])
     x, _, evals = gauss_newton(residual, np.zeros(len(fitted)), h, lower)
     lam, vecs = np.linalg.eigh(jac.T @ jac)
     step = 0.05 / np.sqrt(np.maximum(lam, 1e-12))  # each move: ~5 % on the residuals
@@ -442,14 +615,17 @@ def calibrate(runs: list[MeasuredRun], profile: Profile, cfg: RunConfig,
     evals += more
     cal = _calibration(x, fitted, f_ref)
     res = residuals(fit_cases, measured, profile, cfg, cal)
+    fit_after = errors_pct(fit_cases, measured, profile, cfg, cal)
+    held_after = errors_pct(held, held_measured, profile, cfg, cal)
     return Fit(
         calibration=cal, fitted=tuple(fitted), fit_cases=[c.name for c in fit_cases],
         held_out=[c.name for c in held],
         fit_error_before_pct=errors_pct(fit_cases, measured, profile, cfg, ident),
-        fit_error_after_pct=errors_pct(fit_cases, measured, profile, cfg, cal),
+        fit_error_after_pct=fit_after,
         held_out_error_before_pct=errors_pct(held, held_measured, profile, cfg, ident),
-        held_out_error_after_pct=errors_pct(held, held_measured, profile, cfg, cal),
-        residuals=[float(v) for v in res], evaluations=evals, identifiability=idf)
+        held_out_error_after_pct=held_after,
+        residuals=[float(v) for v in res], evaluations=evals, identifiability=idf,
+        warnings=_warnings(x, fitted, cal, {**fit_after, **held_after}))
 
 
 def write_calibrated(profile: Profile, fit: Fit, runs: list[MeasuredRun],

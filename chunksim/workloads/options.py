@@ -329,8 +329,38 @@ def _workload_flags() -> dict[str, str]:
     return {name: flag_name(WorkloadOptions, f) for name, f in _FIELD_OF.items()}
 
 
+MAX_CLOCK_S = 2.0 ** 33
+"""Longest span of arrivals a run accepts, s (~272 years): past it the simulator's
+64-bit float clock resolves less than a microsecond (its spacing there is 2e-6 s), so
+millisecond latencies round away (`--rate 1e-300` would print 0.00 ms medians). Not the
+trace reader's 30-day plausibility rule: a slow synthetic rate is a choice, not a data
+error, and a capacity search probes rates down to 1e-3 req/s."""
+
+
+def _span_error(what: str, span: float, fix: str) -> InputError:
+    return InputError(
+        f"{what}: the requests would arrive over {span:.3g} s ({span / 86400 / 365:.3g} "
+        f"years), past {MAX_CLOCK_S:.3g} s, where the simulator's clock (a 64-bit float) "
+        f"resolves less than a microsecond and latencies round away; {fix}")
+
+
+def _check_span(opts: WorkloadOptions, kind: WorkloadKind) -> None:
+    """Refuse, before generating it, a synthetic workload whose arrivals would span more
+    than MAX_CLOCK_S."""
+    if opts.duration_s is not None and opts.duration_s > MAX_CLOCK_S:
+        raise _span_error(f"--duration {opts.duration_s:g}", opts.duration_s,
+                          "simulate a shorter window")
+    n = opts.num_requests
+    if n is None or n < 2 or opts.rate is None or kind is WorkloadKind.BURST:
+        return
+    if n / opts.rate > MAX_CLOCK_S:
+        raise _span_error(f"--rate {opts.rate:g} req/s with {n:,} requests", n / opts.rate,
+                          f"give --rate at least {n / MAX_CLOCK_S:.2g} req/s")
+
+
 def _check_size(opts: WorkloadOptions, kind: WorkloadKind) -> None:
-    """Refuse a synthetic workload too large to hold before generating any of it."""
+    """Refuse a synthetic workload too large to hold, or too long to time, before
+    generating any of it."""
     n = opts.num_requests
     if n is not None and n > MAX_REQUESTS:
         raise InputError(f"--num-requests {n}: one run holds at most {MAX_REQUESTS:,} "
@@ -345,15 +375,31 @@ def _check_size(opts: WorkloadOptions, kind: WorkloadKind) -> None:
                 f"--duration {opts.duration_s:g} s at --rate {rate:g} req/s means about "
                 f"{expected:.3g} requests; one run holds at most {MAX_REQUESTS:,}: shorten "
                 "--duration or lower --rate")
+    _check_span(opts, kind)
 
 
 def build_workload(opts: WorkloadOptions) -> Workload:
     """The workload the flags describe (ValueError with the fix, in flags, on a bad
     combination)."""
     try:
-        return _build(opts)
+        workload = _build(opts)
     except ValueError as exc:
         raise type(exc)(_in_flags(str(exc), _workload_flags())) from None
+    _check_built_span(opts, workload)
+    return workload
+
+
+def _check_built_span(opts: WorkloadOptions, workload: Workload) -> None:
+    """The span rule (`_check_span`) on what was built: a default request count, or a
+    trace rescaled by --rate / --speedup, can reach it too."""
+    span = workload.duration_s if len(workload) else 0.0
+    if span <= MAX_CLOCK_S:
+        return
+    given = [(f, v) for f, v in (("--rate", opts.rate), ("--speedup", opts.speedup))
+             if v is not None]
+    what = " ".join(f"{f} {v:g}" for f, v in given) or f"{len(workload):,} requests"
+    raise _span_error(what, span, f"raise {' or '.join(f for f, _ in given)}" if given
+                      else "simulate a shorter window")
 
 
 def _build(opts: WorkloadOptions) -> Workload:
