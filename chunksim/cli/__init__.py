@@ -86,7 +86,7 @@ def main() -> None:
     from chunksim.cli import errors
 
     errors.install_signal_handlers()
-    args = sys.argv[1:]
+    args = sys.argv[1:] = help_format.take_help_all(sys.argv[1:])
     try:
         if help_format.asks_help(args):
             help_format.fold_option_names()  # rich's help code, imported only to show help
