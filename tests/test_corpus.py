@@ -95,6 +95,11 @@ CORPUS: list[tuple[str, list[str], int, str, str]] = [
      r"^error: .*hash\.csv: line 2: column 'h' = '1 2 x' is not a list of integer hashes"),
     ("speedup-refused", ["run", "--speedup", "2"], 2, "err",
      r"^error: --speedup does not apply to --workload poisson \(only to --trace\); drop it$"),
+    # 12. the run board tells the truth; help reads at 80 columns and in a pipe
+    ("board-rejects", ["run", "-n", "200", "--max-model-len", "700", "--out", "{tmp}/b",
+                       "--report"], 0, "err", r"^warning: 148 of 200 requests rejected"),
+    ("help-in-a-pipe", ["run", "--help"], 0, "out", r"^ Usage: .* run \[OPTIONS\]"),
+    ("help-all", ["run", "--help-all"], 0, "out", r"^ Usage: .* run \[OPTIONS\]"),
 ]
 
 
@@ -159,5 +164,15 @@ def _and_then(name: str, proc: subprocess.CompletedProcess, tmp_path: Path) -> N
         report = (tmp_path / "f" / "report.md").read_text()
         assert "step_timeline.png left out: it could not be drawn" in report
         assert not (tmp_path / "f" / "step_timeline.png").exists()
+    if name == "board-rejects":
+        page = (tmp_path / "b" / "report.html").read_text()
+        assert "148 of 200 requests rejected (74 %): 148 by max_model_len" in page
+        assert "within its bound" not in page and "--max-model-len" in page
+    if name.startswith("help-"):
+        assert max(len(line) for line in out.splitlines()) <= 80
+        names = set(re.findall(r"--[a-z][a-z0-9-]*", out))
+        assert {"--num-speculative-tokens", "--speculative-method",
+                "--max-num-batched-tokens", "--gpu-memory-utilization"} <= names
+        assert ("--help-all shows the whole text" in out) is (name == "help-in-a-pipe")
     if name.endswith("long-name"):
         assert not any(p.name.startswith(".") for p in tmp_path.iterdir())

@@ -241,6 +241,8 @@ def _probes_interrupted(store) -> None:
     if store is None:
         interrupted_plainly("nothing was written; give --out DIR to keep the finished "
                             "probe runs for a resumed search")
+    if not store.runs:
+        interrupted_plainly("no probe run had finished; nothing was written")
     new = len(store.runs) - store.found
     interrupted(f"{len(store.runs)} finished probe runs are kept in {store.path}"
                 + (f" ({new} from this search)" if store.found else "")
