@@ -105,18 +105,18 @@ def stop_now(pool) -> None:
     interpreter's exit (which joins that thread) neither hangs nor prints.
 
     Jobs already handed to the pool's call queue may still be in its feeder thread's
-    hands, blocked writing into a pipe that no (terminated) worker will read again. The
-    manager thread, cleaning up a broken pool, joins that feeder thread, and the exit
-    joins the manager thread: a wait on a lock (futex) that only a second Ctrl-C broke.
-    The feeder is a daemon thread with nothing left to deliver, so nobody waits for it."""
+    hands, writing into a pipe that no (terminated) worker will read again; the manager
+    thread, cleaning up the broken pool, joins that feeder thread, and the exit joins the
+    manager thread. So while the manager thread winds down (5 s at most), this process
+    reads what is left in that pipe (the workers are gone: nobody else reads it), and a
+    full pipe never keeps the feeder, the manager and the exit waiting on each other."""
+    import time
     from concurrent.futures import InvalidStateError
 
     procs = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)
     results = getattr(pool, "_result_queue", None)
     calls = getattr(pool, "_call_queue", None)
-    if calls is not None:
-        calls.cancel_join_thread()
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         p.terminate()
@@ -140,6 +140,19 @@ def stop_now(pool) -> None:
         results._writer.close()
     # let the manager thread finish closing its wakeup pipe too: the interpreter's exit
     # hook writes to that pipe, and racing its close prints a traceback
-    manager.join(timeout=5)
+    deadline = time.monotonic() + 5
+    while manager.is_alive() and time.monotonic() < deadline:
+        manager.join(timeout=0.05)
+        _drain(calls)
     if not manager.is_alive():
         threading.excepthook = previous
+
+
+def _drain(calls) -> None:
+    """Read and drop what the call queue's feeder wrote for workers that are gone."""
+    reader = getattr(calls, "_reader", None)
+    try:
+        while reader is not None and reader.poll(0):
+            reader.recv_bytes()
+    except (OSError, EOFError, ValueError):  # closed meanwhile: nothing left to read
+        pass
