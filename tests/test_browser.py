@@ -32,7 +32,9 @@ window.addEventListener('load', () => {
     external: performance.getEntriesByType('resource').map(e => e.name)
       .filter(n => !n.startsWith('data:')),
     verdict: r ? {top: r.top, left: r.left, right: r.right, height: r.height,
-                  display: cs.display, visibility: cs.visibility} : null,
+                  display: cs.display, visibility: cs.visibility,
+                  text: v.innerText} : null,
+    text: document.body.innerText,
     width: window.innerWidth,
     page_width: document.documentElement.scrollWidth,
   };
@@ -114,3 +116,26 @@ def test_run_board_renders_on_a_phone(tmp_path):
     assert v is not None and v["display"] != "none" and v["visibility"] == "visible"
     assert v["top"] < 844 and v["right"] <= got["width"] + 1
     assert got["page_width"] <= got["width"] + 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (Debian: apt-get install "
+                    "chromium); .ci/run installs it where apt-get is available")
+def test_run_board_of_a_run_that_rejects_shows_the_rejections(tmp_path):
+    """Three in four requests are longer than --max-model-len: the rendered board says so
+    in what the run says, on the first screen, with the flag that admits them, and never
+    that every observable is within its bound."""
+    from chunksim.cli import app as sim
+
+    out = tmp_path / "board"
+    res = CliRunner().invoke(sim, ["run", "-n", "200", "--max-model-len", "700",
+                                   "--out", str(out), "--report"])
+    assert res.exit_code == 0, res.output
+    got = _render(out / "report.html")
+    v = got["verdict"]
+    assert v is not None and v["top"] < 844 and v["visibility"] == "visible"
+    assert re.search(r"148 of 200 requests rejected \(74 %\): 148 by max_model_len", v["text"])
+    assert "--max-model-len" in v["text"] and "148 rejected at arrival" in v["text"]
+    assert "within its bound" not in got["text"]
+    assert "requests rejected\t148 of 200" in got["text"]  # the facts table
+    assert got["broken"] == [] and got["images"] == 6

@@ -189,6 +189,11 @@ CORPUS: list[tuple[str, list[str], int, str, str]] = [
     ("run-rate-slow-honest", ["run", "--rate", "1e-6", "-n", "20"], 0, "out", r"^budget"),
     ("readme-trace", ["run", "--trace", AZURE, "--policy", "budget", "--chunk", "2048"], 0,
      "out", r"^budget"),
+    # 14. the run board tells the truth; help reads at 80 columns and in a pipe
+    ("board-rejects", ["run", "-n", "200", "--max-model-len", "700", "--out", "{tmp}/b",
+                       "--report"], 0, "err", r"^warning: 148 of 200 requests rejected"),
+    ("help-in-a-pipe", ["run", "--help"], 0, "out", r"^ Usage: .* run \[OPTIONS\]"),
+    ("help-all", ["run", "--help-all"], 0, "out", r"^ Usage: .* run \[OPTIONS\]"),
 ]
 
 
@@ -285,6 +290,16 @@ def _and_then(name: str, proc: subprocess.CompletedProcess, tmp_path: Path) -> N
                          r"\([^)]*\) and on the long request's TTFT", out)
     if name == "price-b200":
         assert "per GPU-hour (b200: " in out
+    if name == "board-rejects":
+        page = (tmp_path / "b" / "report.html").read_text()
+        assert "148 of 200 requests rejected (74 %): 148 by max_model_len" in page
+        assert "within its bound" not in page and "--max-model-len" in page
+    if name.startswith("help-"):
+        assert max(len(line) for line in out.splitlines()) <= 80
+        names = set(re.findall(r"--[a-z][a-z0-9-]*", out))
+        assert {"--num-speculative-tokens", "--speculative-method",
+                "--max-num-batched-tokens", "--gpu-memory-utilization"} <= names
+        assert ("--help-all shows the whole text" in out) is (name == "help-in-a-pipe")
     if name.endswith("long-name"):
         assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
     _and_then_results(name, proc, tmp_path)

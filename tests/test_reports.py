@@ -130,3 +130,34 @@ def test_cdf_curve_never_claims_beyond_the_sample():
 
     x, q = _curve(np.arange(1, 11, dtype=float))
     assert q.max() <= 0.95 and q.min() >= 0.05 and np.all(np.diff(x) >= 0)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.integers(40, 120), st.integers(2, 12), st.integers(1, 5))
+def test_console_tables_keep_every_cell_whole_at_any_width(width, ncols, nrows):
+    """A table wider than the terminal is split into column groups that each fit, every
+    group repeating the row's name: no cell reads `4…`, and every value is printed."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from chunksim.reports.console import print_table
+
+    t = Table(title="t", show_edge=False, pad_edge=False, caption="the caption")
+    t.add_column("configuration", no_wrap=True)
+    for j in range(ncols):
+        t.add_column(f"P{j} metric ms", justify="right")
+    rows = [[f"budget {512 * (i + 1)}"] + [f"{1234.5 * (i + 1) * (j + 1):.1f}"
+                                           for j in range(ncols)] for i in range(nrows)]
+    for r in rows:
+        t.add_row(*r)
+    import io
+
+    con = Console(width=width, file=io.StringIO(), emoji=False)
+    print_table(con, t)
+    text = con.file.getvalue()
+    assert "…" not in text
+    assert max(len(ln) for ln in text.splitlines()) <= width
+    for r in rows:
+        for cell in r:
+            assert cell in text
+    assert text.count("the caption") <= 1

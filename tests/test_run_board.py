@@ -10,12 +10,15 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim.board import (
     BOARD_FILES,
+    budget_use,
     build_board,
     busy_until,
     engine_windows,
@@ -63,6 +66,93 @@ def test_two_engines_share_the_window():
     w = engine_windows(steps, 1.0, end_s=1.0)
     assert w["busy_fraction"].tolist() == pytest.approx([0.75])  # 1.5 s of 2 engine-s
     assert w["waiting_mean"].tolist() == [3.0]  # summed over engines
+
+
+def test_budget_use_is_tokens_over_steps_times_the_budget():
+    """Closed form: steps back to back each holding 500 prefill tokens and 12 decodes
+    under a 2048-token budget read 512 / 2048 = 25 % budget use, while a step is in
+    flight the whole time (100 % busy); a window with one full step reads 100 %."""
+    rows = [{"start_s": i * 0.1, "duration_s": 0.1, "prefill_tokens": 500, "decodes": 12}
+            for i in range(10)]
+    rows.append({"start_s": 1.0, "duration_s": 0.1, "prefill_tokens": 2040, "decodes": 8})
+    w = engine_windows(_steps(rows), 1.0, end_s=2.0, budget=2048)
+    assert w["busy_fraction"].tolist() == pytest.approx([1.0, 0.1])
+    assert w["budget_use"].tolist() == pytest.approx([0.25, 1.0])
+    assert engine_windows(_steps(rows), 1.0, end_s=2.0)["budget_use"].isna().all()
+    assert budget_use([512 * 3], [3], 2048).tolist() == [0.25]
+    assert np.isnan(budget_use([0], [0], 2048)).all()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 4096), st.integers(0, 256), st.integers(0, 1)),
+                min_size=1, max_size=30), st.integers(1, 8192))
+def test_budget_use_weighs_every_step_of_the_window(rows, budget):
+    """Per window, budget use x steps x budget = the tokens its steps scheduled, on one
+    engine or two (the budget is per step of each engine)."""
+    steps = _steps([{"start_s": i * 0.25, "duration_s": 0.2, "prefill_tokens": p,
+                     "decodes": d, "replica": r} for i, (p, d, r) in enumerate(rows)])
+    w = engine_windows(steps, 1.0, end_s=len(rows) * 0.25 + 1, budget=budget)
+    for _, win in w.iterrows():
+        inside = steps[(steps["start_s"] // 1.0) == win["t_s"]]
+        tokens = float((inside["prefill_tokens"] + inside["decodes"]).sum())
+        if len(inside):
+            assert win["budget_use"] * len(inside) * budget == pytest.approx(tokens)
+        else:
+            assert np.isnan(win["budget_use"])
+
+
+def test_rejections_are_on_the_board_and_in_its_verdict():
+    """A run that rejects half its requests says so first, with the reason and the flag
+    that admits them; the board never claims every observable is within its bound."""
+    from chunksim.reports.run_board import board_document
+
+    req = _requests([{"arrival_s": i * 0.1, "first_scheduled_s": i * 0.1 + 0.01,
+                      "first_token_s": i * 0.1 + 0.02, "finish_s": i * 0.1 + 0.05,
+                      "generated_tokens": 2, "rejected": i % 2 == 1} for i in range(10)])
+    req.loc[req["rejected"], ["first_scheduled_s", "first_token_s", "finish_s"]] = np.nan
+    steps = _steps([{"start_s": i * 0.1, "duration_s": 0.05, "decodes": 1}
+                    for i in range(10)])
+    summary = {**_summary(), "completed": 5, "rejected": 5,
+               "rejected_reasons": {"max_model_len": 5}}
+    board = build_board(req, steps, summary, {}, window_s=0.5)
+    assert board["windows"]["rejected"].tolist() == [2, 3] and board["rejected"] == 5
+    obs = board["observables"]
+    assert obs[0].key == "rejected" and obs[0].fired and obs[0].windows == (0.0, 0.5)
+    assert "5 of 10 requests rejected (50 %): 5 by max_model_len" in obs[0].text
+    assert "--max-model-len" in obs[0].advice
+    doc = board_document(board, summary, {p: f"{p}.png" for p in
+                                          ("queue", "kv", "busy", "tokens", "ttft", "itl")})
+    box = next(b for b in doc.blocks if b[0] == "verdict")
+    assert "rejected" in box[2][0] and not any("within its bound" in x for x in box[2])
+    assert any("5 rejected at arrival" in x for x in box[2])
+    quiet = build_board(req.assign(rejected=False), steps, {**summary, "rejected": 0}, {},
+                        window_s=0.5)
+    assert not quiet["observables"][0].fired and quiet["rejected"] == 0
+
+
+def test_a_fleets_long_prompt_is_judged_by_its_own_engines_steps():
+    """Replica 0 idles under its budget while its long prompt waits; replica 1's steps
+    meanwhile are full. Only replica 0's steps say why the prompt waited: the engine
+    idled (a larger budget), not a budget already full."""
+    req = _requests([{"arrival_s": 0.0, "first_scheduled_s": 1.0, "prompt_tokens": 5000,
+                      "replica": 0}]
+                    + [{"arrival_s": 0.0, "first_scheduled_s": 0.0, "prompt_tokens": 10,
+                        "replica": 1}] * 9)
+    idle = [{"start_s": i * 0.1, "duration_s": 0.1, "decodes": 5, "running": 5,
+             "kv_blocks_used": 10, "replica": 0} for i in range(10)]
+    full = [{"start_s": i * 0.02, "duration_s": 0.02, "prefill_tokens": 995, "decodes": 5,
+             "running": 5, "kv_blocks_used": 10, "replica": 1} for i in range(50)]
+    steps = _steps(full + idle)
+    w = engine_windows(steps, 0.5, end_s=1.0)
+    empty = pd.DataFrame(columns=["request_class", "t_s", "p99_ms"])
+    obs = observables(steps, req, w, empty, empty, _summary(), {})
+    assert "long_idle" in _fired(obs) and "long_rationed" not in _fired(obs)
+    idle_obs = next(o for o in obs if o.key == "long_idle")
+    assert "waited through 10 steps of their engine" in idle_obs.text
+    # P/D: the prefill instance it queued on
+    pd_req = req.drop(columns="replica").assign(prefill_replica=req["replica"])
+    obs = observables(steps, pd_req, w, empty, empty, _summary(), {})
+    assert "long_idle" in _fired(obs) and "long_rationed" not in _fired(obs)
 
 
 @pytest.mark.parametrize("s, w", [(30.0, 0.5), (1000.0, 20.0), (7.0, 0.2), (0.0, 1.0)])

@@ -7,12 +7,33 @@ and exit code 2 instead of a traceback (and anything else into one line, `cli.er
 from __future__ import annotations
 
 import gc
+import os
+import signal
 import sys
 
-import typer
 
-import chunksim
-from chunksim.cli import help_format, lazy
+def _loading_interrupted(signum, frame) -> None:
+    """Ctrl-C while the command line is still loading (typer, then the command's modules
+    begin in `main`): nothing has run, so nothing was written; one line, no traceback."""
+    sys.stderr.write("interrupted: the command was still loading; nothing was written\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+_loading_interrupted.chunksim_loading = True  # `errors.install_signal_handlers` replaces it
+if (sys.argv[:1] == ["-m"] or os.path.basename(sys.argv[0] if sys.argv else "") == "sim") \
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    # this process is the `sim` command (`python -m chunksim.cli` imports this package with
+    # argv[0] '-m'; the console script is named sim), not a program importing the CLI
+    try:
+        signal.signal(signal.SIGINT, _loading_interrupted)
+    except ValueError:  # not the main thread
+        pass
+
+import typer  # noqa: E402 - after the Ctrl-C guard: importing typer takes a while
+
+import chunksim  # noqa: E402
+from chunksim.cli import help_format, lazy  # noqa: E402
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("chunksim.cli.run", "run"),
@@ -86,7 +107,7 @@ def main() -> None:
     from chunksim.cli import errors
 
     errors.install_signal_handlers()
-    args = sys.argv[1:]
+    args = sys.argv[1:] = help_format.take_help_all(sys.argv[1:])
     try:
         if help_format.asks_help(args):
             help_format.fold_option_names()  # rich's help code, imported only to show help

@@ -9,7 +9,8 @@ from pathlib import Path
 from chunksim import atomic
 
 _DATA = ("comparison.csv", "comparison.json", "capacity.json", "capacity_probes.csv",
-         "splits.csv", "gpus.json", "gpu_probes.csv", "report.md", "report.html")
+         "splits.csv", "gpus.json", "gpu_probes.csv", "report.md", "report.html",
+         "capacity_resume.pkl")  # an interrupted search's runs (`sweep.probe_store`)
 _FIGURES = ("capacity_knee", "capacity_bars")
 
 

@@ -113,6 +113,7 @@ def capacity(
         with_spec_tokens,
     )
     from chunksim.sweep.fleets import gpu_splits
+    from chunksim.sweep.probe_store import ResumableRunner
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.seeds import seed_list
     from chunksim.sweep.slos import parse_capacity_slos
@@ -161,11 +162,19 @@ def capacity(
         from chunksim.reports.style import load_in_background
 
         load_in_background()
-    with Runner(profile, workers, ray) as runner, \
-            ProgressBar("capacity probes", open_ended=True) as bar:
-        ans = capacity_answer(configs, workload_opts, run_cfg, slos, bool(slo), params,
-                              seed_values, runner, max_reject_pct, progress=bar,
-                              rank_splits=gpus is not None)
+    store = _probe_store(out, profile)
+    try:
+        with (Runner(profile, workers, ray) if store is None else
+              ResumableRunner(profile, workers, ray, store)) as runner, \
+                ProgressBar("capacity probes", open_ended=True) as bar:
+            ans = capacity_answer(configs, workload_opts, run_cfg, slos, bool(slo), params,
+                                  seed_values, runner, max_reject_pct, progress=bar,
+                                  rank_splits=gpus is not None)
+    except KeyboardInterrupt:
+        _probes_interrupted(store)
+    finally:
+        if store is not None:
+            store.close()
     entries, verdict, best, window = ans.entries, ans.verdict, ans.best, ans.window
     print_capacity(entries, best, slos)
     print_verdict(verdict, capacity_searched=True, trace=trace)
@@ -208,6 +217,37 @@ def capacity(
         names += [p.name for p in paths]
         atomic.swap_in(out, final, answer_files())
         typer.echo(f"wrote {final}/: {', '.join(names)}")
+
+
+def _probe_store(out: Path | None, profile):
+    """Where the search keeps each finished run for a resumed one (None without --out);
+    says so when an interrupted search's runs are there."""
+    if out is None:
+        return None
+    from chunksim.sweep.probe_store import open_store
+
+    store = open_store(out, profile.sha256)
+    if store.found:
+        typer.echo(f"resuming: {store.found} finished probe runs of an interrupted search "
+                   f"are in {store.path}; those this search needs are not run again",
+                   err=True)
+    return store
+
+
+def _probes_interrupted(store) -> None:
+    """Ctrl-C during the search: what was kept, and the command that resumes it."""
+    from chunksim.cli.interrupts import command_as_typed, interrupted, interrupted_plainly
+
+    if store is None:
+        interrupted_plainly("nothing was written; give --out DIR to keep the finished "
+                            "probe runs for a resumed search")
+    if not store.runs:
+        interrupted_plainly("no probe run had finished; nothing was written")
+    new = len(store.runs) - store.found
+    interrupted(f"{len(store.runs)} finished probe runs are kept in {store.path}"
+                + (f" ({new} from this search)" if store.found else "")
+                + "; the answer's files were not written. The same command reuses them",
+                command_as_typed())
 
 
 def _engines(gpus: int, devices: int) -> int:

@@ -39,6 +39,9 @@ EXTRAS = {"torch": ("torch", "profile"),
 """Top-level module -> (the package's name, the chunksim extra that installs it)."""
 _PACKAGE = Path(__file__).resolve().parents[1]
 _SIGINT = {"seen": False}
+STARTED = time.time()
+"""When this process began its command (this module loads first thing in `main`): files
+under --out modified since were written by it."""
 
 
 def _on_sigint(signum, frame) -> None:
@@ -68,7 +71,8 @@ def install_signal_handlers() -> None:
     """Ctrl-C raises KeyboardInterrupt as usual, remembering that it came (a library
     interrupted mid-call may turn it into another error); SIGTERM exits through the
     same clean-up."""
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.default_int_handler or getattr(current, "chunksim_loading", False):
         signal.signal(signal.SIGINT, _on_sigint)
         sys.unraisablehook = _on_unraisable
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
@@ -91,15 +95,23 @@ def sigint_seen() -> bool:
 
 
 def interrupted_exit() -> None:
-    """Ctrl-C that no command handled: what is in --out was written whole (every output
-    is written atomically), what is missing was not started; exit 130."""
+    """Ctrl-C that no command handled: say what this process wrote under --out (each file
+    whole: every output is written atomically), or that it wrote nothing; exit 130."""
     import typer
 
-    from chunksim.cli.interrupts import REPORTED
+    from chunksim.cli.interrupts import REPORTED, written_since
 
     if not REPORTED["done"]:
-        typer.secho("interrupted: the files already written are complete (each is written "
-                    "atomically); the rest were not written", err=True, fg=typer.colors.YELLOW)
+        out = _out_flag_value()
+        names = written_since(out, STARTED) if out is not None else []
+        if names:
+            shown = ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
+            line = (f"interrupted: wrote {len(names)} file{'s' if len(names) > 1 else ''} "
+                    f"to {out} before the stop ({shown}), each whole; the rest were not "
+                    "written")
+        else:
+            line = "interrupted: nothing was written" + (f" to {out}" if out else "")
+        typer.secho(line, err=True, fg=typer.colors.YELLOW)
     sys.exit(INTERRUPTED_EXIT)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from typing import NoReturn
@@ -28,3 +29,24 @@ def interrupted(saved: str, resume: str) -> NoReturn:
     typer.secho(f"interrupted: {saved}", err=True, fg=typer.colors.YELLOW)
     typer.echo(f"resume with: {resume}", err=True)
     raise typer.Exit(INTERRUPTED_EXIT)
+
+
+def interrupted_plainly(said: str) -> NoReturn:
+    """Print what the stop left (no resume: nothing to resume from); exit 130."""
+    REPORTED["done"] = True
+    typer.secho(f"interrupted: {said}", err=True, fg=typer.colors.YELLOW)
+    raise typer.Exit(INTERRUPTED_EXIT)
+
+
+def written_since(out: str, start_s: float) -> list[str]:
+    """The outputs at --out `out` (a file, or a directory's visible files) modified at or
+    after `start_s` (epoch seconds): what this process wrote there. Staged (hidden)
+    entries are not outputs: they are removed at exit."""
+    try:
+        if os.path.isfile(out):
+            return [os.path.basename(out)] if os.stat(out).st_mtime >= start_s else []
+        with os.scandir(out) as it:
+            return sorted(e.name for e in it if not e.name.startswith(".") and e.is_file()
+                          and e.stat().st_mtime >= start_s)
+    except OSError:  # not there (yet): nothing was written
+        return []

@@ -40,7 +40,8 @@ def run(
         "Large for long runs."))] = False,
     report: Annotated[bool, typer.Option("--report", help=(
         "Also write the run board to --out: report.html with, over the run's time, waiting "
-        "and running requests, KV blocks in use, busy fraction, prefill and decode tokens "
+        "and running requests and the requests rejected, KV blocks in use, the share of "
+        "time a step was in flight and the step budget used, prefill and decode tokens "
         "per step, TTFT and ITL percentiles per window by request class, and what they "
         "point at (SLOs: --goodput, else P99 TTFT 2 s and P99 ITL 100 ms)."))] = False,
     profile: ProfileOpt = None,

@@ -24,6 +24,56 @@ def make_console() -> Console:
     return Console(width=UNBOUNDED_WIDTH, soft_wrap=True, emoji=False)
 
 
+def _natural(column) -> int:
+    """Columns a table column needs so that no cell is cut: its widest cell, and its
+    header's longest word (headers wrap between words)."""
+    from rich.cells import cell_len
+
+    cells = [cell_len(str(c)) for c in column._cells]
+    header = max((cell_len(w) for w in str(column.header).split()), default=0)
+    return max([header, *cells])
+
+
+def fit_table(table: Table, width: int) -> list[Table]:
+    """`table` as one or more tables no wider than `width` columns, none with a cell cut
+    to `…`: when every column does not fit, its columns are split into consecutive groups,
+    each repeating the first (the row's name); the title heads the first, the caption ends
+    the last."""
+    cols = table.columns
+    need = [_natural(c) for c in cols]
+    for c, n in zip(cols, need, strict=True):  # rich shrinks by ratio, past a cell's width
+        c.min_width = max(c.min_width or 0, n)
+    # 3 columns between cells (" ┃ "), and two rich keeps at the edges
+    if sum(need) + 3 * (len(cols) - 1) + 2 <= width or len(cols) < 3:
+        return [table]
+    groups: list[list[int]] = [[]]
+    used = need[0] + 2
+    for i in range(1, len(cols)):
+        if groups[-1] and used + 3 + need[i] > width:
+            groups.append([])
+            used = need[0] + 2
+        groups[-1].append(i)
+        used += 3 + need[i]
+    out = []
+    rows = table.row_count
+    for g, idx in enumerate(groups):
+        t = Table(title=table.title if g == 0 else None, title_justify=table.title_justify,
+                  show_edge=table.show_edge, pad_edge=table.pad_edge,
+                  caption=table.caption if g == len(groups) - 1 else None,
+                  caption_justify=table.caption_justify, show_header=table.show_header)
+        for i in (0, *idx):
+            t.add_column(cols[i].header, justify=cols[i].justify, no_wrap=i == 0,
+                         min_width=need[i])
+        for r in range(rows):
+            t.add_row(*(cols[i]._cells[r] for i in (0, *idx)))
+        out.append(t)
+    return out
+
+
+def print_table(con: Console, table: Table) -> None:
+    """Print `table` whole at the console's width (`fit_table`)."""
+    for t in fit_table(table, con.width):
+        con.print(t)
 
 
 def summary_table(summary: dict, title: str | None = None) -> Table:
@@ -51,7 +101,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     con.print(f"workload [bold]{summary.get('workload')}[/bold] · profile "
               f"{summary.get('profile_label', summary.get('profile', '?'))} "
               f"[dim]({str(summary.get('profile_sha256', ''))[:12]})[/dim]")
-    con.print(summary_table(summary))
+    print_table(con, summary_table(summary))
     good = summary.get("request_goodput")
     good_s = f"  goodput {good:.2f} req/s" if good is not None else ""
     con.print(
@@ -77,7 +127,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
                   f"rate {summary['spec_acceptance_rate']:.1%}")
     by_class = summary.get("by_class")
     if by_class:
-        con.print(class_table(by_class))
+        print_table(con, class_table(by_class))
     for note in summary.get("workload_notes", []):
         con.print(f"[dim]note: {note}[/dim]")
 
@@ -125,7 +175,7 @@ def print_comparison(configs: list, summaries: list[dict], console: Console | No
                      stats: list | None = None) -> None:
     con = console or make_console()
     s0 = summaries[0]
-    con.print(comparison_table(
+    print_table(con, comparison_table(
         [c.label for c in configs], summaries,
         f"workload {s0.get('workload')} · profile {s0.get('profile_label', '?')}", stats))
 
@@ -165,7 +215,7 @@ def print_capacity(entries: list, recommended, slos: dict[str, float],
         rej = (f"{reject_pct(worst(shown.runs)):.3g}" if shown and shown.runs
                else "–")
         t.add_row(e.config.label + star, rate, *served, *cells, rej, str(len(e.probes)))
-    con.print(t)
+    print_table(con, t)
     if recommended is None:
         con.print("[red]no configuration met the SLOs at any probed rate[/red]")
     else:
@@ -190,7 +240,7 @@ def print_splits(rows: list[dict], gpus: int, console: Console | None = None) ->
         cells = ([f"{r['p99_ttft_ms']:.1f}", f"{r['p99_itl_ms']:.1f}"]
                  if r["p99_ttft_ms"] is not None else ["–", "–"])
         t.add_row(str(r["rank"]), r["config"], rate, f"{r['max_rate_per_gpu']:.3g}", *cells)
-    con.print(t)
+    print_table(con, t)
     if rows and rows[0]["max_rate"] > 0:
         con.print(f"best split of {gpus} GPUs: [bold]{rows[0]['config']}[/bold] "
                   f"({rows[0]['max_rate']:.3g} req/s)")
@@ -214,7 +264,7 @@ def print_gpu_search(search, slos: dict[str, float], console: Console | None = N
                   f"{len(trial.meeting)}/{len(trial.entries)}",
                   best.config.label if best else "–",
                   f"{s['p99_ttft_ms']:.1f}" if s else "–", f"{s['p99_itl_ms']:.1f}" if s else "–")
-    con.print(t)
+    print_table(con, t)
     if search.answer is None:
         con.print(f"[red]no split of up to {search.max_gpus} GPUs meets {search.target:g} "
                   "req/s under the SLOs[/red] (raise --max-gpus, or relax --slo)")

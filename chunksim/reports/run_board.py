@@ -1,9 +1,12 @@
 """`sim run --out D --report`: D/report.html, the operator's board of one simulated
 deployment over the run's time (series from `sim.board`, pure functions of the records):
 
-- queue: waiting and running requests (window mean, and max);
+- queue: waiting and running requests (window mean, and max), and the requests rejected
+  at arrival in each window;
 - KV: blocks in use against the capacity;
-- busy: the fraction of each window a step was running (GPU utilization);
+- busy: the share of each window a step was in flight (not a utilisation: small steps
+  back to back read 100 %), and beside it the budget use, the tokens the steps scheduled
+  against what the step budget allowed (`sim.board.budget_use`);
 - tokens: prefill and decode tokens per step against the step budget;
 - TTFT and ITL: P50 and P99 per window, per request class, against the SLOs;
 - the observables: what the series point at (`sim.board.observables`), their windows
@@ -24,18 +27,20 @@ from chunksim.sim.board import Observable
 PANELS = {
     "queue": ("board_queue", "Waiting and running requests"),
     "kv": ("board_kv", "KV blocks in use"),
-    "busy": ("board_busy", "Busy fraction (GPU utilization)"),
+    "busy": ("board_busy", "Step in flight, and step budget used"),
     "tokens": ("board_tokens", "Prefill and decode tokens per step"),
     "ttft": ("board_ttft", "TTFT per window, by request class"),
     "itl": ("board_itl", "ITL per window, by request class"),
 }
 """Panel -> (file stem, title)."""
 
-MARKS = {"long_idle": ("queue", "tokens"), "long_rationed": ("queue", "tokens"),
+MARKS = {"rejected": ("queue",), "long_idle": ("queue", "tokens"),
+         "long_rationed": ("queue", "tokens"),
          "long_blocked": ("queue", "kv"), "itl": ("itl", "tokens"), "ttft": ("ttft", "queue"),
          "busy": ("busy",)}
 """Observable -> the panels whose windows it shades."""
-_SHADE = {"long_idle": "#f6c343", "long_rationed": "#f39c12", "long_blocked": "#8e44ad",
+_SHADE = {"rejected": "#e67e22", "long_idle": "#f6c343", "long_rationed": "#f39c12",
+          "long_blocked": "#8e44ad",
           "itl": "#e74c3c", "ttft": "#c0392b", "busy": "#95a5a6"}
 
 
@@ -79,6 +84,9 @@ def queue_figure(w, obs, window_s, measured=None):
     ax.step(w["t_s"], w["running_mean"], where="post", label="running (mean)", color="#1f6fb4")
     ax.step(w["t_s"], w["waiting_max"], where="post", lw=0.6, color="#c0392b", alpha=0.5,
             label="waiting (max)")
+    if "rejected" in w and w["rejected"].any():
+        ax.step(w["t_s"], w["rejected"], where="post", color="#e67e22", lw=1.4,
+                label="rejected (in window)")
     if measured is not None and "waiting_mean" in measured:
         ax.step(measured["t_s"], measured["waiting_mean"], where="post", ls="--",
                 color="#c0392b", label="waiting (measured)")
@@ -106,14 +114,18 @@ def kv_figure(w, obs, window_s, kv_capacity: int | None, measured=None):
 
 def busy_figure(w, obs, window_s, measured=None):
     fig, ax = _fig(PANELS["busy"][1])
-    ax.step(w["t_s"], w["busy_fraction"] * 100, where="post", label="busy", color="#34495e")
+    ax.step(w["t_s"], w["busy_fraction"] * 100, where="post", label="step in flight",
+            color="#34495e")
+    if "budget_use" in w and w["budget_use"].notna().any():
+        ax.step(w["t_s"], w["budget_use"] * 100, where="post", label="budget used",
+                color="#d35400")
     if measured is not None and "busy_fraction" in measured:
         ax.step(measured["t_s"], measured["busy_fraction"] * 100, where="post", ls="--",
                 color="#34495e", label="busy (measured)")
     ax.set_ylim(0, 105)
     ax.set_ylabel("% of the window")
     fig.marked = _shade(ax, obs, "busy", window_s)
-    ax.legend(loc="lower left")
+    ax.legend(loc="lower left", ncol=3)
     return fig
 
 
@@ -187,8 +199,10 @@ def board_document(board: dict, summary: dict, figure_files: dict[str, str]) -> 
     fired = [o for o in board["observables"] if o.fired]
     lines = [f"**{o.text}** — {o.advice}." for o in fired] or [
         "Nothing on the board points at a knob: every observable is within its bound."]
+    rejected = board.get("rejected", summary.get("rejected") or 0)
     lines.append(f"Windows of {board['window_s']:g} s over {board['end_s']:.1f} s; "
-                 f"{summary.get('completed', 0)} requests completed.")
+                 f"{summary.get('completed', 0)} requests completed"
+                 + (f", {rejected} rejected at arrival" if rejected else "") + ".")
     doc.verdict("What the run says", lines)
     doc.bullets([f"{o.key}: {o.text}" for o in board["observables"] if not o.fired]
                 or ["every observable fired"])
@@ -201,8 +215,13 @@ def board_document(board: dict, summary: dict, figure_files: dict[str, str]) -> 
                  "read exactly off the step ends; the rest (requests that paused) carry their "
                  "mean gap" + (f"; every {gaps['every']}-th request read" if gaps['every'] > 1
                                else "") + ".")
+    use = board.get("run_budget_use", float("nan"))
     doc.table(["metric", "value"], [
-        ["mean busy fraction", f"{board['windows']['busy_fraction'].mean() * 100:.1f} %"],
+        ["requests rejected", f"{rejected} of {summary.get('completed', 0) + rejected}"],
+        ["step in flight, share of time",
+         f"{board['windows']['busy_fraction'].mean() * 100:.1f} %"],
+        ["budget used (tokens per step / budget)",
+         f"{use * 100:.1f} %" if use == use else "– (no step budget)"],
         ["peak waiting", f"{board['windows']['waiting_max'].max():.0f}"],
         ["peak KV blocks", f"{board['windows']['kv_blocks_max'].max():.0f}"
          + (f" of {board['kv_capacity']}" if board.get("kv_capacity") else "")],
@@ -220,9 +239,12 @@ def _caption(panel: str, board: dict) -> str:
     shaded = [k for k, ps in MARKS.items() if panel in ps and any(
         o.key == k and o.fired for o in board["observables"])]
     base = {
-        "queue": "Mean (and max) waiting and running requests over the steps of each window",
+        "queue": "Mean (and max) waiting and running requests over the steps of each "
+                 "window, and the requests rejected at arrival in it",
         "kv": "KV blocks in use, against the capacity",
-        "busy": "Share of each window a step was running",
+        "busy": "Share of each window a step was in flight (100 % when steps run back to "
+                "back, however small), and budget used: the tokens the window's steps "
+                "scheduled over steps × the step budget (100 %: every step full)",
         "tokens": "Mean prefill and decode tokens per step, against the step budget",
         "ttft": "P99 (thick) and P50 (thin) TTFT of the requests arriving in each window",
         "itl": "P99 (thick) and P50 (thin) gap between tokens made in each window",

@@ -3,15 +3,19 @@ steps and requests tables, `sim.records`) over the run's time, and the observabl
 point at a knob. `reports.run_board` draws them.
 
 - `engine_windows`: per time window, waiting and running requests, KV blocks in use, busy
-  fraction (the share of the window a step was running: the GPU's utilization), prefill
-  and decode tokens per step.
+  fraction (the share of the window a step was in flight: it reads 100 % whenever steps
+  run back to back, however small they are, so it is not a utilisation), budget use
+  (`budget_use`: the tokens the steps scheduled against what their budget allowed, the
+  utilisation the board shows), prefill and decode tokens per step.
+- `rejected_windows`: requests refused at arrival, per window of their arrival.
 - `token_gaps`: every inter-token gap with its time and request class, read off the step
   ends: a request that decoded in every step of its engine from its first token to its
   last has exactly its tokens' times there (`exact`); one that paused (preempted, or
   stalled by a prefill-only step) gets its mean gap (TPOT) spread over its lifetime.
 - `latency_windows`: TTFT (by arrival window) and ITL (by token window) percentiles per
   window and request class.
-- `observables`: what the series say to do, each a sentence with its evidence.
+- `observables`: what the series say to do, each a sentence with its evidence; rejections
+  first (a request refused at arrival never shows in the latencies).
 """
 
 from __future__ import annotations
@@ -67,11 +71,26 @@ def busy_until(starts: np.ndarray, durations: np.ndarray, t: np.ndarray) -> np.n
     return cum[np.maximum(k - 1, 0)] * (k > 0) + part
 
 
-def engine_windows(steps, window_s: float, end_s: float | None = None):
+def budget_use(tokens, steps, budget: int | None):
+    """Budget use: the tokens `steps` steps scheduled (prefill tokens plus decode rows)
+    over what they could have held, `steps` x `budget`, in [0, 1] (NaN without a budget or
+    without steps). A window of steps each full of the budget reads 1; busy 100 % with
+    budget use 10 % is an engine running small steps back to back, far from saturated."""
+    t = np.asarray(tokens, dtype=float)
+    n = np.asarray(steps, dtype=float)
+    if not budget:
+        return np.full(t.shape, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, t / (np.maximum(n, 1) * budget), np.nan)
+
+
+def engine_windows(steps, window_s: float, end_s: float | None = None,
+                   budget: int | None = None):
     """Per window [t, t + window_s): mean and max waiting and running requests and KV blocks
-    in use over the steps that start in it (summed over engines), busy fraction (busy time
-    / window / engines), and mean prefill and decode tokens per step. Windows without a
-    step hold zeros (the engine was idle)."""
+    in use over the steps that start in it (summed over engines), busy fraction (time a
+    step was in flight / window / engines), budget use (`budget_use` of the window's steps
+    against the step `budget`; NaN without one or without steps), and mean prefill and
+    decode tokens per step. Windows without a step hold zeros (the engine was idle)."""
     import pandas as pd
 
     if not window_s > 0:
@@ -113,8 +132,19 @@ def engine_windows(steps, window_s: float, end_s: float | None = None):
         "busy_fraction": busy / (window_s * len(groups)),
         "prefill_tokens_per_step": tok["prefill_tokens"] / per_step,
         "decode_tokens_per_step": tok["decode_tokens"] / per_step,
+        "budget_use": budget_use(tok["prefill_tokens"] + tok["decode_tokens"], tok["steps"],
+                                 budget),
         "steps": tok["steps"].astype(np.int64),
     })
+
+
+def rejected_windows(requests, window_s: float, n: int) -> np.ndarray:
+    """Requests refused at arrival per window of their arrival (`n` windows)."""
+    rej = requests["rejected"].to_numpy(bool) if "rejected" in requests.columns else \
+        np.zeros(len(requests), bool)
+    w = np.minimum((requests["arrival_s"].to_numpy()[rej] // window_s).astype(np.int64),
+                   n - 1)
+    return np.bincount(np.maximum(w, 0), minlength=n)[:n].astype(np.int64)
 
 
 def _served_on(requests, prefill_instances: int) -> np.ndarray | None:
@@ -264,22 +294,31 @@ def step_budget(policy_params: dict) -> int | None:
 def observables(steps, requests, windows, ttft_w, itl_w, summary: dict,
                 slos_s: dict[str, float], long_quantile: float = 0.9) -> list[Observable]:
     """What the board says to do:
-    - long prompts waiting while steps ran under the budget with KV and seats to spare
-      (the engine idled): nothing held them but the step size, so a larger budget;
-    - long prompts waiting while the steps were full of the budget: the budget rations
-      their prefill, so a larger budget clears them sooner (at some ITL);
+    - requests rejected at arrival (each an error its client saw, absent from every
+      latency): what refused them, and the knob that admits them;
+    - long prompts waiting while their engine's steps ran under the budget with KV and
+      seats to spare (the engine idled): nothing held them but the step size, so a larger
+      budget;
+    - long prompts waiting while their engine's steps were full of the budget: the budget
+      rations their prefill, so a larger budget clears them sooner (at some ITL);
     - requests waiting with budget left while KV blocks or seats ran out: more KV blocks
       or seats, not a larger budget;
     - windows whose P99 ITL is over the ITL SLO: a smaller chunk shortens the steps
       that stall decodes;
     - windows whose P99 TTFT is over the TTFT SLO;
-    - busy fraction: how much of the run the engine was idle."""
+    - busy fraction: how much of the run no step was in flight, with the budget use
+      beside it.
+    On a fleet or P/D each long prompt is judged by the steps of the engine it waited on
+    (the requests' `replica` or `prefill_replica`, the steps' `replica`)."""
     out: list[Observable] = []
     window_s = float(windows["t_s"].iloc[1] - windows["t_s"].iloc[0]) if len(windows) > 1 \
         else None
     budget = step_budget(summary.get("policy_params") or {})
     kv_cap = summary.get("kv_blocks")
     seats = (summary.get("policy_params") or {}).get("max_num_seqs")
+    rej = _rejected(requests, summary, window_s)
+    if rej is not None:
+        out.append(rej)
     out += _long_prompt_wait(steps, requests, budget, kv_cap, seats, long_quantile,
                              window_s)
     itl_slo = slos_s.get("itl")
@@ -296,30 +335,109 @@ def observables(steps, requests, windows, ttft_w, itl_w, summary: dict,
     if len(busy):
         mean = float(busy.mean())
         idle = tuple(float(t) for t in windows["t_s"][busy < 0.05])
+        use = run_budget_use(steps, budget)
+        used = (f"; its steps used {pct(use)} of the {budget}-token budget (budget use)"
+                if use == use else "")
         out.append(Observable(
             "busy", mean < 0.5,
-            f"the engine was busy {mean * 100:.0f} % of the run "
-            f"({len(idle)} of {len(busy)} windows under 5 %)",
+            f"a step was in flight {mean * 100:.0f} % of the run "
+            f"({len(idle)} of {len(busy)} windows under 5 %){used}",
             "the load leaves the GPU idle most of the time: fewer GPUs (or more load per "
             "GPU) costs less" if mean < 0.5 else "", idle))
     return out
 
 
+def pct(share: float) -> str:
+    """A share as a percentage a reader can tell from zero: `0.12 %`, `7.5 %`, `64 %`."""
+    v = share * 100
+    return f"{v:.2g} %" if v < 10 else f"{v:.0f} %"
+
+
+def run_budget_use(steps, budget: int | None) -> float:
+    """`budget_use` of every step of the run (NaN without a budget or steps)."""
+    if not budget or not len(steps):
+        return float("nan")
+    tokens = float((steps["prefill_tokens"] + steps["decodes"]).sum())
+    return float(budget_use([tokens], [len(steps)], budget)[0])
+
+
+_REJECT_ADVICE = {
+    "max_model_len": "raise --max-model-len (as far as the model allows), or route long "
+                     "prompts elsewhere",
+    "kv_blocks": "more KV blocks (--kv-blocks, or GPU memory) admit the requests that do "
+                 "not fit the cache",
+    "policy": "the policy's token cap refused them: a larger budget "
+              "(--max-num-batched-tokens) or chunked prefill admits them",
+}
+
+
+def _rejected(requests, summary: dict, window_s: float | None) -> Observable | None:
+    """Requests refused at arrival: how many, why, and what admits them (None: the records
+    carry no rejection column)."""
+    from chunksim.sim.rejections import rejection_text
+
+    if "rejected" not in requests.columns:
+        return None
+    rej = requests["rejected"].to_numpy(bool)
+    n = int(rej.sum())
+    if not n:
+        return Observable("rejected", False, "no request was rejected", "")
+    facts = {"rejected": n, "completed": int(summary.get("completed") or 0),
+             "rejected_reasons": summary.get("rejected_reasons") or {}}
+    if not facts["completed"]:
+        facts["completed"] = len(requests) - n
+    kinds = list(facts["rejected_reasons"]) or ["?"]
+    advice = "; ".join(_REJECT_ADVICE[k] for k in kinds if k in _REJECT_ADVICE) or \
+        "see each request's reject_reason in requests table"
+    t = requests["arrival_s"].to_numpy()[rej]
+    if window_s:
+        t = np.floor(t / window_s) * window_s
+    return Observable("rejected", True,
+                      f"{rejection_text(facts)}; they are in no latency on this page",
+                      advice, tuple(float(x) for x in np.unique(t)))
+
+
+def _engine_of_first_step(requests) -> np.ndarray | None:
+    """The engine (steps' `replica`) each request waited on for its first step: its
+    prefill instance on P/D, its replica on a fleet (None: one engine)."""
+    for col in ("prefill_replica", "replica"):
+        if col in requests.columns:
+            return requests[col].to_numpy()
+    return None
+
+
 def _long_prompt_wait(steps, requests, budget, kv_cap, seats, q: float,
                       window_s: float | None = None) -> list[Observable]:
-    """Steps run while a long prompt (top decile of prompt length) waited for its first
-    schedule: split by why it waited."""
-    done = requests[np.isfinite(requests["first_scheduled_s"].to_numpy())]
-    if not len(done) or budget is None or not len(steps):
+    """Steps run on its own engine while a long prompt (top decile of prompt length)
+    waited for its first schedule: split by why it waited. (Another replica's steps say
+    nothing of why this one's queue held it.)"""
+    sched_all = requests["first_scheduled_s"].to_numpy()
+    done_mask = np.isfinite(sched_all)
+    if not done_mask.any() or budget is None or not len(steps):
         return []
     cut = float(np.quantile(requests["prompt_tokens"], q))
-    long = done[done["prompt_tokens"] >= max(cut, 2)]
-    arr, sched = long["arrival_s"].to_numpy(), long["first_scheduled_s"].to_numpy()
+    long = done_mask & (requests["prompt_tokens"].to_numpy() >= max(cut, 2))
+    arr = requests["arrival_s"].to_numpy()[long]
+    sched = sched_all[long]
+    engine_of = _engine_of_first_step(requests)
     start = steps["start_s"].to_numpy()
+    per_engine = {}
+    if engine_of is not None and "replica" in steps.columns:
+        rep = steps["replica"].to_numpy()
+        for e in np.unique(rep):
+            idx = np.flatnonzero(rep == e)
+            per_engine[int(e)] = idx[np.argsort(start[idx], kind="stable")]
+        engines = engine_of[long]
+    else:
+        per_engine[0] = np.argsort(start, kind="stable")
+        engines = np.zeros(len(arr), np.int64)
     waiting = np.zeros(len(start), bool)
-    for a, s in zip(arr, sched, strict=True):  # steps that began while it waited
-        lo, hi = np.searchsorted(start, [a, s], side="left")
-        waiting[lo:hi] = True
+    for a, s, e in zip(arr, sched, engines, strict=True):  # its engine's steps meanwhile
+        idx = per_engine.get(int(e))
+        if idx is None:
+            continue
+        lo, hi = np.searchsorted(start[idx], [a, s], side="left")
+        waiting[idx[lo:hi]] = True
     if not waiting.any():
         return [Observable("long_wait", False, f"no long prompt (≥ {cut:.0f} tokens) "
                            "waited for a step", "")]
@@ -341,7 +459,7 @@ def _long_prompt_wait(steps, requests, budget, kv_cap, seats, q: float,
     share = idle_under.sum() / n
     obs.append(Observable(
         "long_idle", share > 0.2,
-        f"long prompts (≥ {cut:.0f} tokens) waited through {n} steps; "
+        f"long prompts (≥ {cut:.0f} tokens) waited through {n} steps of their engine; "
         f"{share * 100:.0f} % of them ran under the {budget}-token budget with KV and seats "
         "to spare",
         "the engine idled while they queued: a larger budget (--max-num-batched-tokens) "
@@ -386,13 +504,18 @@ def build_board(requests, steps, summary: dict, slos_s: dict[str, float],
                 window_s: float | None = None) -> dict:
     """Every series and observable of the board of one run (what `reports.run_board`
     draws): windows, ttft, itl, observables, window_s, end_s, kv_capacity, budget,
-    slos_ms and gap_facts."""
+    slos_ms, gap_facts, rejected and run_budget_use. `windows` carries `rejected`: the
+    requests refused at arrival in each window."""
     ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
     fin = requests["finish_s"].to_numpy()
+    arrivals = requests["arrival_s"].to_numpy()
     end_s = float(max(ends.max() if len(ends) else 0.0,
-                      np.nanmax(fin) if np.isfinite(fin).any() else 0.0))
+                      np.nanmax(fin) if np.isfinite(fin).any() else 0.0,
+                      arrivals.max() if len(arrivals) else 0.0))
     ws = window_s or window_size_s(end_s)
-    windows = engine_windows(steps, ws, end_s)
+    budget = step_budget(summary.get("policy_params") or {})
+    windows = engine_windows(steps, ws, end_s, budget)
+    windows["rejected"] = rejected_windows(requests, ws, len(windows))
     pool = (summary.get("fleet") or {}).get("prefill_instances") or 0
     gaps, every = token_gaps(requests, steps, prefill_instances=int(pool))
     ttft, itl = latency_windows(requests, gaps, ws, end_s)
@@ -401,7 +524,8 @@ def build_board(requests, steps, summary: dict, slos_s: dict[str, float],
     return {
         "windows": windows, "ttft": ttft, "itl": itl, "observables": obs, "window_s": ws,
         "end_s": end_s, "kv_capacity": kv if isinstance(kv, int) else None,
-        "budget": step_budget(summary.get("policy_params") or {}),
+        "budget": budget, "rejected": int(windows["rejected"].sum()),
+        "run_budget_use": run_budget_use(steps, budget),
         "slos_ms": {k: v * 1000.0 for k, v in slos_s.items()},
         "gap_facts": {"gaps": len(gaps), "every": every,
                       "exact": float(gaps["exact"].mean()) if len(gaps) else 1.0},

@@ -9,7 +9,7 @@ imports nothing of the simulator itself.
 
 Ctrl-C never reaches the server: it starts with SIGINT ignored (its own code ignores it
 only once its imports are done, so a Ctrl-C in the meantime would print its traceback);
-the parent stops the pool and its workers (`runner.Runner.close`).
+the parent stops the pool and its workers (`runner.Runner.close`, `stop_now`).
 """
 
 from __future__ import annotations
@@ -98,3 +98,61 @@ def sigint_held() -> Iterator[None]:
             signal.signal(signal.SIGINT, old)
             if frames:
                 old(signal.SIGINT, frames[0])
+
+
+def stop_now(pool) -> None:
+    """Terminate a ProcessPoolExecutor's workers and let its manager thread end, so the
+    interpreter's exit (which joins that thread) neither hangs nor prints.
+
+    Jobs already handed to the pool's call queue may still be in its feeder thread's
+    hands, writing into a pipe that no (terminated) worker will read again; the manager
+    thread, cleaning up the broken pool, joins that feeder thread, and the exit joins the
+    manager thread. So while the manager thread winds down (5 s at most), this process
+    reads what is left in that pipe (the workers are gone: nobody else reads it), and a
+    full pipe never keeps the feeder, the manager and the exit waiting on each other."""
+    import time
+    from concurrent.futures import InvalidStateError
+
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    results = getattr(pool, "_result_queue", None)
+    calls = getattr(pool, "_call_queue", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+    if manager is None:
+        return
+    previous = threading.excepthook
+
+    def quiet(args: threading.ExceptHookArgs) -> None:
+        # CPython before 3.12 fails a cancelled job's future once more as the pool
+        # breaks (InvalidStateError, gh-107219): nothing is lost, nothing to print
+        if not (args.thread is manager and args.exc_type is InvalidStateError):
+            previous(args)
+
+    threading.excepthook = quiet
+    if results is not None:
+        # a worker stopped in the middle of sending a result leaves part of it in the
+        # queue, and the manager thread would wait for the rest forever: with the last
+        # write end closed it reads the end of the pipe instead
+        results._writer.close()
+    # let the manager thread finish closing its wakeup pipe too: the interpreter's exit
+    # hook writes to that pipe, and racing its close prints a traceback
+    deadline = time.monotonic() + 5
+    while manager.is_alive() and time.monotonic() < deadline:
+        manager.join(timeout=0.05)
+        _drain(calls)
+    if not manager.is_alive():
+        threading.excepthook = previous
+
+
+def _drain(calls) -> None:
+    """Read and drop what the call queue's feeder wrote for workers that are gone."""
+    reader = getattr(calls, "_reader", None)
+    try:
+        while reader is not None and reader.poll(0):
+            reader.recv_bytes()
+    except (OSError, EOFError, ValueError):  # closed meanwhile: nothing left to read
+        pass

@@ -10,9 +10,8 @@ rounds reuse warm workers.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from types import TracebackType
 
 from chunksim.latency.profile import Profile
@@ -27,38 +26,7 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
-def _stop_now(pool: ProcessPoolExecutor) -> None:
-    """Terminate the pool's workers and let its manager thread end, so the interpreter's
-    exit (which waits for that thread) does not hang and prints nothing."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    manager = getattr(pool, "_executor_manager_thread", None)
-    results = getattr(pool, "_result_queue", None)
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.join(timeout=5)
-    if manager is None:
-        return
-    previous = threading.excepthook
-
-    def quiet(args: threading.ExceptHookArgs) -> None:
-        # CPython before 3.12 fails a cancelled job's future once more as the pool
-        # breaks (InvalidStateError, gh-107219): nothing is lost, nothing to print
-        if not (args.thread is manager and args.exc_type is InvalidStateError):
-            previous(args)
-
-    threading.excepthook = quiet
-    if results is not None:
-        # a worker stopped in the middle of sending a result leaves part of it in the
-        # queue, and the manager thread would wait for the rest forever: with the last
-        # write end closed it reads the end of the pipe instead
-        results._writer.close()
-    # let the manager thread finish closing its wakeup pipe too: the interpreter's exit
-    # hook writes to that pipe, and racing its close prints a traceback
-    manager.join(timeout=5)
-    if not manager.is_alive():
-        threading.excepthook = previous
+_stop_now = sweep_pool.stop_now
 
 
 class Runner:
