@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from chunksim.core.spec import Workload
+from chunksim.core.vllm_version import Device
 from chunksim.latency.profile import Profile
 from chunksim.live.settings import LiveSettings
 from chunksim.sim.build import RunConfig, default_kv_blocks
@@ -61,14 +62,16 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
     if cfg.offload.active:
         raise ValueError("--kv-offload-gib: the live loop keeps no prefix cache, so it has "
                          "no CPU tier to compare; drop --kv-offload-gib")
-    blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
+    block_size = cfg.block_size_on(Device.of(profile.provenance))
+    blocks = cfg.kv_blocks or default_kv_blocks(profile, block_size,
                                                 cfg.gpu_memory_utilization)
     cap = settings.model.max_position
     mml = cfg.engine.max_model_len
     # a loop that spins while idle never goes cold: no wake-up cost on the simulated side
     engine = replace(cfg.engine, max_model_len=cap if mml is None else min(mml, cap),
                      wake_up=cfg.engine.wake_up and settings.idle_wait != "spin")
-    return replace(cfg, kv_blocks=blocks, prefix_caching=False, engine=engine)
+    return replace(cfg, kv_blocks=blocks, block_size=block_size, prefix_caching=False,
+                   engine=engine)
 
 
 def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
@@ -149,7 +152,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     if cfg.prefix_caching:
         notes.append("prefix caching off on both sides (the live loop does not reuse KV)")
     cfg = comparable_config(cfg, profile, settings)
-    device_name = profile.provenance.get("device_name")
+    device_name = Device.of(profile.provenance)
     kv = KVConfig(cfg.kv_blocks, cfg.block_size, False, workload.prefix_block_tokens)
     probe = None
     if replay_steps > 0:  # the machine's speed on the table's own points, just before
