@@ -111,6 +111,7 @@ def test_help_says_which_defaults_depend_on_the_device():
     assert "by device" in doc(RunConfig, "block_size") and "128 on CPU" in doc(
         RunConfig, "block_size")
     assert "by device" in doc(RunConfig, "chunk")
+    assert f"default {GPU_MEMORY_UTILIZATION:g}" in doc(RunConfig, "gpu_memory_utilization")
     assert "160 GiB" in doc(TokenBudgetPolicy, "max_num_batched_tokens")
     for cls in (TokenBudgetPolicy, FixedChunkPolicy, WholePrefillPolicy):
         assert "by device" in doc(cls, "max_num_seqs") and "128 per device on CPU" in doc(

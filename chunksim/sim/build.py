@@ -53,8 +53,8 @@ class RunConfig:
     GPUs)."""
     gpu_memory_utilization: float = knob(GPU_MEMORY_UTILIZATION, "--gpu-memory-utilization",
                                          panel=_E)
-    """Memory fraction for weights + KV when deriving --kv-blocks (default: the modelled
-    vLLM's)."""
+    """Memory fraction for weights + KV when deriving --kv-blocks (default 0.92, the
+    modelled vLLM's)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     """Jitter, seed, fast-forward, max_model_len, wake-up."""
     step_overhead_s: float | None = knob(None, "--step-overhead-ms", panel=_E, min=0.0,
