@@ -169,3 +169,32 @@ def test_installed_vllm_is_the_modelled_version_with_its_defaults():
         want = vllm_defaults(Device("cpu", cpu=True, world_size=2))
         assert tokens[UsageContext.OPENAI_API_SERVER] == want.max_num_batched_tokens
         assert seqs[UsageContext.OPENAI_API_SERVER] == want.max_num_seqs
+
+
+def test_every_row_of_the_flag_table_is_a_flag_of_vllm_of_its_kind(parsers):
+    import argparse
+
+    from vllm.config import SpeculativeConfig
+    from vllm.config.speculative import SpeculativeMethod
+
+    from chunksim.sweep.engine_flags import SPECULATIVE_CONFIG_KEYS, VLLM_BENCH, VLLM_SERVE
+
+    for parser, table in zip(parsers, (VLLM_SERVE, VLLM_BENCH), strict=True):
+        actions = parser._option_string_actions
+        for flag, row in table.items():
+            assert flag in actions, f"{flag} is not a flag of vLLM {VLLM_VERSION}"
+            action = actions[flag]
+            if row.kind == "switch":
+                assert action.nargs == 0 or isinstance(
+                    action, argparse.BooleanOptionalAction), flag
+                continue
+            assert action.nargs in (None, "?"), flag
+            if row.kind.startswith("choice:"):  # chunksim's choices are vLLM's
+                assert set(row.kind[7:].split("|")) <= set(action.choices), flag
+            elif row.kind in ("int", "float", "rate") and action.type is not None:
+                sample = {"int": "8", "float": "0.5", "rate": "inf"}[row.kind]
+                float(action.type(sample))  # vLLM reads this kind of value
+    # the keys --speculative-config may carry, and its methods, are vLLM's
+    assert set(SPECULATIVE_CONFIG_KEYS) <= set(SpeculativeConfig.__dataclass_fields__)
+    methods = SPECULATIVE_CONFIG_KEYS["method"][7:].split("|")
+    assert set(methods) <= _literal(SpeculativeMethod)
