@@ -62,10 +62,13 @@ def make_profile(tmp: Path, fn: Callable = linear_time, name: str = "test",
     df = df.sort_values(["prior_len", "chunk_len", "decode_count", "kv_len"])
     csv = tmp / f"{name}.csv"
     csv.write_text(df.to_csv(index=False))
+    # device "synthetic": a 16 GiB device that is not vLLM's CPU build, so the modelled
+    # vLLM's defaults are the small-GPU ones (16-token blocks, 256 seats, a 2048-token
+    # budget); a test of the CPU defaults or of the live loop says device "cpu"
     meta = {
         "format": "chunksim-profile/1",
         "content_sha256": hashlib.sha256(csv.read_bytes()).hexdigest(),
-        "device": "cpu", "device_name": "synthetic", "dtype": "float32", "threads": 1,
+        "device": "synthetic", "device_name": "synthetic", "dtype": "float32", "threads": 1,
         "model": {"name": "synthetic"},
         "device_memory_bytes": 2**34, "weights_bytes": 2**20, "kv_bytes_per_token": 2048,
         "step_overhead_s": 0.0,
@@ -283,7 +286,7 @@ def make_component_profile(tmp: Path, name: str = "comp", layers: int = 4,
     meta = {
         "format": "chunksim-components/1",
         "content_sha256": hashlib.sha256(csv.read_bytes()).hexdigest(),
-        "device": "cpu", "device_name": "synthetic", "dtype": "float32", "threads": 1,
+        "device": "synthetic", "device_name": "synthetic", "dtype": "float32", "threads": 1,
         "model": {"name": "synthetic", "n_layers": layers},
         "components": {"layers": layers, "in_sequence_scale": 1.0},
         "device_memory_bytes": 2**34, "weights_bytes": 2**20, "kv_bytes_per_token": 2048,

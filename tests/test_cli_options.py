@@ -78,7 +78,8 @@ def test_unset_device_defaults_are_reported():
     s = _run_json("--policy", "chunk", "--chunk", "128")
     assert s["policy_params"]["chunk"] == 128
     assert set(s["policy_defaults"]) == {"max_num_seqs"}
-    assert "below H100-class" in s["policy_defaults"]["max_num_seqs"]["why"]
+    assert "default on CPU" in s["policy_defaults"]["max_num_seqs"]["why"]
+    assert s["policy_params"]["max_num_seqs"] == 128
 
 
 @pytest.mark.parametrize("args,message", [

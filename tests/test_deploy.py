@@ -93,6 +93,8 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
         assert ("--enable-prefix-caching" in flags) == prefix
         assert ("--no-enable-prefix-caching" in flags) == (not prefix)
         assert ("--async-scheduling" in flags) == async_
+        # the modelled vLLM schedules asynchronously on GPUs unless told not to
+        assert ("--no-async-scheduling" in flags) == (not async_)
         if kv_blocks is not None:
             assert flags["--num-gpu-blocks-override"] == str(kv_blocks)
         if mml is not None and "--no-enable-chunked-prefill" not in flags:

@@ -643,7 +643,8 @@ def test_make_policy_unset_knobs_take_defaults():
 
 @pytest.mark.parametrize("device,budget,seats", [
     ("NVIDIA H200", 8192, 1024), ("NVIDIA H100 80GB HBM3", 8192, 1024),
-    ("cpu", 2048, 256), ("NVIDIA A100-SXM4-40GB", 2048, 256), (None, 2048, 256)])
+    ("NVIDIA B200", 16384, 1024), ("cpu", 2048, 128), ("NVIDIA A100-SXM4-80GB", 2048, 256),
+    ("NVIDIA A100-SXM4-40GB", 2048, 256), (None, 2048, 256)])
 def test_device_defaults_follow_vllm(device, budget, seats):
     p = make_policy("budget", device_name=device)
     assert (p.max_num_batched_tokens, p.max_num_seqs) == (budget, seats)
@@ -664,8 +665,8 @@ def test_chosen_defaults_reports_exactly_the_unset_device_knobs():
     assert list(chosen_defaults("budget", {"max_num_seqs": 64}, device_name="cpu")) == [
         "max_num_batched_tokens"]
     cpu = chosen_defaults("chunk", device_name="cpu")
-    assert cpu == {"max_num_seqs": {"value": 256, "why": cpu["max_num_seqs"]["why"]}}
-    assert "'cpu'" in cpu["max_num_seqs"]["why"] and "below H100" in cpu["max_num_seqs"]["why"]
+    assert cpu == {"max_num_seqs": {"value": 128, "why": cpu["max_num_seqs"]["why"]}}
+    assert "'cpu'" in cpu["max_num_seqs"]["why"] and "on CPU" in cpu["max_num_seqs"]["why"]
     assert "'unknown'" in chosen_defaults("whole")["max_num_seqs"]["why"]
     assert chosen_defaults("budget", {"max_num_seqs": 64, "max_num_batched_tokens": 64}) == {}
 

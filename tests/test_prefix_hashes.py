@@ -78,6 +78,7 @@ def test_generic_trace_hits_at_block_granularity_end_to_end(tmp_path, hash_token
     # request 1 shares the first 56 tokens of request 0's 64, then diverges. The KV cache
     # (16-token blocks) reuses the full blocks inside the shared part: 48 tokens when the
     # hashes are 16 or 8 tokens wide; with 32-token hashes only the first hash (32) matches.
+    # (--block-size 16: the default profile is a CPU one, whose blocks hold 128 tokens.)
     n = 64 // hash_tokens
     same = 56 // hash_tokens
     a = list(range(1, n + 1))
@@ -89,7 +90,7 @@ def test_generic_trace_hits_at_block_granularity_end_to_end(tmp_path, hash_token
     res = CliRunner().invoke(app, [
         "run", "--trace", str(p), "--trace-format", "generic", "--time-unit", "s",
         "--hash-column", "h", "--hash-block-tokens", str(hash_tokens), "--policy", "budget",
-        "--schedule-log", "--out", str(out)])
+        "--block-size", "16", "--schedule-log", "--out", str(out)])
     assert res.exit_code == 0, res.output
     log = pd.read_parquet(out / "schedule.parquet")
     row = log[(log.request_id == 1) & (log.kind == "new")].iloc[0]

@@ -126,16 +126,18 @@ def test_ray_local_mode(linear_profile):
 def test_features_left_off_keep_the_digest_older_sweep_tables_carry():
     """A sweep table written before speculative decoding, the CPU KV tier and MoE routing
     skew existed resumes: with them off, the digest of the default settings is the one
-    that version wrote (7e6bd4e6ce15); each one switched on changes it."""
+    that version wrote (3847764aaad5, since the defaults follow vLLM 0.32.0: a table run
+    under the older defaults, 16-token blocks on CPU and 0.9 memory utilization, does not
+    resume into this one); each one switched on changes it."""
     from chunksim.core.speculative import SpecConfig
     from chunksim.sim.engine import EngineConfig
     from chunksim.sim.offload_config import OffloadConfig
 
     w, r = WorkloadOptions(), RunConfig()
-    assert options_hash(w, r, "abc") == "7e6bd4e6ce15"
+    assert options_hash(w, r, "abc") == "3847764aaad5"
     on = [dataclasses.replace(r, expert_skew=1.0),
           dataclasses.replace(r, offload=OffloadConfig(kv_offload_gib=4.0)),
           dataclasses.replace(r, engine=EngineConfig(speculative=SpecConfig(
               speculative_method="ngram", num_speculative_tokens=2,
               spec_acceptance_rate=0.5)))]
-    assert len({options_hash(w, x, "abc") for x in on} | {"7e6bd4e6ce15"}) == 4
+    assert len({options_hash(w, x, "abc") for x in on} | {"3847764aaad5"}) == 4

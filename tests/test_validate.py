@@ -49,7 +49,7 @@ STEP_ERROR_KEYS = {"steps", "median_pct", "mean_pct", "median_abs_pct", "p90_abs
 def small_profile(tmp_path_factory):
     """The linear synthetic table, with provenance naming the small model on 1 CPU thread."""
     return make_profile(tmp_path_factory.mktemp("small"), name="small",
-                        provenance={"model": SMALL.as_dict(), "threads": 1})
+                        provenance={"model": SMALL.as_dict(), "threads": 1, "device": "cpu"})
 
 
 REQS = [(0.0, 60, 6), (0.01, 130, 4), (0.02, 20, 9), (0.05, 300, 3), (0.06, 45, 5)]

@@ -338,8 +338,8 @@ def profile_import(
                                      backend_version, framework_s)
         src = meta["source"]
         typer.echo(f"wrote {out} ({meta['points']} component points from {src['package']} "
-                   f"{src['package_version']}, {backend} {src['data_version']} on {system}, "
-                   f"{meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
+                   f"{src['package_version']}, {backend} {src['data_version']} kernel data on "
+                   f"{system}, {meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
         typer.echo("measured on the GPU: " + ", ".join(f"{k} {v}" for k, v in
                                                          src["measured"].items()))
         return

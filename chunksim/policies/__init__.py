@@ -10,6 +10,7 @@ from typing import Any
 
 from chunksim.core.knobs import flag_name
 from chunksim.core.plan import Plan, Policy, SchedulerState
+from chunksim.core.vllm_version import Device
 from chunksim.policies.budget import TokenBudgetPolicy
 from chunksim.policies.chunk import FixedChunkPolicy
 from chunksim.policies.sjf import ShortestJobFirstPolicy
@@ -80,21 +81,21 @@ def _resolve(name: str, knobs: Mapping[str, Any], chunk: int | None) -> dict[str
 
 
 def chosen_defaults(name: str, knobs: Mapping[str, Any] = {}, chunk: int | None = None,
-                    device_name: str | None = None) -> dict[str, dict[str, Any]]:
+                    device_name: Device | str | None = None) -> dict[str, dict[str, Any]]:
     """The device-dependent defaults this run took (knobs the user left unset):
     {knob: {"value": v, "why": reason}}, for the summary and the console."""
     cls = _family(name)
     given = _resolve(name, knobs, chunk)
     return {k: {"value": v, "why": why}
-            for k, (v, why) in cls.device_defaults(device_name).items() if k not in given}
+            for k, (v, why) in cls.device_defaults(device_name, given).items() if k not in given}
 
 
 def make_policy(name: str, knobs: Mapping[str, Any] = {}, chunk: int | None = None,
-                device_name: str | None = None) -> Policy:
+                device_name: Device | str | None = None) -> Policy:
     """Build family `name` from the knobs given (None = the modelled system's default, which
     may depend on the profiled device; see `chosen_defaults`)."""
     cls = _family(name)
     given = _resolve(name, knobs, chunk)
-    for k, (v, _) in cls.device_defaults(device_name).items():
+    for k, (v, _) in cls.device_defaults(device_name, given).items():
         given.setdefault(k, v)
     return cls(**given)

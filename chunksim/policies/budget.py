@@ -35,7 +35,8 @@ from chunksim.core.knobs import knob
 from chunksim.core.ledger import KVLedger, preempt_until_fits
 from chunksim.core.plan import Plan, SchedulerState
 from chunksim.core.queues import FCFS, PRIORITY, QueueDiscipline
-from chunksim.policies.common import PolicyBase, big_gpu, device_reason
+from chunksim.core.vllm_version import Device, vllm_defaults
+from chunksim.policies.common import PolicyBase
 
 
 def _class_caps(items: list[str]) -> tuple[tuple[str, int], ...]:
@@ -60,11 +61,14 @@ class TokenBudgetPolicy(PolicyBase):
     """Token budget per step with decodes first (vLLM V1 / Sarathi-Serve)."""
 
     max_num_batched_tokens: int = knob(2048, "--max-num-batched-tokens", min=1)
-    """Token budget per step, decodes included (vLLM: 8192 on H100/H200-class profiles,
-    else 2048; Sarathi-Serve used 512 strict, 2048 relaxed). --chunk sets it too."""
+    """Token budget per step, decodes included (default by device, as the modelled
+    vLLM: 16384 on GPUs of 160 GiB or more, 8192 of 70 GiB or more, A100 excepted, else
+    2048, and 2048 per device on CPU; Sarathi-Serve used 512 strict, 2048 relaxed). --chunk
+    sets it too."""
     max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
-    """Seat cap: most requests running at once (vLLM: 1024 on H100/H200-class profiles,
-    else 256)."""
+    """Seat cap: most requests running at once (default by device, as the modelled
+    vLLM: 1024 on GPUs of 70 GiB or more, A100 excepted; 128 per device on CPU; else 256;
+    at most the token budget, as vLLM caps its default)."""
     long_prefill_token_threshold: int = knob(
         0, "--long-prefill-token-threshold", "--long-prefill-threshold", min=0)
     """Cap on one request's new tokens per step (default 0 = off, vLLM's default)."""
@@ -121,11 +125,15 @@ class TokenBudgetPolicy(PolicyBase):
         return PRIORITY if self.priority_scheduling else FCFS
 
     @classmethod
-    def device_defaults(cls, device_name: str | None) -> dict[str, tuple[Any, str]]:
-        out = super().device_defaults(device_name)
-        out["max_num_batched_tokens"] = (8192 if big_gpu(device_name) else 2048,
-                                         device_reason(device_name))
-        return out
+    def device_defaults(cls, device: Device | str | None,
+                        given: dict | None = None) -> dict[str, tuple[Any, str]]:
+        # vLLM caps a default max_num_seqs at the token budget (its own or the one given)
+        d = vllm_defaults(device)
+        budget = (given or {}).get("max_num_batched_tokens", d.max_num_batched_tokens)
+        seats = (d.max_num_seqs, d.why) if d.max_num_seqs <= budget else (
+            budget, f"{d.why}, capped at the token budget {budget}")
+        return {"max_num_seqs": seats,
+                "max_num_batched_tokens": (d.max_num_batched_tokens, d.why)}
 
     def params(self) -> dict:
         p = super().params()

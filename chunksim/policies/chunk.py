@@ -39,8 +39,8 @@ class FixedChunkPolicy(PolicyBase):
     """Prefill tokens per step over all chunks (default 8192; alternate uses --chunk, as
     Sarathi-Serve does)."""
     max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
-    """Seat cap: most requests running at once (vLLM: 1024 on H100/H200-class profiles,
-    else 256)."""
+    """Seat cap: most requests running at once (default by device, as the modelled
+    vLLM: 1024 on GPUs of 70 GiB or more, A100 excepted; 128 per device on CPU; else 256)."""
 
     name: ClassVar[str] = "chunk"
     variants: ClassVar[tuple[str, ...]] = ("mixed", "two-pass", "alternate")

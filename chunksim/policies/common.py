@@ -6,22 +6,7 @@ from dataclasses import fields
 from typing import Any, ClassVar
 
 from chunksim.core.queues import FCFS, QueueDiscipline
-
-BIG_GPU_TAGS = ("H100", "H200", "H20", "B200", "GB200", "MI300")
-"""Device names vLLM gives its larger defaults (`max_num_seqs` 1024, budget 8192)."""
-
-
-def big_gpu(device_name: str | None) -> bool:
-    """Whether vLLM would treat the profiled device as H100/H200-class."""
-    name = (device_name or "").upper()
-    return any(tag in name for tag in BIG_GPU_TAGS)
-
-
-def device_reason(device_name: str | None) -> str:
-    """Why a device-dependent default took its value, for the summary and the console."""
-    if big_gpu(device_name):
-        return f"vLLM's default on H100/H200-class GPUs (profile device {device_name!r})"
-    return f"vLLM's default below H100-class GPUs (profile device {device_name or 'unknown'!r})"
+from chunksim.core.vllm_version import Device, vllm_defaults
 
 
 class PolicyBase:
@@ -58,7 +43,9 @@ class PolicyBase:
         return None
 
     @classmethod
-    def device_defaults(cls, device_name: str | None) -> dict[str, tuple[Any, str]]:
-        """Knobs whose default depends on the profiled device: {knob: (value, why)}."""
-        seats = 1024 if big_gpu(device_name) else 256
-        return {"max_num_seqs": (seats, device_reason(device_name))}
+    def device_defaults(cls, device: Device | str | None,
+                        given: dict | None = None) -> dict[str, tuple[Any, str]]:
+        """Knobs whose default depends on the profiled device (the modelled vLLM's, see
+        `core.vllm_version`), given the knobs the user set: {knob: (value, why)}."""
+        d = vllm_defaults(device)
+        return {"max_num_seqs": (d.max_num_seqs, d.why)}

@@ -381,11 +381,11 @@ def import_aiconfigurator(out_csv: Path, system: str, backend: str, model: str, 
     framework = (FRAMEWORK_DEFAULT_S, FRAMEWORK_SOURCE) if framework_s is None else (
         framework_s, "--framework-ms, given at import")
     meta = {
-        "label": (f"imported from {PACKAGE} {_version()} ({backend} {db.version} data on "
+        "label": (f"imported from {PACKAGE} {_version()} ({backend} {db.version} kernel data on "
                   f"{system}); kernel times plus framework time, not measured by chunksim"),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": "imported",
-        "device_name": f"{system} ({backend} {db.version}, aiconfigurator database)",
+        "device_name": f"{system} ({backend} {db.version} kernel data, aiconfigurator database)",
         "device_memory_bytes": int(spec["gpu"]["mem_capacity"]),
         "dtype": "bfloat16",
         "threads": None,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from chunksim.core.vllm_version import VLLM_VERSION
+
 _FIELDS = ("device", "device_name", "dtype", "threads", "torch_version", "attention_backend",
            "created", "step_overhead_s", "points", "elapsed_s")
 
@@ -74,8 +76,9 @@ def database_banner(provenance: dict) -> str:
     src = provenance.get("source") or {}
     fw = provenance.get("framework") or {}
     what = (f"{src.get('package', 'a kernel database')} {src.get('package_version', '')} "
-            f"({src.get('backend', '?')} {src.get('data_version', '?')} data on "
-            f"{src.get('system', '?')})").replace("  ", " ")
+            f"({src.get('backend', '?')} {src.get('data_version', '?')} kernel data on "
+            f"{src.get('system', '?')}; the scheduling modelled is vLLM "
+            f"{VLLM_VERSION}'s)").replace("  ", " ")
     framework = (f" plus a per-step framework time of {fw['step_s'] * 1e3:g} ms "
                  f"({fw.get('source', 'source not recorded')})"
                  if isinstance(fw.get("step_s"), (int, float)) else "")

@@ -11,6 +11,7 @@ from typing import Any
 from chunksim.core.knobs import knob
 from chunksim.core.kv_cache import KVConfig
 from chunksim.core.spec import Workload
+from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, Device, vllm_defaults
 from chunksim.latency.profile import Profile
 from chunksim.latency.select import latency_model
 from chunksim.policies import knob_owners, make_policy
@@ -38,7 +39,8 @@ class RunConfig:
     chunk: int | None = knob(None, "--chunk", panel="Policy", min=1)
     """The policy's chunk size: chunk: prefill tokens per request per step (default 1024);
     budget, sjf: tokens per step, decodes included (= --max-num-batched-tokens; default
-    8192 on H100/H200-class profiles, else 2048)."""
+    by device, as the modelled vLLM: 16384 on GPUs of 160 GiB or more, 8192 of 70 GiB or
+    more, A100 excepted, else 2048, and 2048 per device on CPU)."""
     knobs: tuple[tuple[str, Any], ...] = ()
     """Policy knobs the user set, (field name, value) sorted by name (a mapping is
     accepted and normalized); the rest take the modelled system's defaults
@@ -46,10 +48,13 @@ class RunConfig:
     kv_blocks: int | None = knob(None, "--kv-blocks", panel=_E, min=1)
     """KV capacity in blocks (default: from the profile, device memory x utilization -
     weights)."""
-    block_size: int = knob(16, "--block-size", panel=_E, min=1)
-    """Tokens per KV block."""
-    gpu_memory_utilization: float = knob(0.9, "--gpu-memory-utilization", panel=_E)
-    """Memory fraction for weights + KV when deriving --kv-blocks."""
+    block_size: int | None = knob(None, "--block-size", panel=_E, min=1)
+    """Tokens per KV block (default by device, as the modelled vLLM: 128 on CPU, 16 on
+    GPUs)."""
+    gpu_memory_utilization: float = knob(GPU_MEMORY_UTILIZATION, "--gpu-memory-utilization",
+                                         panel=_E)
+    """Memory fraction for weights + KV when deriving --kv-blocks (default 0.92, the
+    modelled vLLM's)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     """Jitter, seed, fast-forward, max_model_len, wake-up."""
     step_overhead_s: float | None = knob(None, "--step-overhead-ms", panel=_E, min=0.0,
@@ -108,9 +113,15 @@ class RunConfig:
             cfg = replace(cfg, engine=replace(cfg.engine, seed=seed))
         return cfg
 
-    def make_policy(self, device_name: str | None = None):
-        """The policy this configuration runs on a profile of `device_name`."""
+    def make_policy(self, device_name: Device | str | None = None):
+        """The policy this configuration runs on a profile of `device_name` (a
+        `core.vllm_version.Device`, or a device name)."""
         return make_policy(self.policy, dict(self.knobs), self.chunk, device_name)
+
+    def block_size_on(self, device: Device | str | None) -> int:
+        """Tokens per KV block on `device`: --block-size, else the modelled vLLM's default
+        there (`core.vllm_version.vllm_defaults`)."""
+        return self.block_size or vllm_defaults(device).block_size
 
 
 def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> int:
@@ -137,8 +148,8 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
 class EngineParts:
     """What every engine of one profile in a configuration shares."""
 
-    device: str | None
-    """The profile's device name (policy defaults depend on it, as vLLM's do)."""
+    device: Device
+    """The profile's device (policy and block-size defaults depend on it, as vLLM's do)."""
     latency: Any
     """The step-cost model (`latency.select.latency_model`), with the drafter's cost when
     the engine speculates."""
@@ -152,9 +163,11 @@ class EngineParts:
 def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig) -> EngineParts:
     """The parts an engine of this configuration takes from `profile`."""
     latency = latency_model(profile, cfg.step_overhead_s, cfg.expert_skew)
-    blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
+    device = Device.of(profile.provenance)
+    block_size = cfg.block_size_on(device)
+    blocks = cfg.kv_blocks or default_kv_blocks(profile, block_size,
                                                 cfg.gpu_memory_utilization)
-    kv = KVConfig(blocks, cfg.block_size, cfg.prefix_caching, workload.prefix_block_tokens)
+    kv = KVConfig(blocks, block_size, cfg.prefix_caching, workload.prefix_block_tokens)
     spec = cfg.engine.speculative
     if spec.enabled:
         latency.drafter = make_drafter(spec, profile, latency)
@@ -163,7 +176,7 @@ def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig) -> Engine
     engine_cfg = cfg.engine
     if engine_cfg.max_model_len is None and profile.max_position is not None:
         engine_cfg = replace(engine_cfg, max_model_len=profile.max_position)
-    return EngineParts(profile.provenance.get("device_name"), latency, kv, engine_cfg)
+    return EngineParts(device, latency, kv, engine_cfg)
 
 
 def build_engine(workload: Workload, cfg: RunConfig, parts: EngineParts, *,

@@ -63,7 +63,8 @@ class EngineConfig:
     to step N's start and the state after step N's scheduled tokens (a request whose last
     prompt chunk is in step N decodes in N+1, on a placeholder token); requests finishing in
     step N are not scheduled again but hold their seats and KV blocks until N's output is
-    processed. Runs step by step (no bulk decode)."""
+    processed. Runs step by step (no bulk decode). Off by default, where the modelled vLLM
+    turns it on for GPUs: a GPU deploy line then carries --no-async-scheduling."""
     wake_up: bool = knob(True, "--wake-up/--no-wake-up", panel=_E)
     """Price the first steps after the engine idled by the profile's measured wake-up cost
     (cold cores and caches, lower GPU clocks; profiles without a wake-up table are priced

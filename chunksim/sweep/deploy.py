@@ -20,6 +20,7 @@ import math
 import shlex
 from dataclasses import dataclass, replace
 
+from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, Device, vllm_defaults
 from chunksim.latency.profile import engine_devices
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
@@ -259,7 +260,8 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
 
     # the configuration the recommendation simulated, built as its runs were
     cfg = run_config(SimJob(workload or WorkloadOptions(), run, config))
-    policy = cfg.make_policy(provenance.get("device_name"))
+    device = Device.of(provenance)
+    policy = cfg.make_policy(device)
     v, s, exact, notes = _policy_flags(policy)
     model = model_id(provenance)
     spec_v, spec_s, spec_notes = _spec_flags(cfg, model)
@@ -284,6 +286,8 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
     if cfg.engine.async_scheduling:
         common_v.append(("--async-scheduling", None))
     else:
+        if not device.cpu:  # the modelled vLLM schedules asynchronously on GPUs by default
+            common_v.append(("--no-async-scheduling", None))
         common_s.append(("--disable-overlap-schedule", None))
     mml = cfg.engine.max_model_len
     chunked = getattr(policy, "enable_chunked_prefill", policy.name != "whole")
@@ -295,12 +299,13 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
     if mml is not None:
         common_v.append(("--max-model-len", mml))
         common_s.append(("--context-length", mml))
-    if cfg.block_size != 16:
-        common_v.append(("--block-size", cfg.block_size))
-        common_s.append(("--page-size", cfg.block_size))
+    block_size = cfg.block_size_on(device)
+    if block_size != vllm_defaults(device).block_size:
+        common_v.append(("--block-size", block_size))
+        common_s.append(("--page-size", block_size))
     if cfg.kv_blocks is not None:
         common_v.append(("--num-gpu-blocks-override", cfg.kv_blocks))
-        common_s.append(("--max-total-tokens", cfg.kv_blocks * cfg.block_size))
+        common_s.append(("--max-total-tokens", cfg.kv_blocks * block_size))
     else:
         common_v.append(("--gpu-memory-utilization", cfg.gpu_memory_utilization))
     fleet = cfg.fleet
@@ -458,8 +463,8 @@ def sim_flags(cfg: RunConfig) -> list[str]:
     if cfg.engine.async_scheduling:
         out.append("--async-scheduling")
     for flag, value, default in (
-            ("--kv-blocks", cfg.kv_blocks, None), ("--block-size", cfg.block_size, 16),
-            ("--gpu-memory-utilization", cfg.gpu_memory_utilization, 0.9),
+            ("--kv-blocks", cfg.kv_blocks, None), ("--block-size", cfg.block_size, None),
+            ("--gpu-memory-utilization", cfg.gpu_memory_utilization, GPU_MEMORY_UTILIZATION),
             ("--max-model-len", cfg.engine.max_model_len, None),
             ("--step-overhead-ms", None if cfg.step_overhead_s is None
              else cfg.step_overhead_s * 1000.0, None),

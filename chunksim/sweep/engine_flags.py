@@ -3,17 +3,19 @@ checked against: `vllm serve`, `vllm bench serve` and SGLang's `launch_server`.
 
 Every command `sweep.deploy` emits is built from these rows only, and `parse_command`
 reads a printed command back, refusing any flag the table lacks or a value of the wrong
-kind, so a test can replay every recommendation through it.
+kind, so a test can replay every recommendation through it (and, where vLLM is installed,
+through vLLM's own argument parser: tests/test_vllm_flags.py).
 
-Sources checked: vLLM's engine arguments and `SchedulerConfig` (docs.vllm.ai, v0.11.2:
+Sources checked, for the modelled vLLM (`core.vllm_version.VLLM_VERSION`): `vllm serve`'s
+parser (`vllm.entrypoints.launchers.cli_args.make_arg_parser` over `EngineArgs`:
 max_num_batched_tokens, max_num_seqs, long_prefill_token_threshold, enable_chunked_prefill,
-scheduling policy fcfs|priority, async_scheduling), the `vllm bench serve` CLI reference
-(v0.11.2), the NixlConnector usage guide (`--kv-transfer-config` with kv_connector
-NixlConnector, kv_role kv_producer | kv_consumer | kv_both), vLLM's `SpeculativeConfig`
-(`--speculative-config` JSON: method ngram | eagle | eagle3 | mtp | draft_model, model,
-num_speculative_tokens) and KV offloading (`--kv-offloading-size` GiB,
-`--kv-offloading-backend native`), and SGLang's server arguments
-(docs/advanced_features/server_arguments.md, 0.5 series; PD disaggregation guide;
+scheduling policy fcfs|priority, async_scheduling on/off, block size, gpu memory
+utilization, num_gpu_blocks_override, kv offloading size and backend native|lmcache),
+`KVTransferConfig` (`--kv-transfer-config` with kv_connector NixlConnector, kv_role
+kv_producer | kv_consumer | kv_both), `SpeculativeConfig` (`--speculative-config` JSON:
+method ngram | eagle | eagle3 | mtp | draft_model, model, num_speculative_tokens) and
+`vllm bench serve`'s parser (`vllm.benchmarks.serve.add_cli_args`); and SGLang's server
+arguments (docs/advanced_features/server_arguments.md, 0.5 series; PD disaggregation guide;
 speculative decoding: `--speculative-algorithm` EAGLE | EAGLE3 | NEXTN | STANDALONE with its
 step, top-k and draft-token counts).
 """
@@ -24,7 +26,9 @@ import json
 import shlex
 from dataclasses import dataclass
 
-ENGINE_VERSIONS: dict[str, str] = {"vllm": "0.11.2", "sglang": "0.5"}
+from chunksim.core.vllm_version import VLLM_VERSION
+
+ENGINE_VERSIONS: dict[str, str] = {"vllm": VLLM_VERSION, "sglang": "0.5"}
 """The engine versions every flag of the table was checked against."""
 
 
@@ -101,6 +105,7 @@ VLLM_SERVE = _table(
     F("--no-enable-prefix-caching", "switch", "--no-prefix-caching"),
     F("--scheduling-policy", "choice:fcfs|priority", "--priority / --fcfs"),
     F("--async-scheduling", "switch", "--async-scheduling"),
+    F("--no-async-scheduling", "switch", "async scheduling off (on by default on GPUs)"),
     F("--max-model-len", "int", "--max-model-len"),
     F("--block-size", "int", "--block-size"),
     F("--gpu-memory-utilization", "float", "--gpu-memory-utilization"),

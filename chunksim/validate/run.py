@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from chunksim.core.spec import Workload
+from chunksim.core.vllm_version import Device
 from chunksim.latency.profile import Profile
 from chunksim.live.settings import LiveSettings
 from chunksim.sim.build import RunConfig, default_kv_blocks
@@ -61,14 +62,16 @@ def comparable_config(cfg: RunConfig, profile: Profile, settings: LiveSettings) 
     if cfg.offload.active:
         raise ValueError("--kv-offload-gib: the live loop keeps no prefix cache, so it has "
                          "no CPU tier to compare; drop --kv-offload-gib")
-    blocks = cfg.kv_blocks or default_kv_blocks(profile, cfg.block_size,
+    block_size = cfg.block_size_on(Device.of(profile.provenance))
+    blocks = cfg.kv_blocks or default_kv_blocks(profile, block_size,
                                                 cfg.gpu_memory_utilization)
     cap = settings.model.max_position
     mml = cfg.engine.max_model_len
     # a loop that spins while idle never goes cold: no wake-up cost on the simulated side
     engine = replace(cfg.engine, max_model_len=cap if mml is None else min(mml, cap),
                      wake_up=cfg.engine.wake_up and settings.idle_wait != "spin")
-    return replace(cfg, kv_blocks=blocks, prefix_caching=False, engine=engine)
+    return replace(cfg, kv_blocks=blocks, block_size=block_size, prefix_caching=False,
+                   engine=engine)
 
 
 def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
@@ -106,14 +109,14 @@ def environment_notes(provenance: dict, live_meta: dict) -> list[str]:
 
 
 def _serve_live(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
-               device_name: str | None, runtime):
+               device: Device, runtime):
     """One live run of `workload` (a fresh policy object each time, the model of
     `runtime` where there is one): the LiveResult and its summary."""
     from chunksim.live.loop import LiveEngine
     from chunksim.sim.metrics import summarize
     from chunksim.sim.records import StepTotals
 
-    policy = cfg.make_policy(device_name)
+    policy = cfg.make_policy(device)
     live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,
                       runtime=runtime).run()
     return live, summarize(live.requests, StepTotals.of(live.steps), live.itl_s, cfg.slos_s,
@@ -149,7 +152,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     if cfg.prefix_caching:
         notes.append("prefix caching off on both sides (the live loop does not reuse KV)")
     cfg = comparable_config(cfg, profile, settings)
-    device_name = profile.provenance.get("device_name")
+    device = Device.of(profile.provenance)
     kv = KVConfig(cfg.kv_blocks, cfg.block_size, False, workload.prefix_block_tokens)
     probe = None
     if replay_steps > 0:  # the machine's speed on the table's own points, just before
@@ -161,7 +164,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
             rows = probe_rows(profile.table, settings.model.max_position,
                               count=max(8, replay_steps // 6), seed=cfg.engine.seed)
             probe = (rows, remeasure_points(runtime, profile.table, rows))
-    live, live_summary = _serve_live(workload, cfg, kv, settings, device_name, runtime)
+    live, live_summary = _serve_live(workload, cfg, kv, settings, device, runtime)
 
     if cfg.step_overhead_s is None:
         cfg = replace(cfg, step_overhead_s=live.meta["step_overhead_s"])
@@ -188,7 +191,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     repeat = None
     if live_runs > 1:
         # only the summaries are kept: each run's KV pools go before the next run's
-        again = [_serve_live(workload, cfg, kv, settings, device_name, runtime)[1]
+        again = [_serve_live(workload, cfg, kv, settings, device, runtime)[1]
                  for _ in range(live_runs - 1)]
         repeat = live_repeatability([live_summary, *again], sim_summary)
     notes.extend(environment_notes(prov, live.meta))

@@ -60,7 +60,7 @@ def suite(seed: int = 0, loads: tuple[str, ...] = tuple(LOADS),
             continue
         for load in loads:
             opts, blocks = LOADS[load]
-            cfg = RunConfig(policy=family, chunk=chunk,
+            cfg = RunConfig(policy=family, chunk=chunk, block_size=16,
                             kv_blocks=blocks or AMPLE_KV_BLOCKS, prefix_caching=False)
             out.append(Scenario(f"{label}/{load}", replace(opts, seed=seed), cfg))
     return out
