@@ -106,6 +106,18 @@ def test_long_prefill_threshold_caps_each_request(const_profile):
                                  {0: 1, 1: 1, 2: 352}]
 
 
+def test_long_prefill_threshold_spares_a_lone_request(const_profile):
+    # vLLM 0.32 `Scheduler.schedule`: the threshold is off in a step that starts with one
+    # request running or waiting ("nobody to starve"): a lone 900-token prompt under a
+    # 512 budget and a 128 threshold gets 512 + 388. A second request arriving during
+    # step 0 turns it back on: step 1 starts with two, each capped at 128.
+    log, *_ = run(const_profile, [(0.0, 900, 2)], **budget(512, long_prefill_token_threshold=128))
+    assert tokens_of(log) == [{0: 512}, {0: 388}, {0: 1}]
+    log, *_ = run(const_profile, [(0.0, 900, 2), (0.005, 300, 2)],
+                  **budget(512, long_prefill_token_threshold=128))
+    assert tokens_of(log, 3) == [{0: 512}, {0: 128, 1: 128}, {0: 128, 1: 128}]
+
+
 def test_seat_cap_admits_when_a_seat_frees(const_profile):
     # two seats: the third request waits until one finishes (after 3 output tokens)
     log, *_ = run(const_profile, [(0.0, 100, 3)] * 3, **budget(2048, max_num_seqs=2))

@@ -4,7 +4,8 @@ Models `vllm/v1/core/sched/scheduler.py` (vLLM 0.8–0.11). The budget counts de
 too; running requests (decodes and unfinished prefills, in admission order) are served
 first, so "decode first" comes from list order and the prefill chunk is whatever budget is
 left. Preemption is recompute, victim = most recently admitted; a step that preempted
-admits nothing new.
+admits nothing new. `--long-prefill-token-threshold` caps each request's tokens in a step,
+except in a step that starts with a single request running or waiting (vLLM 0.32).
 
 With chunked prefill off (`--no-enable-chunked-prefill`, vLLM 0.10's check in the waiting
 loop): a waiting prompt whose remaining tokens exceed the budget left is skipped for this
@@ -67,7 +68,8 @@ class TokenBudgetPolicy(PolicyBase):
     else 256)."""
     long_prefill_token_threshold: int = knob(
         0, "--long-prefill-token-threshold", "--long-prefill-threshold", min=0)
-    """Cap on one request's new tokens per step (default 0 = off, vLLM's default)."""
+    """Cap on one request's new tokens per step (default 0 = off, vLLM's default). As in
+    vLLM, not applied in a step that starts with a single request running or waiting."""
     max_num_partial_prefills: int = knob(
         0, "--max-num-partial-prefills", "--max-partial-prefills", min=0)
     """Most requests mid-prefill in one step (default 0 = unlimited, vLLM V1)."""
@@ -150,8 +152,13 @@ class TokenBudgetPolicy(PolicyBase):
             f"{self.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt that "
             "long could never be scheduled; raise the budget or lower --max-model-len")
 
-    def _cap(self, req, want: int) -> int:
-        thr = self.long_prefill_token_threshold
+    def _threshold(self, requests: int) -> int:
+        """`long_prefill_token_threshold` in a step that starts with `requests` requests
+        running or waiting: off (0) for a lone request, which starves nobody (vLLM
+        0.32's `Scheduler.schedule`, counted once before the running loop)."""
+        return self.long_prefill_token_threshold if requests > 1 else 0
+
+    def _cap(self, req, want: int, thr: int) -> int:
         if thr and want > thr:
             want = thr
         for cls, cap in self.class_chunk_caps:
@@ -170,6 +177,7 @@ class TokenBudgetPolicy(PolicyBase):
         queue = self.queue  # a property: read once, not per running request
         lookahead = state.lookahead_tokens
         block_size = state.kv.block_size
+        thr = self._threshold(len(running) + state.held_seats + len(state.waiting))
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -179,7 +187,7 @@ class TokenBudgetPolicy(PolicyBase):
                     i += 1
                     continue
                 partial += 1
-                want = self._cap(req, rem) if rem > 1 else 1
+                want = self._cap(req, rem, thr) if rem > 1 else 1
                 if want > budget:
                     want = budget
                 grow = want
@@ -217,13 +225,14 @@ class TokenBudgetPolicy(PolicyBase):
         if not preempted:
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, partial,
-                        max_partial, scheduled, admitted)
+                        max_partial, scheduled, admitted, thr)
         return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
-               max_partial: int, scheduled: list, admitted: list) -> None:
+               max_partial: int, scheduled: list, admitted: list, thr: int) -> None:
         """The waiting loop of `plan`: admit from `waiting` in order while the budget
-        left, the seats left, the prefill cap and the KV (`ledger`) allow."""
+        left, the seats left, the prefill cap and the KV (`ledger`) allow; `thr` is the
+        step's long-prefill threshold (`_threshold`)."""
         chunked = self.enable_chunked_prefill
         for req in waiting:
             if budget <= 0 or seats <= 0 or partial >= max_partial:
@@ -231,7 +240,7 @@ class TokenBudgetPolicy(PolicyBase):
             remaining = req.num_remaining - ledger.cached(req)
             if not chunked and remaining > budget:
                 continue  # vLLM: skipped this step, keeps its place at the head
-            want = min(self._cap(req, remaining), budget)
+            want = min(self._cap(req, remaining, thr), budget)
             if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
                 break
             partial += 1
@@ -254,6 +263,7 @@ class TokenBudgetPolicy(PolicyBase):
         partial = 0
         max_partial = self.max_num_partial_prefills or 1 << 30
         block_size = ledger.block_size
+        thr = self._threshold(decodes + len(tail) + len(waiting))
         for req in tail:  # plan's running loop, without a victim to look for
             if budget <= 0:
                 break
@@ -262,7 +272,7 @@ class TokenBudgetPolicy(PolicyBase):
                 if partial >= max_partial:
                     continue
                 partial += 1
-                want = self._cap(req, rem) if rem > 1 else 1
+                want = self._cap(req, rem, thr) if rem > 1 else 1
                 if want > budget:
                     want = budget
             else:
@@ -279,7 +289,7 @@ class TokenBudgetPolicy(PolicyBase):
             budget -= want
         admitted: list = []
         self._admit(waiting, ledger, budget, self.max_num_seqs - decodes - len(tail),
-                    partial, max_partial, scheduled, admitted)
+                    partial, max_partial, scheduled, admitted, thr)
         return Plan(tuple(scheduled), tuple(admitted))
 
     def admits_decodes(self, running: int, waiting, ledger: KVLedger) -> bool:
@@ -293,5 +303,6 @@ class TokenBudgetPolicy(PolicyBase):
         admitted: list = []
         self._admit(waiting, ledger, self.max_num_batched_tokens - running,
                     self.max_num_seqs - running, 0,
-                    self.max_num_partial_prefills or 1 << 30, scheduled, admitted)
+                    self.max_num_partial_prefills or 1 << 30, scheduled, admitted,
+                    self._threshold(running + len(waiting)))
         return len(admitted) == len(waiting) and all(n == 1 for _, n in scheduled)
