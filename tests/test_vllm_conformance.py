@@ -6,7 +6,8 @@ tokens each request gets in each step. Expected values are derived in the commen
 vLLM V1's documented behaviour and its scheduler source (0.8 to 0.11: `Scheduler.schedule`,
 `KVCacheManager.allocate_slots` / `cache_blocks`, `AsyncScheduler`); every step lasts
 10 ms (the `const_profile`), blocks hold 16 tokens and prefix hashes cover one block each
-unless a test says otherwise.
+unless a test says otherwise. A cache of `kv_blocks=N` is vLLM's `num_gpu_blocks = N`: one
+is vLLM's null block, so N - 1 hold KV (the counts below are those N - 1).
 """
 
 from __future__ import annotations
@@ -137,13 +138,13 @@ def test_fcfs_and_priority_order_admission(const_profile):
 
 
 def _preemption_case(const_profile, **knobs):
-    # 9 blocks; two 64-token prompts take 4 each. Step 1: the first decode takes the last
+    # 9 blocks (kv_blocks=10); two 64-token prompts take 4 each. Step 1: the first decode takes the last
     # free block, the second finds none: a victim is preempted (its 4 full blocks go to
     # the prefix cache, so the pool regains 4). It cannot come back while the other runs
     # (64 cached + 1 new token need 5 blocks, 4 are free), and resumes once that one
     # finishes, hitting its own 64 cached tokens: 1 token to compute.
     reqs = [(0.0, 64, 3, (), 1), (0.0, 64, 3, (), 0)]
-    return run(const_profile, reqs, kv_blocks=9, **budget(2048, **knobs))
+    return run(const_profile, reqs, kv_blocks=10, **budget(2048, **knobs))
 
 
 def test_preemption_victim_is_the_last_admitted_and_resumes_from_its_cache(const_profile):
@@ -196,14 +197,14 @@ def test_prefix_hit_after_a_free_takes_blocks_from_the_pool(const_profile):
 
 
 def test_prefix_hit_after_eviction_keeps_the_leading_blocks(const_profile):
-    # 8 blocks. Request 0 (65 tokens) finishes: its full blocks are freed tail first.
+    # 8 blocks (kv_blocks=9). Request 0 (65 tokens) finishes: its full blocks are freed tail first.
     # Request 2 (96 tokens, nothing shared) needs 6 blocks: the 3 never used, request 0's
     # partial block, then evicts the two least recently freed cached blocks: request 0's
     # blocks 3 and 2. Request 1 (same 4-block prefix) then hits blocks 0-1 only: 32.
     a = prefix(1, 2, 3, 4, 5)
     b = prefix(1, 2, 3, 4, 99)
     reqs = [(0.0, 65, 1, a), (0.5, 96, 1), (1.0, 80, 1, b)]
-    log, *_ = run(const_profile, reqs, kv_blocks=8, **budget(2048))
+    log, *_ = run(const_profile, reqs, kv_blocks=9, **budget(2048))
     assert tokens_of(log) == [{0: 65}, {1: 96}, {2: 48}]
     assert log[log.request_id == 2].cached_tokens.tolist() == [32]
 
@@ -250,14 +251,14 @@ def test_same_step_hits_closed_form(const_profile, n, prompt, shared, hash_token
 
 
 def test_blocks_being_computed_are_not_evicted(const_profile):
-    # 11 blocks. Request 0 (64 tokens) is admitted with request 1 (same 4 blocks + 16):
+    # 11 blocks (kv_blocks=12). Request 0 (64 tokens) is admitted with request 1 (same 4 blocks + 16):
     # request 1 hits the 4 blocks request 0 is computing. Request 2 (no prefix, 96
     # tokens) needs 6 blocks and the pool has exactly 11 - 4 - 1 = 6 left: nothing cached
     # is evictable, so it fits only because the shared blocks are counted once.
     a = prefix(1, 2, 3, 4)
     b = prefix(1, 2, 3, 4, 5)
     log, _, steps, _ = run(const_profile, [(0.0, 64, 2, a), (0.0, 80, 2, b), (0.0, 96, 2)],
-                           kv_blocks=11, **budget(2048))
+                           kv_blocks=12, **budget(2048))
     assert tokens_of(log, 1) == [{0: 64, 1: 16, 2: 96}]
     assert steps.kv_blocks_used.iloc[0] == 11
 
@@ -336,3 +337,4 @@ def test_async_scheduling_hides_host_time_behind_the_forward_pass(
         _, _, steps, _ = run(const_profile, reqs, step_overhead_s=overhead_ms / 1000,
                              engine=EngineConfig(async_scheduling=asyn), **budget(2048))
         assert steps.duration_s.tolist() == pytest.approx([ms / 1000] * 5)
+
