@@ -338,3 +338,14 @@ def test_async_scheduling_hides_host_time_behind_the_forward_pass(
                              engine=EngineConfig(async_scheduling=asyn), **budget(2048))
         assert steps.duration_s.tolist() == pytest.approx([ms / 1000] * 5)
 
+
+def test_a_threshold_above_max_model_len_is_refused_as_vllm_refuses_it(const_profile):
+    # vLLM's SchedulerConfig.verify_max_model_len: long_prefill_token_threshold cannot be
+    # greater than max_model_len
+    with pytest.raises(ValueError, match="--long-prefill-token-threshold 300 exceeds "
+                                         "--max-model-len 200"):
+        run(const_profile, [(0.0, 100, 3)], engine=EngineConfig(max_model_len=200),
+            **budget(512, long_prefill_token_threshold=300))
+    log, *_ = run(const_profile, [(0.0, 100, 3)], engine=EngineConfig(max_model_len=300),
+                  **budget(512, long_prefill_token_threshold=300))
+    assert tokens_of(log, 1) == [{0: 100}]

@@ -145,6 +145,11 @@ class TokenBudgetPolicy(PolicyBase):
         return None
 
     def max_model_len_error(self, max_model_len: int) -> str | None:
+        if self.long_prefill_token_threshold > max_model_len:
+            return (  # vLLM's SchedulerConfig refuses this
+                f"--long-prefill-token-threshold {self.long_prefill_token_threshold} exceeds "
+                f"--max-model-len {max_model_len}; lower the threshold to at most "
+                f"{max_model_len}")
         if self.enable_chunked_prefill or max_model_len <= self.max_num_batched_tokens:
             return None
         return (  # vLLM's SchedulerConfig refuses this too
