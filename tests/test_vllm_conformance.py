@@ -264,13 +264,13 @@ def test_blocks_being_computed_are_not_evicted(const_profile):
 
 
 # ------------------------------------------------------------------ chunked prefill off
-def test_chunked_prefill_off_schedules_prompts_whole_or_skips_them(const_profile):
+def test_chunked_prefill_off_schedules_prompts_whole_or_waits(const_profile):
     # budget 512, three prompts at once: 300 fits; 300 more does not fit the 212 left, so
-    # it is skipped (vLLM 0.10's skipped_waiting_requests) and the 100 behind it goes
-    # ahead; the skipped one runs whole next step, at the head of the queue.
+    # admission stops there (vLLM 0.32: "we can stop the scheduling here"; 0.10 skipped
+    # it and let the 100 behind it go ahead); next step 1 decode + 300 + 100 fit.
     reqs = [(0.0, 300, 3), (0.0, 300, 3), (0.0, 100, 3)]
     off, *_ = run(const_profile, reqs, **budget(512, enable_chunked_prefill=False))
-    assert tokens_of(off, 2) == [{0: 300, 2: 100}, {0: 1, 2: 1, 1: 300}]
+    assert tokens_of(off, 2) == [{0: 300}, {0: 1, 1: 300, 2: 100}]
     on, *_ = run(const_profile, reqs, **budget(512))
     assert tokens_of(on, 2) == [{0: 300, 1: 212}, {0: 1, 1: 88, 2: 100}]
 

@@ -7,12 +7,13 @@ left. Preemption is recompute, victim = most recently admitted; a step that pree
 admits nothing new. `--long-prefill-token-threshold` caps each request's tokens in a step,
 except in a step that starts with a single request running or waiting (vLLM 0.32).
 
-With chunked prefill off (`--no-enable-chunked-prefill`, vLLM 0.10's check in the waiting
-loop): a waiting prompt whose remaining tokens exceed the budget left is skipped for this
-step (it keeps its place at the head of the queue) and later prompts that fit are admitted
-after it, as vLLM's `skipped_waiting_requests` does. vLLM refuses a budget below
-`max_model_len` without chunking, so no request can outgrow it there; here a request whose
-re-prefill (prompt + output - 1 tokens) exceeds the budget is rejected at arrival.
+With chunked prefill off (`--no-enable-chunked-prefill`, vLLM 0.32's check in the waiting
+loop): admission stops at the first waiting prompt whose remaining tokens exceed the budget
+left, and it is scheduled whole in a later step (vLLM 0.10 and 0.11 skipped it for the
+step and admitted later prompts that fit, `skipped_waiting_requests`). vLLM refuses a
+budget below `max_model_len` without chunking, so no request can outgrow it there; here a
+request whose re-prefill (prompt + output - 1 tokens) exceeds the budget is rejected at
+arrival.
 
 `--max-num-partial-prefills` is not in released V1 (default 0 = unlimited); when set it
 caps the prefills in a step, counted as vLLM V0's chunked-prefill scheduler (0.7+) counts
@@ -83,8 +84,9 @@ class TokenBudgetPolicy(PolicyBase):
     enable_chunked_prefill: bool = knob(
         True, "--enable-chunked-prefill/--no-enable-chunked-prefill")
     """vLLM's chunked prefill (on by default in V1). Off: a prompt is scheduled whole or
-    waits; one that does not fit the budget left is skipped for the step (prompts behind it
-    that fit go first); a request whose prompt + output - 1 exceeds the budget is rejected
+    waits; admission stops at one that does not fit the budget left (as vLLM 0.32; 0.10
+    let prompts behind it that fit go first); a request whose prompt + output - 1 exceeds
+    the budget is rejected
     (vLLM requires max_model_len <= max_num_batched_tokens without chunking)."""
     class_chunk_caps: tuple[tuple[str, int], ...] = knob(
         (), "--class-chunk", cli_type=list[str], parse=_class_caps)
@@ -244,7 +246,7 @@ class TokenBudgetPolicy(PolicyBase):
                 break
             remaining = req.num_remaining - ledger.cached(req)
             if not chunked and remaining > budget:
-                continue  # vLLM: skipped this step, keeps its place at the head
+                break  # vLLM 0.32: "we can stop the scheduling here"
             want = min(self._cap(req, remaining, thr), budget)
             if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
                 break
