@@ -26,7 +26,8 @@ from __future__ import annotations
 import copy
 import json
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -65,19 +66,28 @@ class Step:
     hits: tuple[tuple[int, int], ...]
     """(request id, prefix-cache tokens hit) of the requests admitted or resumed in the
     step, sorted by id."""
+    padded: tuple[int, ...] = field(default=(), compare=False)
+    """Requests vLLM admitted as a 1-token decode padded to 1 + k tokens (its uniform
+    speculative decode batch), which chunksim does not model."""
 
 
 def _vllm() -> dict[str, Any]:
     """vLLM's scheduler-side classes, imported on first use."""
     try:
         import torch
-        from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.config import (
+            CacheConfig,
+            ModelConfig,
+            SchedulerConfig,
+            SpeculativeConfig,
+            VllmConfig,
+        )
         from vllm.sampling_params import SamplingParams
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-        from vllm.v1.outputs import ModelRunnerOutput
+        from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
         from vllm.v1.request import Request
         from vllm.v1.structured_output import StructuredOutputManager
     except ImportError as e:
@@ -91,7 +101,8 @@ def _vllm() -> dict[str, Any]:
                 init_none_hash=init_none_hash, Scheduler=Scheduler,
                 FullAttentionSpec=FullAttentionSpec, KVCacheConfig=KVCacheConfig,
                 KVCacheGroupSpec=KVCacheGroupSpec, ModelRunnerOutput=ModelRunnerOutput,
-                Request=Request, StructuredOutputManager=StructuredOutputManager)
+                Request=Request, StructuredOutputManager=StructuredOutputManager,
+                SpeculativeConfig=SpeculativeConfig, DraftTokenIds=DraftTokenIds)
 
 
 @lru_cache(maxsize=1)
@@ -115,10 +126,11 @@ def _base_config():
 
 
 def build_scheduler(policy, num_gpu_blocks: int, block_size: int, prefix_caching: bool,
-                    max_model_len: int):
+                    max_model_len: int, num_speculative_tokens: int = 0):
     """vLLM's `Scheduler` with the knobs of chunksim's `budget` policy (`policy`, a
     `TokenBudgetPolicy`) and KV cache: `num_gpu_blocks` is vLLM's own count (one of them
-    is its null block)."""
+    is its null block). `num_speculative_tokens` k > 0: ngram speculative decoding with k
+    drafts (no lookahead slots, no drafting slots: the scheduler's rules alone)."""
     v = _vllm()
     base = _base_config()
     sched = v["SchedulerConfig"](
@@ -138,6 +150,10 @@ def build_scheduler(policy, num_gpu_blocks: int, block_size: int, prefix_caching
     model.max_model_len = max_model_len
     cfg = copy.copy(base)
     cfg.scheduler_config, cfg.cache_config, cfg.model_config = sched, cache, model
+    if num_speculative_tokens:
+        cfg.speculative_config = v["SpeculativeConfig"](
+            method="ngram", num_speculative_tokens=num_speculative_tokens,
+            prompt_lookup_max=3, prompt_lookup_min=1)
     spec = v["FullAttentionSpec"](block_size=block_size, num_kv_heads=1, head_size=16,
                                   dtype=v["torch"].float32)
     kv = v["KVCacheConfig"](num_blocks=num_gpu_blocks, kv_cache_tensors=[],
@@ -158,19 +174,25 @@ def prompt_tokens(spec, block_size: int) -> list[int]:
     return tokens
 
 
-def vllm_steps(scheduler, specs, starts, *, extra_steps: int = 64) -> list[Step]:
+def vllm_steps(scheduler, specs, starts, *, extra_steps: int = 64,
+               accept: Callable[[int], int] | None = None) -> list[Step]:
     """Drive `scheduler` over requests `specs` (chunksim `RequestSpec`s, those chunksim
     admitted), step i seeing every request that arrived by `starts[i]` (chunksim's step
     start times, so arrivals align step for step; within `SAME_INSTANT_S` of a start
     counts as by it, since an engine woken by an arrival may record its start rounded
     down by an ulp). After the last start it runs on (everything visible) until it has
-    nothing left, at most `extra_steps` more."""
+    nothing left, at most `extra_steps` more.
+
+    With speculative decoding, every request that sampled proposes the scheduler's k drafts
+    after the step, and `accept(d)`, called for each decode that verifies d > 0 drafts in
+    batch order, says how many the target accepts (default: none)."""
     v = _vllm()
     block_size = scheduler.block_size
     hash_fn = v["get_hash_fn_by_name"]("sha256")
     v["init_none_hash"](hash_fn)
     hasher = v["get_request_block_hasher"](block_size, hash_fn)
     Request, Params, Output = v["Request"], v["SamplingParams"], v["ModelRunnerOutput"]
+    k = scheduler.num_spec_tokens
     pending = sorted(specs, key=lambda s: (s.arrival_s, s.request_id))
     out: list[Step] = []
     nxt = 0
@@ -208,11 +230,28 @@ def vllm_steps(scheduler, specs, starts, *, extra_steps: int = 64) -> list[Step]
                 hits.append((int(rid), r.num_computed_tokens - so.num_scheduled_tokens[rid]))
         out.append(Step(tuple((int(i), so.num_scheduled_tokens[i]) for i in ids),
                         tuple(sorted(preempted)), tuple(sorted(hits))))
-        sampled = [[_OWN_BASE - 1 - int(i)] if r.num_computed_tokens >= r.num_tokens else []
-                   for i, r in zip(ids, reqs, strict=True)]
+        drafts = so.scheduled_spec_decode_tokens
+        padded = tuple(sorted(int(i) for i in ids if i in waiting_before and i in drafts))
+        sampled = []
+        for i, r in zip(ids, reqs, strict=True):
+            own = _OWN_BASE - 1 - int(i)
+            d = len(drafts.get(i, ()))
+            # drafts computed count toward num_computed_tokens until the rejected ones
+            # are given back (update_from_output)
+            if r.num_computed_tokens - d < r.num_tokens:
+                sampled.append([])  # still in its prompt
+                continue
+            m = (accept or (lambda d: 0))(d) if d else 0
+            sampled.append([own] * (m + 1))
+        out[-1] = Step(out[-1].scheduled, out[-1].preempted, out[-1].hits, padded)
         scheduler.update_from_output(so, Output(
-            req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)},
+            req_ids=ids, req_id_to_index={i: n for n, i in enumerate(ids)},
             sampled_token_ids=sampled))
+        if k:  # the drafts proposed after the step, by every request that sampled
+            live = [i for i, t in zip(ids, sampled, strict=True)
+                    if t and i in scheduler.requests]
+            scheduler.update_draft_token_ids(v["DraftTokenIds"](
+                live, [[_OWN_BASE - 1 - int(i)] * k for i in live]))
         step += 1
 
 
