@@ -143,7 +143,8 @@ class SpecConfig:
         if k is not None and k < 0:
             raise ValueError(f"--num-speculative-tokens {k}: must be >= 0 (0 turns "
                              "speculative decoding off)")
-        a = self.spec_acceptance_rate
+        a = _rate(self.spec_acceptance_rate)  # (as the flag takes it: 44% or 0.44)
+        object.__setattr__(self, "spec_acceptance_rate", a)
         if a is not None and not 0.0 <= a <= 1.0:
             raise ValueError(f"--spec-acceptance-rate {a}: an acceptance rate must be in "
                              "[0, 1] (or 0% to 100%)")
