@@ -203,10 +203,11 @@ def test_capacity_is_not_understated_by_a_noisy_probe():
 
 
 def test_cli_capacity_page_when_no_probe_completes_a_request(linear_profile, tmp_path):
-    """One KV block: every request is rejected at every rate. The search finds no capacity
-    and the page and figures are still written, saying so (no log-scale crash)."""
+    """One KV block (--kv-blocks 2, one of them vLLM's null block): every request is
+    rejected at every rate. The search finds no capacity and the page and figures are
+    still written, saying so (no log-scale crash)."""
     out = tmp_path / "none"
-    res = cli.invoke(app, ["capacity", "--profile", linear_profile.path, "--kv-blocks", "1",
+    res = cli.invoke(app, ["capacity", "--profile", linear_profile.path, "--kv-blocks", "2",
                            "-n", "5", "--policies", "budget", "--chunks", "512", "--seeds", "0",
                            "--workers", "1", "--no-svg", "--out", str(out)])
     assert res.exit_code == 0, res.output

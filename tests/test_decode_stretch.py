@@ -240,11 +240,12 @@ def test_after_a_step_everyone_sampled_in_the_stretch_starts_unasked(tmp_path, m
 
 
 def test_when_the_first_decode_does_not_fit_the_policy_is_asked(tmp_path):
-    # 6 blocks of 16: two 48-token prompts fill 3 blocks each; their first decodes need a
-    # fourth each, so the policy must preempt one: the bulk path may not start unasked
+    # 6 blocks of 16 (kv_blocks=7: one is vLLM's null block): two 48-token prompts fill 3
+    # blocks each; their first decodes need a fourth each, so the policy must preempt one:
+    # the bulk path may not start unasked
     prof = make_profile(tmp_path, constant_time(0.010))
     reqs = [(0.0, 48, 20), (0.0, 48, 20)]
-    cfg = dict(policy="budget", chunk=512, prefix_caching=False, kv_blocks=6)
+    cfg = dict(policy="budget", chunk=512, prefix_caching=False, kv_blocks=7)
     fast, _ = simulate(workload(reqs), prof, RunConfig(**cfg))
     slow, _ = simulate(workload(reqs), prof,
                        RunConfig(**cfg, engine=EngineConfig(fast_forward=False)))

@@ -141,14 +141,15 @@ def _wl(reqs):
 
 EVICTED = [
     (0.0, 64, 1, (1, 2, 3, 4)),   # its 4 full blocks end in the GPU prefix cache
-    (1.0, 160, 1, ()),            # fills the whole GPU (10 blocks): they go to the host
+    (1.0, 160, 1, ()),            # fills the GPU (10 blocks; kv_blocks=11 with vLLM's null
+                                  # block): they go to the host
     (2.0, 80, 1, (1, 2, 3, 4, 5)),  # hits them on the host only
 ]
 
 
 def test_a_host_hit_waits_exactly_the_load_then_computes_only_the_tail(const_profile):
     off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")  # 32 blocks, 1 GB/s
-    res, s = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off))
+    res, s = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=11, offload=off))
     load_s = 4 * BLOCK_BYTES / GB + 10e-6  # bytes / bandwidth + latency
     r = res.requests.iloc[2]
     assert r["first_scheduled_s"] == 2.0 + load_s
@@ -162,7 +163,7 @@ def test_a_host_hit_waits_exactly_the_load_then_computes_only_the_tail(const_pro
     assert s["prefix_cache_hit_rate"] == 0.0
     assert s["kv_offload_blocks"] == 2**20 // BLOCK_BYTES
     # without the tier the prefix is gone: all 80 tokens computed, no wait
-    res0, s0 = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10))
+    res0, s0 = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=11))
     r0 = res0.requests.iloc[2]
     assert (r0["first_scheduled_s"], r0["computed_tokens"], r0["cached_tokens"]) == (2.0, 80, 0)
     assert "kv_loads" not in s0
@@ -174,7 +175,7 @@ def test_a_load_short_of_gpu_blocks_holds_the_queue_until_they_free(const_profil
     # waits behind it; when request 2 finishes, the load starts and request 4 goes at once
     reqs = [*EVICTED[:2], (1.5, 64, 90, ()), (2.0, 80, 1, (1, 2, 3, 4, 5)), (2.0, 16, 1, ())]
     off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
-    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=10, offload=off),
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=11, offload=off),
                       schedule_log=True)
     done = res.requests["finish_s"].iloc[2]
     load_s = 4 * BLOCK_BYTES / GB + 10e-6
@@ -194,7 +195,7 @@ def test_each_replica_of_a_fleet_has_its_own_tier(const_profile):
     twin = [(a, p, o, tuple(x + 100 for x in h)) for a, p, o, h in EVICTED]
     reqs = [r for pair in zip(EVICTED, twin, strict=True) for r in pair]
     off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
-    cfg = RunConfig(kv_blocks=10, offload=off, fleet=FleetConfig(replicas=2))
+    cfg = RunConfig(kv_blocks=11, offload=off, fleet=FleetConfig(replicas=2))
     res, s = simulate(_wl(reqs), const_profile, cfg)
     assert s["kv_loads"] == 2 and s["kv_loaded_blocks"] == 8
     assert s["host_cache_hit_tokens"] == 128
@@ -212,7 +213,7 @@ def test_a_prefix_router_sees_the_host_tier():
 
 def test_the_schedule_log_shows_the_load(const_profile):
     off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="pcie-gen4")
-    res, _ = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off),
+    res, _ = simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=11, offload=off),
                       schedule_log=True)
     rows = res.schedule[res.schedule["request_id"] == 2]
     assert list(rows["kind"]) == ["load", "loaded", "new"]
@@ -225,7 +226,7 @@ def test_the_schedule_log_shows_the_load(const_profile):
 def test_offload_gib_zero_is_todays_run_byte_for_byte(const_profile, tmp_path):
     import pandas as pd
 
-    runs = [simulate(_wl(EVICTED * 1), const_profile, RunConfig(kv_blocks=10, offload=o))
+    runs = [simulate(_wl(EVICTED * 1), const_profile, RunConfig(kv_blocks=11, offload=o))
             for o in (OffloadConfig(), OffloadConfig(kv_offload_gib=0.0,
                                                      kv_offload_link="pcie-gen4"))]
     (a, sa), (b, sb) = runs
@@ -332,7 +333,7 @@ def test_validation_refuses_the_tier():
 def test_a_tier_too_small_for_one_block_is_refused(const_profile):
     off = OffloadConfig(kv_offload_gib=1e-6)  # 1 KiB < one 32 KiB block
     with pytest.raises(ValueError, match="holds no KV block"):
-        simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=10, offload=off))
+        simulate(_wl(EVICTED), const_profile, RunConfig(kv_blocks=11, offload=off))
 
 
 @pytest.mark.parametrize("link", ["pcie-gen3", "0", "-2", "fast", "inf", "nan"])

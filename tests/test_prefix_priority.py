@@ -50,17 +50,18 @@ def test_no_prefix_caching_means_no_hits(const_profile):
 
 def test_freed_blocks_are_evicted_lru_tail_first_when_space_is_needed(const_profile):
     # request 0's 25 blocks stay cached after it ends. Request 1 needs 94 of the 100
-    # blocks: 75 never-used ones, then 19 evicted. vLLM frees a request's blocks tail
-    # first, so the tail goes and the first 6 blocks (96 tokens) survive for request 2.
+    # blocks (kv_blocks=101: one is vLLM's null block): 75 never-used ones, then 19
+    # evicted. vLLM frees a request's blocks tail first, so the tail goes and the first
+    # 6 blocks (96 tokens) survive for request 2.
     hb = 16
     h0 = tuple(range(25))
     w = Workload("evict", (
         RequestSpec(0, 0.0, 400, 1, h0),
         RequestSpec(1, 1.0, 1500, 1, tuple(range(500, 594))),
         RequestSpec(2, 2.0, 400, 1, h0)), prefix_block_tokens=hb)
-    res, _ = simulate(w, const_profile, RunConfig(kv_blocks=100))
+    res, _ = simulate(w, const_profile, RunConfig(kv_blocks=101))
     assert res.requests.cached_tokens.tolist() == [0, 0, 96]
-    res, _ = simulate(w, const_profile, RunConfig(kv_blocks=200))
+    res, _ = simulate(w, const_profile, RunConfig(kv_blocks=201))
     assert res.requests.cached_tokens.tolist() == [0, 0, 384]
 
 
@@ -91,11 +92,11 @@ def test_priority_admits_the_most_urgent_waiting_request_first(const_profile):
 
 def test_priority_preempts_the_least_urgent_running_request(const_profile):
     # decodes outgrow the cache; under priority the victim is the priority-9 request
-    # even though it was admitted first
+    # even though it was admitted first (14 blocks: kv_blocks=15 with vLLM's null block)
     w = _prio([(0.0, 60, 40, 9, "batch"), (0.0, 60, 40, 0, "interactive"),
                (0.0, 60, 40, 0, "interactive")])
     res, s = simulate(w, const_profile, RunConfig(
-        kv_blocks=14, prefix_caching=False, knobs=dict(priority_scheduling=True)))
+        kv_blocks=15, prefix_caching=False, knobs=dict(priority_scheduling=True)))
     assert s["preemptions"] > 0
     assert res.requests.preemptions.iloc[0] > 0
     assert res.requests.preemptions.iloc[1:].sum() == 0

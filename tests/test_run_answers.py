@@ -40,8 +40,9 @@ def quick_profile(tmp_path_factory):
 # ------------------------------------------------------------------ nothing completes
 @pytest.mark.slow
 def test_a_run_that_rejects_everything_fails_with_its_reasons(tmp_path):
+    # --kv-blocks 2: one block holds KV (the other is vLLM's null block)
     out = tmp_path / "run"
-    proc = _sim("run", "--kv-blocks", "1", "-n", "50", "--out", str(out))
+    proc = _sim("run", "--kv-blocks", "2", "-n", "50", "--out", str(out))
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert "all 50 requests were rejected" in proc.stderr
@@ -68,13 +69,13 @@ def test_rejected_reasons_are_counted_in_the_summary(tmp_path):
     prof = make_profile(tmp_path, constant_time(0.01),
                         provenance={"model": {"name": "m", "max_position": 1000}})
     w = workload([(0.0, 100, 10), (0.1, 5000, 10), (0.2, 995, 10), (0.3, 100, 10)])
-    res, s = simulate(w, prof, RunConfig(kv_blocks=40))  # 40 x 16 = 640 tokens of KV
+    res, s = simulate(w, prof, RunConfig(kv_blocks=41))  # 40 x 16 = 640 tokens of KV + null
     assert s["max_model_len"] == 1000
     assert s["rejected"] == 2 and s["completed"] == 2
     assert s["rejected_reasons"] == {"max_model_len": 2}
     assert "max_model_len 1000" in res.requests.reject_reason.iloc[1]
     # an explicit --max-model-len wins over the profile's; KV is then what refuses
-    _, s = simulate(w, prof, RunConfig(kv_blocks=40, engine=EngineConfig(max_model_len=10**6)))
+    _, s = simulate(w, prof, RunConfig(kv_blocks=41, engine=EngineConfig(max_model_len=10**6)))
     assert s["max_model_len"] == 10**6
     assert s["rejected_reasons"] == {"kv_blocks": 2}
     # a profile that does not say its model's length caps nothing
@@ -221,7 +222,7 @@ def test_compare_leaves_a_configuration_that_completed_nothing_out_of_the_report
 
 @pytest.mark.slow
 def test_compare_where_every_configuration_rejects_everything_fails(tmp_path):
-    proc = _sim("compare", "--kv-blocks", "1", "-n", "5", "--policies", "budget,whole",
+    proc = _sim("compare", "--kv-blocks", "2", "-n", "5", "--policies", "budget,whole",
                 "--chunks", "256", "--no-report", "--workers", "1", "--out",
                 str(tmp_path / "c"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr

@@ -9,6 +9,7 @@ state, metrics as `vllm bench serve` reports them, and bad input.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -67,21 +68,48 @@ def moments(rates) -> tuple[float, float]:
 
 
 # ------------------------------------------------------------------ closed forms
-@pytest.mark.parametrize("a, k", [(0.8, 3), (0.5, 5), (0.3, 1), (1.0, 4), (0.0, 2)])
-def test_mean_tokens_per_decode_step_matches_the_closed_form(const_profile, a, k):
-    # 8 requests of 2,000 output tokens: ~ 8 x 2000 / E verified decodes
+@pytest.mark.parametrize("rate, k", [(0.44, 4), (0.8, 3), (0.5, 5), (0.3, 1), (1.0, 4),
+                                     (0.0, 2)])
+def test_vllms_acceptance_rate_comes_back_out_with_its_acceptance_length(const_profile,
+                                                                         rate, k):
+    # vLLM's acceptance rate R (accepted / drafted tokens) fed in at k drafts: the run
+    # reports R back, and the acceptance length 1 + k R, within sampling error. 8
+    # requests of 2,000 output tokens: ~ 8 x 2000 / (1 + k R) verified decodes.
     reqs = [(0.0, 32, 2000)] * 8
-    _, s = run(const_profile, reqs, spec("ngram", k, a), schedule_log=False)
-    want = (1 - a ** (k + 1)) / (1 - a) if a < 1 else k + 1.0
-    mean, var = moments([a ** i for i in range(1, k + 1)])
-    assert mean == pytest.approx(want, rel=1e-12)
+    sp = spec("ngram", k, rate)
+    _, s = run(const_profile, reqs, sp, schedule_log=False)
+    want = 1.0 + k * rate
+    mean, var = moments(sp.position_rates)
+    assert mean == pytest.approx(want, rel=1e-12)  # the conversion holds exactly
     n = s["spec_drafts"]
     assert n > 2000
+    assert s["spec_draft_tokens"] == k * n  # every decode verified all k drafts
     sigma = math.sqrt(var / n)
     assert abs(s["spec_mean_acceptance_length"] - want) <= 4 * sigma + 1e-12
-    assert s["spec_draft_tokens"] == k * n  # every decode verified all k drafts
-    # acceptance rate = accepted / drafted, the same counts
+    # accepted / drafted = (length - 1) / k: the same draws, the same error over k
     assert s["spec_acceptance_rate"] == pytest.approx(s["spec_accepted_tokens"] / (k * n))
+    assert abs(s["spec_acceptance_rate"] - rate) <= 4 * sigma / k + 1e-12
+
+
+def test_the_issue_case_44_percent_at_k4_is_an_acceptance_length_of_2_76():
+    # read as a per-draft probability, 0.44 gave 1 + .44 + .44^2 + .44^3 + .44^4 = 1.74
+    sp = SpecConfig("eagle", 4, 0.44)
+    assert sp.mean_tokens_per_step == pytest.approx(2.76, rel=1e-12)
+    a = sp.per_draft_probability
+    assert (a + a**2 + a**3 + a**4) / 4 == pytest.approx(0.44, rel=1e-12)
+    assert sp.position_rates == pytest.approx((a, a**2, a**3, a**4), rel=1e-12)
+    assert SpecConfig("eagle", 1, 0.44).position_rates == (0.44,)  # k = 1: a = R
+
+
+@pytest.mark.parametrize("text, value", [("44%", 0.44), ("0.44", 0.44), ("100%", 1.0),
+                                         ("0", 0.0)])
+def test_the_rate_is_taken_as_vllm_prints_it(text, value):
+    from chunksim.core.speculative import _rate, _rates
+
+    assert _rate(text) == pytest.approx(value, rel=1e-12)
+    assert _rates(f"80%,{text}") == pytest.approx((0.8, value), rel=1e-12)
+    with pytest.raises(ValueError, match="a fraction in .0, 1. or a percentage with %"):
+        _rate("44")
 
 
 def test_vllm_per_position_rates_are_reproduced(layered_profile):
@@ -324,8 +352,8 @@ def test_fleets_and_pd_decode_instances_speculate(const_profile):
         res, s = simulate(w, const_profile, c)
         assert s["completed"] == 16
         assert (res.requests.generated_tokens == 200).all()
-        # every decode of every engine counted: ~ 16 x 199 / 1.75 verified decodes
-        mean, var = moments([0.5, 0.25])
+        # every decode of every engine counted: ~ 16 x 199 / 2 verified decodes
+        mean, var = moments(sp.position_rates)  # R = 0.5 at k = 2: a = 0.618...
         n = s["spec_drafts"]
         assert n > 1500
         assert abs(s["spec_mean_acceptance_length"] - mean) <= 4 * math.sqrt(var / n)
@@ -516,3 +544,20 @@ def test_draft_head_layers_scales_the_head_cost(tmp_path):
     base = ng.steps.duration_s.to_numpy()[1:]
     np.testing.assert_allclose(durs[1] - base, 2 * (durs[0] - base), rtol=1e-9)
     assert (durs[0] > base).all()
+
+
+def test_console_says_what_each_spec_number_counts(const_profile):
+    from chunksim.cli import app
+
+    r = CliRunner().invoke(app, ["run", "-n", "30", "--speculative-method", "ngram",
+                                 "--num-speculative-tokens", "4", "--spec-acceptance-rate",
+                                 "44%", "--seed", "1"])
+    assert r.exit_code == 0, r.output
+    line = " ".join(r.output.split())  # (however the console wrapped it)
+    got = re.search(r"acceptance rate ([\d.]+)% \(accepted / drafted tokens\), acceptance "
+                    r"length ([\d.]+) \(tokens per verified decode: its accepted drafts \+ "
+                    r"the token sampled after them\)", line)
+    assert got, r.output
+    rate, length = float(got.group(1)) / 100, float(got.group(2))
+    assert length == pytest.approx(1 + 4 * rate, abs=0.01)  # the bonus token counted once
+    assert "accepted tokens per step" not in r.output

@@ -6,7 +6,8 @@ tokens each request gets in each step. Expected values are derived in the commen
 vLLM V1's documented behaviour and its scheduler source (0.8 to 0.11: `Scheduler.schedule`,
 `KVCacheManager.allocate_slots` / `cache_blocks`, `AsyncScheduler`); every step lasts
 10 ms (the `const_profile`), blocks hold 16 tokens and prefix hashes cover one block each
-unless a test says otherwise.
+unless a test says otherwise. A cache of `kv_blocks=N` is vLLM's `num_gpu_blocks = N`: one
+is vLLM's null block, so N - 1 hold KV (the counts below are those N - 1).
 """
 
 from __future__ import annotations
@@ -106,6 +107,18 @@ def test_long_prefill_threshold_caps_each_request(const_profile):
                                  {0: 1, 1: 1, 2: 352}]
 
 
+def test_long_prefill_threshold_spares_a_lone_request(const_profile):
+    # vLLM 0.32 `Scheduler.schedule`: the threshold is off in a step that starts with one
+    # request running or waiting ("nobody to starve"): a lone 900-token prompt under a
+    # 512 budget and a 128 threshold gets 512 + 388. A second request arriving during
+    # step 0 turns it back on: step 1 starts with two, each capped at 128.
+    log, *_ = run(const_profile, [(0.0, 900, 2)], **budget(512, long_prefill_token_threshold=128))
+    assert tokens_of(log) == [{0: 512}, {0: 388}, {0: 1}]
+    log, *_ = run(const_profile, [(0.0, 900, 2), (0.005, 300, 2)],
+                  **budget(512, long_prefill_token_threshold=128))
+    assert tokens_of(log, 3) == [{0: 512}, {0: 128, 1: 128}, {0: 128, 1: 128}]
+
+
 def test_seat_cap_admits_when_a_seat_frees(const_profile):
     # two seats: the third request waits until one finishes (after 3 output tokens)
     log, *_ = run(const_profile, [(0.0, 100, 3)] * 3, **budget(2048, max_num_seqs=2))
@@ -125,13 +138,13 @@ def test_fcfs_and_priority_order_admission(const_profile):
 
 
 def _preemption_case(const_profile, **knobs):
-    # 9 blocks; two 64-token prompts take 4 each. Step 1: the first decode takes the last
-    # free block, the second finds none: a victim is preempted (its 4 full blocks go to
-    # the prefix cache, so the pool regains 4). It cannot come back while the other runs
-    # (64 cached + 1 new token need 5 blocks, 4 are free), and resumes once that one
-    # finishes, hitting its own 64 cached tokens: 1 token to compute.
+    # 9 blocks (kv_blocks=10); two 64-token prompts take 4 each. Step 1: the first decode takes the
+    # last free block, the second finds none: a victim is preempted (its 4 full blocks go to the
+    # prefix cache, so the pool regains 4). It cannot come back while the other runs (64 cached + 1
+    # new token need 5 blocks, 4 are free), and resumes once that one finishes, hitting its own 64
+    # cached tokens: 1 token to compute.
     reqs = [(0.0, 64, 3, (), 1), (0.0, 64, 3, (), 0)]
-    return run(const_profile, reqs, kv_blocks=9, **budget(2048, **knobs))
+    return run(const_profile, reqs, kv_blocks=10, **budget(2048, **knobs))
 
 
 def test_preemption_victim_is_the_last_admitted_and_resumes_from_its_cache(const_profile):
@@ -184,14 +197,14 @@ def test_prefix_hit_after_a_free_takes_blocks_from_the_pool(const_profile):
 
 
 def test_prefix_hit_after_eviction_keeps_the_leading_blocks(const_profile):
-    # 8 blocks. Request 0 (65 tokens) finishes: its full blocks are freed tail first.
+    # 8 blocks (kv_blocks=9). Request 0 (65 tokens) finishes: its full blocks are freed tail first.
     # Request 2 (96 tokens, nothing shared) needs 6 blocks: the 3 never used, request 0's
     # partial block, then evicts the two least recently freed cached blocks: request 0's
     # blocks 3 and 2. Request 1 (same 4-block prefix) then hits blocks 0-1 only: 32.
     a = prefix(1, 2, 3, 4, 5)
     b = prefix(1, 2, 3, 4, 99)
     reqs = [(0.0, 65, 1, a), (0.5, 96, 1), (1.0, 80, 1, b)]
-    log, *_ = run(const_profile, reqs, kv_blocks=8, **budget(2048))
+    log, *_ = run(const_profile, reqs, kv_blocks=9, **budget(2048))
     assert tokens_of(log) == [{0: 65}, {1: 96}, {2: 48}]
     assert log[log.request_id == 2].cached_tokens.tolist() == [32]
 
@@ -238,26 +251,26 @@ def test_same_step_hits_closed_form(const_profile, n, prompt, shared, hash_token
 
 
 def test_blocks_being_computed_are_not_evicted(const_profile):
-    # 11 blocks. Request 0 (64 tokens) is admitted with request 1 (same 4 blocks + 16):
-    # request 1 hits the 4 blocks request 0 is computing. Request 2 (no prefix, 96
+    # 11 blocks (kv_blocks=12). Request 0 (64 tokens) is admitted with request 1 (same
+    # 4 blocks + 16): request 1 hits the 4 blocks request 0 is computing. Request 2 (no prefix, 96
     # tokens) needs 6 blocks and the pool has exactly 11 - 4 - 1 = 6 left: nothing cached
     # is evictable, so it fits only because the shared blocks are counted once.
     a = prefix(1, 2, 3, 4)
     b = prefix(1, 2, 3, 4, 5)
     log, _, steps, _ = run(const_profile, [(0.0, 64, 2, a), (0.0, 80, 2, b), (0.0, 96, 2)],
-                           kv_blocks=11, **budget(2048))
+                           kv_blocks=12, **budget(2048))
     assert tokens_of(log, 1) == [{0: 64, 1: 16, 2: 96}]
     assert steps.kv_blocks_used.iloc[0] == 11
 
 
 # ------------------------------------------------------------------ chunked prefill off
-def test_chunked_prefill_off_schedules_prompts_whole_or_skips_them(const_profile):
+def test_chunked_prefill_off_schedules_prompts_whole_or_waits(const_profile):
     # budget 512, three prompts at once: 300 fits; 300 more does not fit the 212 left, so
-    # it is skipped (vLLM 0.10's skipped_waiting_requests) and the 100 behind it goes
-    # ahead; the skipped one runs whole next step, at the head of the queue.
+    # admission stops there (vLLM 0.32: "we can stop the scheduling here"; 0.10 skipped
+    # it and let the 100 behind it go ahead); next step 1 decode + 300 + 100 fit.
     reqs = [(0.0, 300, 3), (0.0, 300, 3), (0.0, 100, 3)]
     off, *_ = run(const_profile, reqs, **budget(512, enable_chunked_prefill=False))
-    assert tokens_of(off, 2) == [{0: 300, 2: 100}, {0: 1, 2: 1, 1: 300}]
+    assert tokens_of(off, 2) == [{0: 300}, {0: 1, 1: 300, 2: 100}]
     on, *_ = run(const_profile, reqs, **budget(512))
     assert tokens_of(on, 2) == [{0: 300, 1: 212}, {0: 1, 1: 88, 2: 100}]
 
@@ -324,3 +337,15 @@ def test_async_scheduling_hides_host_time_behind_the_forward_pass(
         _, _, steps, _ = run(const_profile, reqs, step_overhead_s=overhead_ms / 1000,
                              engine=EngineConfig(async_scheduling=asyn), **budget(2048))
         assert steps.duration_s.tolist() == pytest.approx([ms / 1000] * 5)
+
+
+def test_a_threshold_above_max_model_len_is_refused_as_vllm_refuses_it(const_profile):
+    # vLLM's SchedulerConfig.verify_max_model_len: long_prefill_token_threshold cannot be
+    # greater than max_model_len
+    with pytest.raises(ValueError, match="--long-prefill-token-threshold 300 exceeds "
+                                         "--max-model-len 200"):
+        run(const_profile, [(0.0, 100, 3)], engine=EngineConfig(max_model_len=200),
+            **budget(512, long_prefill_token_threshold=300))
+    log, *_ = run(const_profile, [(0.0, 100, 3)], engine=EngineConfig(max_model_len=300),
+                  **budget(512, long_prefill_token_threshold=300))
+    assert tokens_of(log, 1) == [{0: 100}]

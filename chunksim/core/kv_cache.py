@@ -34,6 +34,15 @@ from dataclasses import dataclass
 
 from chunksim.core.request import Request
 
+NULL_BLOCKS = 1
+"""Blocks vLLM V1 keeps out of use: its block pool's null block (a placeholder for
+skipped blocks), so `num_gpu_blocks = N` holds KV in N - 1 (`usable_blocks`)."""
+
+
+def usable_blocks(num_gpu_blocks: int) -> int:
+    """Blocks that hold KV in a cache of vLLM's `num_gpu_blocks` (--kv-blocks)."""
+    return num_gpu_blocks - NULL_BLOCKS
+
 
 def blocks_for(tokens: int, block_size: int) -> int:
     """Blocks needed to hold `tokens` tokens of KV."""
@@ -45,7 +54,8 @@ class KVConfig:
     """Size of the paged KV cache."""
 
     num_blocks: int
-    """Capacity in blocks (vLLM's `num_gpu_blocks`)."""
+    """Blocks that hold KV: vLLM's `num_gpu_blocks` less its null block
+    (`usable_blocks`)."""
     block_size: int = 16
     """Tokens per block (vLLM default 16)."""
     prefix_caching: bool = False

@@ -13,9 +13,15 @@ slots per running decode (vLLM's `num_lookahead_tokens`); ngram does not.
 Acceptance is drawn per request per step from a dedicated seeded stream: `rates[i]` is
 the probability that draft position i + 1 is accepted, i.e. that at least i + 1 drafts
 are accepted. That is exactly what vLLM reports as its per-position acceptance rate
-(accepted at position i / drafts), so its numbers are taken as given. A mean acceptance
-rate `a` (each draft accepted with probability a given the ones before it were) gives
-rates a, a^2, ..., a^k and a mean of (1 - a^(k+1)) / (1 - a) tokens per decode step.
+(accepted at position i / drafts), so its numbers are taken as given.
+
+vLLM's acceptance rate R (`vllm bench serve`'s "Acceptance rate (%)", the logger's "Avg
+Draft acceptance rate": accepted / drafted tokens) is converted at k drafts to the
+probability `a` that a draft is accepted when the ones before it were, solving
+(a + a^2 + ... + a^k) / k = R (`per_draft_probability`): position i is then accepted with
+probability a^i, the acceptance rate comes back out as R, and the acceptance length (mean
+tokens a verified decode emits, its accepted drafts plus the one token sampled after them)
+is 1 + k R.
 """
 
 from __future__ import annotations
@@ -39,18 +45,48 @@ class SpecMethod(str, Enum):
     DRAFT_MODEL = "draft-model"
 
 
+def _fraction(text: str, flag: str, example: str) -> float:
+    """`0.44` or `44%` -> 0.44 (a bare number above 1 is refused: 44 is neither)."""
+    t = str(text).strip()
+    try:
+        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ValueError(f"{flag} {text!r} is not a number; give a fraction or a "
+                         f"percentage, e.g. {example}") from None
+    if not t.endswith("%") and value > 1.0:
+        raise ValueError(f"{flag} {t}: a rate is a fraction in [0, 1] or a percentage "
+                         f"with %, e.g. {t}% as vLLM prints it")
+    return value
+
+
 def _rates(text: str) -> tuple[float, ...]:
-    """`0.8,0.6,0.4` -> (0.8, 0.6, 0.4)."""
-    out = []
-    for part in str(text).replace(" ", ",").split(","):
-        if not part:
-            continue
-        try:
-            out.append(float(part))
-        except ValueError:
-            raise ValueError(f"--spec-acceptance {text!r}: {part!r} is not a number; give "
-                             "vLLM's per-position acceptance rates, e.g. 0.8,0.6,0.4") from None
-    return tuple(out)
+    """`0.8,0.6,0.4` or `80%,60%,40%` -> (0.8, 0.6, 0.4)."""
+    return tuple(_fraction(part, "--spec-acceptance", "0.8,0.6,0.4 or 80%,60%,40%")
+                 for part in str(text).replace(" ", ",").split(",") if part)
+
+
+def _rate(text) -> float | None:
+    """`--spec-acceptance-rate 44%` or `0.44` -> 0.44."""
+    if text is None or isinstance(text, float | int):
+        return text
+    return _fraction(text, "--spec-acceptance-rate", "44% or 0.44")
+
+
+def per_draft_probability(rate: float, k: int) -> float:
+    """The probability a that a draft is accepted when the ones before it were, such that
+    vLLM's acceptance rate (accepted / drafted tokens) at k drafts per decode is `rate`:
+    (a + a^2 + ... + a^k) / k = rate. The left side rises from 0 to 1 with a, so the root
+    is found by bisection (to 1e-15)."""
+    if k <= 1 or rate <= 0.0 or rate >= 1.0:
+        return min(max(rate, 0.0), 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        a = (lo + hi) / 2
+        if sum(a ** i for i in range(1, k + 1)) / k < rate:
+            lo = a
+        else:
+            hi = a
+    return (lo + hi) / 2
 
 
 def _method(value: str | None) -> str | None:
@@ -79,14 +115,19 @@ class SpecConfig:
     """Draft tokens k proposed per request per step (default: as many as --spec-acceptance
     gives rates, else 0 = off). Each decode then schedules 1 + k tokens against the token
     budget and KV. `sim compare` / `sim capacity` take a comma list (a grid axis)."""
-    spec_acceptance_rate: float | None = knob(None, "--spec-acceptance-rate", panel=_S)
-    """Mean acceptance rate a in [0, 1]: each draft is accepted with probability a if the
-    ones before it were (position i is accepted with probability a^i)."""
+    spec_acceptance_rate: float | None = knob(None, "--spec-acceptance-rate", panel=_S,
+                                              cli_type=str, parse=_rate)
+    """vLLM's acceptance rate R at these k drafts: accepted / drafted tokens, as `vllm bench
+    serve` prints it ("Acceptance rate (%)": give 44%, or 0.44). Converted to a per-draft
+    probability a with (a + a^2 + ... + a^k) / k = R (position i accepted with probability
+    a^i), so the run's acceptance rate is R and its acceptance length 1 + k R. With a grid
+    of k, give --spec-acceptance instead (a rate R holds at one k only)."""
     spec_acceptance: tuple[float, ...] = knob(
         (), "--spec-acceptance", panel=_S, cli_type=str, parse=_rates)
-    """Per-position acceptance rates as vLLM reports them (accepted at position i / drafts,
-    comma-separated, non-increasing, each in [0, 1]), taken as given; instead of
-    --spec-acceptance-rate. --num-speculative-tokens defaults to their count."""
+    """vLLM's per-position acceptance rates (accepted at position i / drafts, "Per-position
+    acceptance (%)"), comma-separated fractions or percentages, non-increasing, taken as
+    given; instead of --spec-acceptance-rate. --num-speculative-tokens defaults to their
+    count."""
     draft_profile: str | None = knob(None, "--draft-profile", panel=_S)
     """Latency profile of the draft model (draft-model only): a bundled name or a CSV."""
     draft_head_layers: float | None = knob(None, "--draft-head-layers", panel=_S)
@@ -102,10 +143,11 @@ class SpecConfig:
         if k is not None and k < 0:
             raise ValueError(f"--num-speculative-tokens {k}: must be >= 0 (0 turns "
                              "speculative decoding off)")
-        a = self.spec_acceptance_rate
+        a = _rate(self.spec_acceptance_rate)  # (as the flag takes it: 44% or 0.44)
+        object.__setattr__(self, "spec_acceptance_rate", a)
         if a is not None and not 0.0 <= a <= 1.0:
             raise ValueError(f"--spec-acceptance-rate {a}: an acceptance rate must be in "
-                             "[0, 1]")
+                             "[0, 1] (or 0% to 100%)")
         for i, r in enumerate(rates):
             if not 0.0 <= r <= 1.0:
                 raise ValueError(f"--spec-acceptance position {i + 1} is {r}: each rate "
@@ -175,18 +217,26 @@ class SpecConfig:
         return self.num_speculative_tokens
 
     @property
+    def per_draft_probability(self) -> float | None:
+        """a: a draft's acceptance given the ones before it were, converted from vLLM's
+        acceptance rate (`per_draft_probability`); None when per-position rates are given."""
+        if self.spec_acceptance or self.spec_acceptance_rate is None:
+            return None
+        return per_draft_probability(self.spec_acceptance_rate, self.num_speculative_tokens)
+
+    @property
     def position_rates(self) -> tuple[float, ...]:
         """P(draft position i is accepted) for i = 1..k (= P(at least i accepted))."""
         k = self.num_speculative_tokens
         if self.spec_acceptance:
             return tuple(self.spec_acceptance[:k])
-        a = self.spec_acceptance_rate or 0.0
+        a = self.per_draft_probability or 0.0
         return tuple(a ** i for i in range(1, k + 1))
 
     @property
     def mean_tokens_per_step(self) -> float:
-        """Expected tokens a decode with k drafts emits: 1 + sum of the position rates
-        (= (1 - a^(k+1)) / (1 - a) for a mean rate a)."""
+        """vLLM's acceptance length expected of a decode verifying k drafts: 1 + the sum of
+        the position rates (= 1 + k R for an acceptance rate R)."""
         return 1.0 + sum(self.position_rates)
 
     def params(self) -> dict:
@@ -194,6 +244,7 @@ class SpecConfig:
         return {"method": self.speculative_method,
                 "num_speculative_tokens": self.num_speculative_tokens,
                 "acceptance_rate": self.spec_acceptance_rate,
+                "per_draft_probability": self.per_draft_probability,
                 "position_rates": list(self.position_rates),
                 "lookahead_tokens": self.lookahead_tokens,
                 "draft_profile": self.draft_profile,

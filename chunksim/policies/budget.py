@@ -4,14 +4,16 @@ Models `vllm/v1/core/sched/scheduler.py` (vLLM 0.8–0.11). The budget counts de
 too; running requests (decodes and unfinished prefills, in admission order) are served
 first, so "decode first" comes from list order and the prefill chunk is whatever budget is
 left. Preemption is recompute, victim = most recently admitted; a step that preempted
-admits nothing new.
+admits nothing new. `--long-prefill-token-threshold` caps each request's tokens in a step,
+except in a step that starts with a single request running or waiting (vLLM 0.32).
 
-With chunked prefill off (`--no-enable-chunked-prefill`, vLLM 0.10's check in the waiting
-loop): a waiting prompt whose remaining tokens exceed the budget left is skipped for this
-step (it keeps its place at the head of the queue) and later prompts that fit are admitted
-after it, as vLLM's `skipped_waiting_requests` does. vLLM refuses a budget below
-`max_model_len` without chunking, so no request can outgrow it there; here a request whose
-re-prefill (prompt + output - 1 tokens) exceeds the budget is rejected at arrival.
+With chunked prefill off (`--no-enable-chunked-prefill`, vLLM 0.32's check in the waiting
+loop): admission stops at the first waiting prompt whose remaining tokens exceed the budget
+left, and it is scheduled whole in a later step (vLLM 0.10 and 0.11 skipped it for the
+step and admitted later prompts that fit, `skipped_waiting_requests`). vLLM refuses a
+budget below `max_model_len` without chunking, so no request can outgrow it there; here a
+request whose re-prefill (prompt + output - 1 tokens) exceeds the budget is rejected at
+arrival.
 
 `--max-num-partial-prefills` is not in released V1 (default 0 = unlimited); when set it
 caps the prefills in a step, counted as vLLM V0's chunked-prefill scheduler (0.7+) counts
@@ -71,7 +73,8 @@ class TokenBudgetPolicy(PolicyBase):
     at most the token budget, as vLLM caps its default)."""
     long_prefill_token_threshold: int = knob(
         0, "--long-prefill-token-threshold", "--long-prefill-threshold", min=0)
-    """Cap on one request's new tokens per step (default 0 = off, vLLM's default)."""
+    """Cap on one request's new tokens per step (default 0 = off, vLLM's default). As in
+    vLLM, not applied in a step that starts with a single request running or waiting."""
     max_num_partial_prefills: int = knob(
         0, "--max-num-partial-prefills", "--max-partial-prefills", min=0)
     """Most requests mid-prefill in one step (default 0 = unlimited, vLLM V1)."""
@@ -85,8 +88,9 @@ class TokenBudgetPolicy(PolicyBase):
     enable_chunked_prefill: bool = knob(
         True, "--enable-chunked-prefill/--no-enable-chunked-prefill")
     """vLLM's chunked prefill (on by default in V1). Off: a prompt is scheduled whole or
-    waits; one that does not fit the budget left is skipped for the step (prompts behind it
-    that fit go first); a request whose prompt + output - 1 exceeds the budget is rejected
+    waits; admission stops at one that does not fit the budget left (as vLLM 0.32; 0.10
+    let prompts behind it that fit go first); a request whose prompt + output - 1 exceeds
+    the budget is rejected
     (vLLM requires max_model_len <= max_num_batched_tokens without chunking)."""
     class_chunk_caps: tuple[tuple[str, int], ...] = knob(
         (), "--class-chunk", cli_type=list[str], parse=_class_caps)
@@ -151,6 +155,11 @@ class TokenBudgetPolicy(PolicyBase):
         return None
 
     def max_model_len_error(self, max_model_len: int) -> str | None:
+        if self.long_prefill_token_threshold > max_model_len:
+            return (  # vLLM's SchedulerConfig refuses this
+                f"--long-prefill-token-threshold {self.long_prefill_token_threshold} exceeds "
+                f"--max-model-len {max_model_len}; lower the threshold to at most "
+                f"{max_model_len}")
         if self.enable_chunked_prefill or max_model_len <= self.max_num_batched_tokens:
             return None
         return (  # vLLM's SchedulerConfig refuses this too
@@ -158,8 +167,13 @@ class TokenBudgetPolicy(PolicyBase):
             f"{self.max_num_batched_tokens} with --no-enable-chunked-prefill: a prompt that "
             "long could never be scheduled; raise the budget or lower --max-model-len")
 
-    def _cap(self, req, want: int) -> int:
-        thr = self.long_prefill_token_threshold
+    def _threshold(self, requests: int) -> int:
+        """`long_prefill_token_threshold` in a step that starts with `requests` requests
+        running or waiting: off (0) for a lone request, which starves nobody (vLLM
+        0.32's `Scheduler.schedule`, counted once before the running loop)."""
+        return self.long_prefill_token_threshold if requests > 1 else 0
+
+    def _cap(self, req, want: int, thr: int) -> int:
         if thr and want > thr:
             want = thr
         for cls, cap in self.class_chunk_caps:
@@ -178,6 +192,7 @@ class TokenBudgetPolicy(PolicyBase):
         queue = self.queue  # a property: read once, not per running request
         lookahead = state.lookahead_tokens
         block_size = state.kv.block_size
+        thr = self._threshold(len(running) + state.held_seats + len(state.waiting))
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -187,7 +202,7 @@ class TokenBudgetPolicy(PolicyBase):
                     i += 1
                     continue
                 partial += 1
-                want = self._cap(req, rem) if rem > 1 else 1
+                want = self._cap(req, rem, thr) if rem > 1 else 1
                 if want > budget:
                     want = budget
                 grow = want
@@ -225,21 +240,22 @@ class TokenBudgetPolicy(PolicyBase):
         if not preempted:
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, partial,
-                        max_partial, scheduled, admitted)
+                        max_partial, scheduled, admitted, thr)
         return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
-               max_partial: int, scheduled: list, admitted: list) -> None:
+               max_partial: int, scheduled: list, admitted: list, thr: int) -> None:
         """The waiting loop of `plan`: admit from `waiting` in order while the budget
-        left, the seats left, the prefill cap and the KV (`ledger`) allow."""
+        left, the seats left, the prefill cap and the KV (`ledger`) allow; `thr` is the
+        step's long-prefill threshold (`_threshold`)."""
         chunked = self.enable_chunked_prefill
         for req in waiting:
             if budget <= 0 or seats <= 0 or partial >= max_partial:
                 break
             remaining = req.num_remaining - ledger.cached(req)
             if not chunked and remaining > budget:
-                continue  # vLLM: skipped this step, keeps its place at the head
-            want = min(self._cap(req, remaining), budget)
+                break  # vLLM 0.32: "we can stop the scheduling here"
+            want = min(self._cap(req, remaining, thr), budget)
             if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
                 break
             partial += 1
@@ -262,6 +278,7 @@ class TokenBudgetPolicy(PolicyBase):
         partial = 0
         max_partial = self.max_num_partial_prefills or 1 << 30
         block_size = ledger.block_size
+        thr = self._threshold(decodes + len(tail) + len(waiting))
         for req in tail:  # plan's running loop, without a victim to look for
             if budget <= 0:
                 break
@@ -270,7 +287,7 @@ class TokenBudgetPolicy(PolicyBase):
                 if partial >= max_partial:
                     continue
                 partial += 1
-                want = self._cap(req, rem) if rem > 1 else 1
+                want = self._cap(req, rem, thr) if rem > 1 else 1
                 if want > budget:
                     want = budget
             else:
@@ -287,7 +304,7 @@ class TokenBudgetPolicy(PolicyBase):
             budget -= want
         admitted: list = []
         self._admit(waiting, ledger, budget, self.max_num_seqs - decodes - len(tail),
-                    partial, max_partial, scheduled, admitted)
+                    partial, max_partial, scheduled, admitted, thr)
         return Plan(tuple(scheduled), tuple(admitted))
 
     def admits_decodes(self, running: int, waiting, ledger: KVLedger) -> bool:
@@ -301,5 +318,6 @@ class TokenBudgetPolicy(PolicyBase):
         admitted: list = []
         self._admit(waiting, ledger, self.max_num_batched_tokens - running,
                     self.max_num_seqs - running, 0,
-                    self.max_num_partial_prefills or 1 << 30, scheduled, admitted)
+                    self.max_num_partial_prefills or 1 << 30, scheduled, admitted,
+                    self._threshold(running + len(waiting)))
         return len(admitted) == len(waiting) and all(n == 1 for _, n in scheduled)

@@ -122,9 +122,12 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
                     + (f", mean wait {wait:.1f} ms" if wait is not None else ""))
         con.print(f"prefix cache hit rate {hit:.1%}{tier}")
     mal = summary.get("spec_mean_acceptance_length")
-    if mal is not None:
-        con.print(f"speculative decoding: {mal:.2f} accepted tokens per step, acceptance "
-                  f"rate {summary['spec_acceptance_rate']:.1%}")
+    if mal is not None:  # vLLM's names and units (`vllm bench serve`)
+        per = ", ".join(f"{r:.1%}" for r in summary.get("spec_position_acceptance", []))
+        con.print(f"speculative decoding: acceptance rate {summary['spec_acceptance_rate']:.1%}"
+                  f" (accepted / drafted tokens), acceptance length {mal:.2f} (tokens per "
+                  "verified decode: its accepted drafts + the token sampled after them)"
+                  + (f", per-position acceptance {per}" if per else ""))
     by_class = summary.get("by_class")
     if by_class:
         print_table(con, class_table(by_class))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chunksim.core.knobs import knob
-from chunksim.core.kv_cache import KVConfig
+from chunksim.core.kv_cache import KVConfig, usable_blocks
 from chunksim.core.spec import Workload
 from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, Device, vllm_defaults
 from chunksim.latency.profile import Profile
@@ -45,9 +45,10 @@ class RunConfig:
     """Policy knobs the user set, (field name, value) sorted by name (a mapping is
     accepted and normalized); the rest take the modelled system's defaults
     (`policies.make_policy`)."""
-    kv_blocks: int | None = knob(None, "--kv-blocks", panel=_E, min=1)
-    """KV capacity in blocks (default: from the profile, device memory x utilization -
-    weights)."""
+    kv_blocks: int | None = knob(None, "--kv-blocks", panel=_E, min=2)
+    """KV capacity in blocks, vLLM's `num_gpu_blocks`: as in vLLM, one is its null block,
+    so N blocks hold KV in N - 1 (default: from the profile, device memory x utilization
+    - weights)."""
     block_size: int | None = knob(None, "--block-size", panel=_E, min=1)
     """Tokens per KV block (default by device, as the modelled vLLM: 128 on CPU, 16 on
     GPUs)."""
@@ -125,8 +126,9 @@ class RunConfig:
 
 
 def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> int:
-    """vLLM-style capacity: (device memory * utilization - weights) / bytes per block.
-    Activation memory is not subtracted (it is small next to KV at these sizes)."""
+    """vLLM-style capacity, its `num_gpu_blocks`: (device memory * utilization - weights)
+    / bytes per block. Activation memory is not subtracted (it is small next to KV at
+    these sizes)."""
     p = profile.provenance
     try:
         mem, weights, per_tok = (int(p["device_memory_bytes"]), int(p["weights_bytes"]),
@@ -137,7 +139,7 @@ def default_kv_blocks(profile: Profile, block_size: int, utilization: float) -> 
             "kv_bytes_per_token in its provenance; give --kv-blocks") from None
     free = mem * utilization - weights
     blocks = int(free // (block_size * per_tok))
-    if blocks < 1:
+    if blocks < 2:  # (one is vLLM's null block)
         raise ValueError(
             f"profile {profile.path}: weights ({weights / 2**30:.1f} GiB) leave no KV room in "
             f"{mem / 2**30:.1f} GiB at utilization {utilization}; give --kv-blocks")
@@ -167,7 +169,8 @@ def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig) -> Engine
     block_size = cfg.block_size_on(device)
     blocks = cfg.kv_blocks or default_kv_blocks(profile, block_size,
                                                 cfg.gpu_memory_utilization)
-    kv = KVConfig(blocks, block_size, cfg.prefix_caching, workload.prefix_block_tokens)
+    kv = KVConfig(usable_blocks(blocks), block_size, cfg.prefix_caching,
+                  workload.prefix_block_tokens)
     spec = cfg.engine.speculative
     if spec.enabled:
         latency.drafter = make_drafter(spec, profile, latency)

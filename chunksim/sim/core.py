@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chunksim.core.kv_cache import KVConfig, blocks_for, prefix_hit_rate
+from chunksim.core.kv_cache import NULL_BLOCKS, KVConfig, blocks_for, prefix_hit_rate
 from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.plan import Plan, Policy, SchedulerState
 from chunksim.core.request import Request
@@ -109,7 +109,8 @@ def request_rejection(spec, policy: Policy, block_size: int, num_blocks: int,
     need = blocks_for(total - 1, block_size)
     if need > num_blocks:
         return "kv_blocks", (f"needs {need} KV blocks for {total - 1} tokens, the cache "
-                             f"has {num_blocks} (raise --kv-blocks)")
+                             f"holds {num_blocks} (raise --kv-blocks, now "
+                             f"{num_blocks + NULL_BLOCKS} with vLLM's null block)")
     why = policy.rejection_reason(spec.prompt_tokens, spec.output_tokens)
     return None if why is None else ("policy", why)
 
@@ -619,7 +620,7 @@ class EngineCore:
             "workload": self.workload.name,
             "workload_params": dict(self.workload.params),
             "workload_notes": list(self.workload.notes),
-            "kv_blocks": self.kv.num_blocks,
+            "kv_blocks": self.kv.num_blocks + NULL_BLOCKS,  # as --kv-blocks: vLLM's count
             "max_model_len": self.max_model_len,
             "rejected_reasons": dict(sorted(self.rejected_kinds.items())),
             "block_size": self.kv.block_size,

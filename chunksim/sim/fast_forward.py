@@ -469,8 +469,10 @@ def _stretch(engine: Engine, env: simpy.Environment, now: float, vetted: bool):
     st.settle()
     if not live:
         engine.busy_until = t
-        if not engine.ahead:
-            yield env.timeout(t - now)
+        if not engine.ahead:  # to exactly t (now + (t - now) may round: `engine._until`)
+            while 0.0 < env.now < t / 2:
+                yield env.timeout(env.now)
+            yield env.timeout(t - env.now)
     return True
 
 

@@ -93,10 +93,13 @@ METRICS: tuple[Metric, ...] = (
            "the request's worst gap)."),
     Metric("preemptions", "preempt", "", "{:.0f}", _shown("seeds")),
     Metric("rejected", "rejected", "", "{:.0f}", _shown("seeds")),
-    Metric("spec_mean_acceptance_length", "accepted tokens per step", "", "{:.2f}",
-           definition="speculative decoding: the mean tokens a decode emits per step, its "
-           "accepted drafts plus the token sampled after them (vLLM's mean acceptance "
-           "length); acceptance rate = accepted / drafted tokens."),
+    Metric("spec_mean_acceptance_length", "acceptance length", "", "{:.2f}",
+           definition="speculative decoding, as vLLM reports it: acceptance length = the "
+           "mean tokens a verified decode emits, its accepted drafts plus the one token "
+           "sampled after them (1 + k x acceptance rate); acceptance rate "
+           "(spec_acceptance_rate, a fraction; vLLM prints %) = accepted / drafted tokens; "
+           "per-position acceptance (spec_position_acceptance) = accepted at position i / "
+           "verified decodes."),
 )
 """In the order tables show them."""
 

@@ -15,6 +15,8 @@ Modules, one job each:
     against     `--against`: replay a results file's requests and compare (no torch)
     calibrate   `sim calibrate`: fit framework time and scales, hold out, refuse, write
     bench_format  write requests' timings as a `vllm bench serve` result (synthetic runs)
+    vllm_scheduler  vLLM's own V1 scheduler driven without a model, step by step beside
+                  chunksim's (the differential tier; needs vLLM, imported lazily)
 The plot and the console table are drawn by `chunksim.reports`; the command is
 `chunksim.cli.validate`. User guide: docs/validation.md.
 """

@@ -138,7 +138,7 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
     if cfg.engine.speculative.enabled:
         raise ValueError("speculative decoding is simulated only: the live loop runs no "
                          "drafter to compare with; drop --num-speculative-tokens")
-    from chunksim.core.kv_cache import KVConfig
+    from chunksim.core.kv_cache import KVConfig, usable_blocks
     from chunksim.latency.select import latency_model
     from chunksim.sim.run import simulate
 
@@ -153,7 +153,8 @@ def validate(workload: Workload, profile: Profile, cfg: RunConfig,
         notes.append("prefix caching off on both sides (the live loop does not reuse KV)")
     cfg = comparable_config(cfg, profile, settings)
     device = Device.of(profile.provenance)
-    kv = KVConfig(cfg.kv_blocks, cfg.block_size, False, workload.prefix_block_tokens)
+    kv = KVConfig(usable_blocks(cfg.kv_blocks), cfg.block_size, False,
+                  workload.prefix_block_tokens)  # the simulated side's blocks
     probe = None
     if replay_steps > 0:  # the machine's speed on the table's own points, just before
         from chunksim.live.runtime import Runtime, pinned_threads
