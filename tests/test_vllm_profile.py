@@ -320,13 +320,13 @@ def test_a_tiny_moe_goes_through_the_same_path(tmp_path):
 REFUSE = textwrap.dedent("""
     import json, sys, tempfile
     from pathlib import Path
-    from chunksim.profiler.vllm_engine import Engine, EngineSettings, Prompts, look, prime
+    from chunksim.profiler.vllm_engine import VllmEngine, EngineSettings, Prompts, look, prime
     from chunksim.profiler.vllm_points import Point
     s = EngineSettings(model=sys.argv[1], dtype="float32", block_size=32, threads=1, seed=0,
                        cache_dir=Path(tempfile.mkdtemp()), max_model_len=512,
                        max_num_batched_tokens=256, max_num_seqs=4,
                        kv_cache_bytes=64 << 20, enforce_eager=True)
-    e = Engine(s)
+    e = VllmEngine(s)
     prompts = Prompts(0, e.vocab, 2, 320, 320)
     prime(e, prompts)
     point = Point(128, 64, 2, 64)

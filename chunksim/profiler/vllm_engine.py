@@ -82,7 +82,7 @@ class Measured:
     setup_steps: int = 0
 
 
-class Engine:
+class VllmEngine:
     """vLLM's engine core in this process, with a shape-checking wrapper on its scheduler."""
 
     def __init__(self, s: EngineSettings) -> None:
@@ -238,7 +238,7 @@ class Prompts:
         return [self._fresh.randint(1, self._hi) for _ in range(n)]
 
 
-def prime(engine: Engine, prompts: Prompts) -> int:
+def prime(engine: VllmEngine, prompts: Prompts) -> int:
     """Prefill every slot's prompt and the chunk prefix once, so later looks hit the
     prefix cache; steps taken."""
     ids = [engine.add(p, 1) for p in (*prompts.slots, prompts.prefix) if p]
@@ -255,7 +255,8 @@ def cached_tokens(length: int, block: int, whole_prompt: bool) -> int:
     return (length // block) * block
 
 
-def look(engine: Engine, prompts: Prompts, point: Point) -> tuple[Look | None, str | None, int]:
+def look(engine: VllmEngine, prompts: Prompts,
+         point: Point) -> tuple[Look | None, str | None, int]:
     """Set up `point`'s step, time it, check its shape: (look, refusal reason, setup
     steps)."""
     bs = engine.s.block_size
@@ -301,7 +302,7 @@ def look(engine: Engine, prompts: Prompts, point: Point) -> tuple[Look | None, s
         steps += engine.drain()
 
 
-def measure(engine: Engine, prompts: Prompts, grid: EngineGrid, seed: int,
+def measure(engine: VllmEngine, prompts: Prompts, grid: EngineGrid, seed: int,
             progress: Callable[[str], None] | None = None) -> Measured:
     """Every point of `grid`, `grid.repeats` looks each, interleaved in rounds; a point
     whose look is refused is retried once after priming the cache again, then refused."""

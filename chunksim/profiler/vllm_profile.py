@@ -118,7 +118,7 @@ def _platform_now() -> str:
 
 def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict:
     """Measure, build the rows, write NAME.csv + NAME.json; returns the JSON written."""
-    from chunksim.profiler.vllm_engine import Engine, EngineSettings, Prompts, measure
+    from chunksim.profiler.vllm_engine import EngineSettings, Prompts, VllmEngine, measure
 
     start = time.perf_counter()
     if vllm_compat.distribution() is None:
@@ -161,7 +161,7 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
 
     say(f"building vLLM {version} on {platform} ({cfg.name}, dummy weights)")
     built = time.perf_counter()
-    engine = Engine(es)
+    engine = VllmEngine(es)
     built = time.perf_counter() - built
     prompts = Prompts(s.seed, engine.vocab, sizes["slots"], sizes["slot_len"],
                       sizes["prefix_len"])
