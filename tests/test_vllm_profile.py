@@ -28,7 +28,13 @@ from chunksim.profiler.vllm_points import (
     grid_from_axes,
     thin,
 )
-from chunksim.profiler.vllm_profile import build_rows, engine_sizes, per_step_cost, write_profile
+from chunksim.profiler.vllm_profile import (
+    build_rows,
+    engine_sizes,
+    per_step_cost,
+    step_clock,
+    write_profile,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_VLLM = vllm_compat.distribution() is not None
@@ -153,6 +159,21 @@ def test_sizes_refuse_a_grid_longer_than_the_model():
     assert got["max_model_len"] <= 1024 and got["max_num_seqs"] > 4
 
 
+@pytest.mark.parametrize("clock, platform, threads, got", [
+    (None, "cpu", 1, "thread-cpu"), (None, "cpu", 2, "wall"), (None, "cuda", 1, "wall"),
+    ("wall", "cpu", 1, "wall"), ("thread-cpu", "cpu", 1, "thread-cpu")])
+def test_step_clock(clock, platform, threads, got):
+    assert step_clock(clock, platform, threads) == got
+
+
+@pytest.mark.parametrize("clock, platform, threads, match", [
+    ("thread-cpu", "cuda", 1, "needs vLLM on a CPU with --threads 1 \\(here cuda"),
+    ("thread-cpu", "cpu", 2, "here cpu, 2 thread"), ("cpu", "cpu", 1, "use wall or")])
+def test_step_clock_refusals_name_the_flag(clock, platform, threads, match):
+    with pytest.raises(ValueError, match="--clock .*" + match):
+        step_clock(clock, platform, threads)
+
+
 # -- the profile built from engine steps ------------------------------------------------
 
 @dataclass
@@ -270,6 +291,7 @@ def test_engine_profile_of_a_tiny_llama(engine_profile):
     assert e["platform"] == meta["device"] == "cpu"
     assert e["block_size"] == 32 and e["dtype"] == "float32" and e["threads"] == 1
     assert e["cuda_graphs"] is False and e["async_scheduling"] is False
+    assert meta["clock"] == "thread-cpu"  # the default on one CPU thread
     assert e["attention_backend"] not in ("", "unknown")
     assert meta["components"]["mixed_attention"].startswith("joint")
     steps = {tuple(s[:4]): s[4] for s in meta["engine_steps"]}

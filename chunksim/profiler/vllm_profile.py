@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,6 +59,8 @@ class VllmProfileSettings:
     device: str
     """auto, cpu or cuda: what the user asked; vLLM's platform decides, and a mismatch is
     refused."""
+    clock: str | None = None
+    """wall or thread-cpu (None: thread-cpu on a CPU with one thread, else wall)."""
 
 
 def resolve_model(model: str) -> tuple[str, Path]:
@@ -131,9 +134,11 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
         cfg = replace(cfg, name=s.model)
     cache = Path(tempfile.gettempdir()) / "chunksim-vllm-cache"
     # before vLLM is imported: it reads its logging level and threads at import
-    os.environ.update({**vllm_compat.engine_env(cache, s.threads),
+    threads = s.threads if vllm_compat.is_cpu_build() else None
+    os.environ.update({**vllm_compat.engine_env(cache, threads),
                        **vllm_compat.in_process_env()})
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
     version = vllm_compat.require("sim profile --engine vllm")  # imports vLLM and torch
     platform = _platform_now()
     if platform not in ("cpu", "cuda"):
@@ -146,6 +151,7 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
     block = s.block_size or (32 if platform == "cpu" else 16)
     if platform == "cpu":
         vllm_compat.cpu_block_size(block)
+    clock = step_clock(s.clock, platform, s.threads)
     sizes = engine_sizes(s.grid, block, cfg, dtype)
     es = EngineSettings(model=loadable, dtype=dtype, block_size=block,
                         threads=s.threads if platform == "cpu" else None, seed=s.seed,
@@ -153,7 +159,7 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
                         max_num_batched_tokens=sizes["max_num_batched_tokens"],
                         max_num_seqs=sizes["max_num_seqs"],
                         kv_cache_bytes=sizes["kv_cache_bytes"],
-                        enforce_eager=platform == "cpu")
+                        enforce_eager=platform == "cpu", clock=clock)
 
     def say(msg: str) -> None:
         if show_progress:
@@ -179,6 +185,7 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
               "device_memory_bytes": device_memory_bytes(platform)}
     extra = {"build_s": round(built, 3), "warmup_looks": measured.warmups,
              "untimed_steps": measured.setup_steps, "model_arg": s.model, "seed": s.seed,
+             "clock": clock,
              "elapsed_s": round(time.perf_counter() - start, 3)}
     return write_profile(s.out_csv, cfg, s.grid, measured.looks, provenance, device, extra)
 
@@ -211,7 +218,7 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
                       "source": "measured: vLLM's scheduler.schedule + update_from_output "
                                 "inside the decode steps at the shortest context (median)"},
         "seed": extra["seed"],
-        "clock": "wall",
+        "clock": extra.get("clock", "wall"),
         "components": {
             "layers": 1, "timed_layers": cfg.n_layers, "in_sequence_scale": 1.0, "tp": 1,
             "link": None,
@@ -233,6 +240,7 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
                         "warmup_looks": extra.get("warmup_looks"),
                         "untimed_steps": extra.get("untimed_steps"),
                         "shape_checked": True, "refused": 0,
+                        "wall_over_clock": _wall_ratio(looks),
                         "summary": "median of the looks; each look's step shape checked "
                                    "against the scheduler's num_scheduled_tokens and each "
                                    "request's context"},
@@ -256,6 +264,28 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
         out_csv.with_suffix(".json").unlink(missing_ok=True)
         raise ValueError(f"sim profile --engine vllm: {exc}") from None
     return meta
+
+
+def step_clock(clock: str | None, platform: str, threads: int) -> str:
+    """The clock steps are timed on; ValueError naming --clock for one that cannot time
+    them."""
+    if clock is None:
+        return "thread-cpu" if platform == "cpu" and threads == 1 else "wall"
+    if clock not in ("wall", "thread-cpu"):
+        raise ValueError(f"--clock {clock!r}: use wall or thread-cpu")
+    if clock == "thread-cpu" and (platform != "cpu" or threads != 1):
+        raise ValueError(f"--clock thread-cpu times a step on this thread's CPU time: it "
+                         f"needs vLLM on a CPU with --threads 1 (here {platform}, "
+                         f"{threads} thread(s)); use --clock wall")
+    return clock
+
+
+def _wall_ratio(looks: dict[Point, list]) -> float | None:
+    """Median over looks of wall time / the clock's time (1 on an idle machine or with
+    the wall clock; above 1 where other work took the CPU while steps ran)."""
+    r = [x.wall_s / x.step_s for v in looks.values() for x in v
+         if getattr(x, "wall_s", 0) and x.step_s > 0]
+    return round(statistics.median(r), 4) if r else None
 
 
 def _quantile(values: list[float], q: float) -> float:
