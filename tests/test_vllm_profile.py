@@ -26,11 +26,13 @@ from chunksim.profiler.vllm_points import (
     check_step,
     engine_grid,
     grid_from_axes,
+    held_out,
     thin,
 )
 from chunksim.profiler.vllm_profile import (
     build_rows,
     engine_sizes,
+    held_out_report,
     per_step_cost,
     step_clock,
     write_profile,
@@ -225,6 +227,42 @@ def test_profile_gives_back_every_measured_step(tmp_path):
     assert all(r["median_s"] >= 0 for r in rows)
 
 
+def test_held_out_points_are_off_the_grid_and_inside_it():
+    g = grid_from_axes("t", (32, 128), (0, 256), (1, 2, 4), (32, 256), 3)
+    pts = held_out(g, 4, seed=3)
+    assert pts == held_out(g, 4, seed=3)  # seeded
+    assert [p.kind for p in pts] == ["prefill"] * 4 + ["decode"] * 4 + ["mixed"] * 4
+    assert not set(pts) & set(g.points())
+    for p in pts:
+        if p.chunk_len:
+            assert 32 <= p.chunk_len <= 128 and 0 <= p.prior_len <= 256
+        if p.decode_count:
+            assert 1 <= p.decode_count <= 4 and 32 <= p.kv_len <= 256
+
+
+def test_held_out_report_reads_the_composed_models_error(tmp_path):
+    """A multilinear law is interpolated exactly: 0 error off the grid; a held-out step
+    measured 10 % slower than the law reads -9.09 %."""
+    g = grid_from_axes("t", (32, 128), (0, 256), (1, 2, 4), (32, 256), 3)
+    looks = {p: [FakeLook(law(p), 2e-4)] for p in g.points()}
+    cfg = ModelConfig(name="tiny", n_layers=2, hidden_size=256, n_heads=4, n_kv_heads=2,
+                      head_dim=64, intermediate_size=512, vocab_size=1024, max_position=2048)
+    prov = {"vllm_version": "0", "attention_backend": "X", "cuda_graphs": False,
+            "dtype": "float32", "threads": 1, "torch_version": "t"}
+    out = tmp_path / "p.csv"
+    write_profile(out, cfg, g, looks, prov, {"device": "cpu", "device_name": "cpu",
+                                             "device_memory_bytes": 2**34}, {"seed": 0})
+    pts = held_out(g, 4, seed=0)
+    exact = held_out_report(out, {p: [FakeLook(law(p), 0.0)] for p in pts}, {})
+    assert exact["kinds"]["all"]["steps"] == 12
+    assert all(v["p90_abs_error_pct"] < 1e-6 for v in exact["kinds"].values())
+    slow = {p: [FakeLook(law(p) * (1.1 if i == 0 else 1.0), 0.0)] for i, p in enumerate(pts)}
+    got = held_out_report(out, slow, {pts[1]: "why"})
+    assert got["refused"] == 1
+    worst = max(abs(row[5] / row[4] - 1) for row in got["sample"])
+    assert worst == pytest.approx(1 - 1 / 1.1, rel=1e-6)
+
+
 # -- the CLI without the engine ---------------------------------------------------------
 
 def sim(*args: str, env: dict | None = None, timeout: int = 120):
@@ -301,6 +339,9 @@ def test_engine_profile_of_a_tiny_llama(engine_profile):
     # more work costs more, measured: a 128-token chunk over a 32-token one
     assert steps[(128, 0, 0, 0)] > steps[(32, 0, 0, 0)]
     assert "each shape-checked" in r.stdout and "CUDA graphs off" in r.stdout
+    h = meta["held_out"]
+    assert h["refused"] == 0 and h["kinds"]["all"]["steps"] == 12
+    assert "held-out steps off the grid (12)" in r.stdout
 
 
 @pytest.mark.vllm

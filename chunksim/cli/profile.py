@@ -236,6 +236,7 @@ def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None
     from chunksim.profiler.vllm_points import engine_grid
     from chunksim.profiler.vllm_profile import (
         VllmProfileSettings,
+        held_out_line,
         run_vllm_profile,
         summary_line,
     )
@@ -253,6 +254,7 @@ def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None
     typer.echo(f"wrote {out} ({m['points']} engine step shapes x {m['looks']} looks, each "
                f"shape-checked; {meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
     typer.echo(summary_line(meta))
+    typer.echo(held_out_line(meta))
 
 
 def first_call_warning(first_call: dict | None) -> str | None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chunksim.profiler import vllm_compat
-from chunksim.profiler.vllm_points import EngineGrid, Point, Scheduled, check_step
+from chunksim.profiler.vllm_points import Point, Scheduled, check_step
 
 
 @dataclass(frozen=True)
@@ -253,41 +253,63 @@ def prime(engine: VllmEngine, prompts: Prompts) -> int:
     return engine.drain()
 
 
-def cached_tokens(length: int, block: int, whole_prompt: bool) -> int:
-    """Tokens of a prompt of `length` the prefix cache serves when every block of it was
-    cached before: whole blocks, never the prompt's last token (`whole_prompt`: the prompt
-    is all cached tokens; else its tail past `length` is fresh)."""
-    if whole_prompt:
-        return ((length - 1) // block) * block
-    return (length // block) * block
+def cached_tokens(length: int, block: int) -> int:
+    """Tokens of a prompt of `length` the prefix cache serves when all of it was cached
+    before: whole blocks, never the prompt's last token."""
+    return ((length - 1) // block) * block
+
+
+def _budgeted_step(engine: VllmEngine, tokens: int) -> None:
+    """One untimed step whose token budget is `tokens` (first come, first served: the
+    requests ahead take theirs first and the rest wait)."""
+    engine.scheduler.max_num_scheduled_tokens = tokens
+    try:
+        engine.step()
+    finally:
+        engine.scheduler.max_num_scheduled_tokens = engine.budget
 
 
 def look(engine: VllmEngine, prompts: Prompts,
          point: Point) -> tuple[Look | None, str | None, int]:
-    """Set up `point`'s step, time it, check its shape: (look, refusal reason, setup
-    steps)."""
+    """Set up `point`'s step, time it, check its shape: (look, refusal reason, untimed
+    steps).
+
+    Three steps: setup (untimed) prefills each decode's prompt tail past the cache to
+    `kv_len - 1`; lead (untimed) runs the step before the timed one as serving would:
+    the decodes' previous decode step and the last tokens of the chunk's prior context
+    (a prompt's previous chunk), so the timed step follows a step of real work on the
+    same requests (a step after an empty one, or after a large setup, costs measurably
+    more); timed: the chunk and one token per decode. A prefill with no prior context and
+    no decodes has nothing to lead with: a one-token request runs the lead step alone."""
     bs = engine.s.block_size
-    decode_ids = [engine.add(prompts.slots[i][:point.kv_len], 1 << 20)
-                  for i in range(point.decode_count)]
-    chunk_id = None
-    if point.chunk_len:
-        chunk_id = engine.add(prompts.prefix[:point.prior_len] + prompts.fresh(point.chunk_len),
-                              1 << 20)
-    ids = decode_ids + ([chunk_id] if chunk_id else [])
-    setup = sum(point.kv_len - cached_tokens(point.kv_len, bs, True) for _ in decode_ids)
-    if point.chunk_len:
-        setup += point.prior_len - cached_tokens(point.prior_len, bs, False)
+    d, k, c, p = point.decode_count, point.kv_len, point.chunk_len, point.prior_len
+    ids: list[str] = []
     steps = 0
     try:
+        lead_id = None
+        if c and not p and not d:
+            lead_id = engine.add(prompts.fresh(bs), 1)
+            ids.append(lead_id)
+        decode_ids = [engine.add(prompts.slots[i][:k - 1], 1 << 20) for i in range(d)]
+        ids += decode_ids
+        chunk_id = None
+        tail = 0
+        if c:
+            tail = p - cached_tokens(p, bs) if p else 0  # 1..block tokens of the prior
+            chunk_id = engine.add(prompts.prefix[:p - tail] + prompts.fresh(tail + c),
+                                  1 << 20)
+            ids.append(chunk_id)
+        setup = sum(k - 1 - cached_tokens(k - 1, bs) for _ in decode_ids)
+        lead = d + tail + (bs if lead_id else 0)
+        if max(setup, lead) > engine.budget:
+            return None, (f"asked for {point.describe()}; setting it up takes "
+                          f"{max(setup, lead)} tokens in one step, over the budget "
+                          f"{engine.budget}"), steps
         if setup:
-            if setup > engine.budget:
-                return None, (f"{point.describe()}: setting it up takes {setup} tokens in one "
-                              f"step, over the budget {engine.budget}"), steps
-            engine.scheduler.max_num_scheduled_tokens = setup
-            try:
-                engine.step()
-            finally:
-                engine.scheduler.max_num_scheduled_tokens = engine.budget
+            _budgeted_step(engine, setup)
+            steps += 1
+        if lead:
+            _budgeted_step(engine, lead)
             steps += 1
         timed, sched, after = engine.step()
         steps += 1
@@ -296,10 +318,6 @@ def look(engine: VllmEngine, prompts: Prompts,
             roles[chunk_id] = "chunk"
         mine = {rid: Scheduled(roles[rid], n, after.get(rid, 0) - n)
                 for rid, n in sched.items() if rid in roles}
-        missing = [rid for rid in roles if rid not in sched]
-        for rid in missing:  # scheduled nothing: its context is where it stands
-            mine[rid] = Scheduled(roles[rid], 0, engine.context(rid))
-        mine = {rid: s for rid, s in mine.items() if s.tokens}
         reason = check_step(point, mine, others=len(set(sched) - set(roles)))
         if reason:
             return None, reason, steps
@@ -309,15 +327,14 @@ def look(engine: VllmEngine, prompts: Prompts,
         steps += engine.drain()
 
 
-def measure(engine: VllmEngine, prompts: Prompts, grid: EngineGrid, seed: int,
-            progress: Callable[[str], None] | None = None) -> Measured:
-    """Every point of `grid`, `grid.repeats` looks each, interleaved in rounds; a point
-    whose look is refused is retried once after priming the cache again, then refused."""
-    points = grid.points()
+def measure(engine: VllmEngine, prompts: Prompts, points: list[Point], repeats: int,
+            seed: int, progress: Callable[[str], None] | None = None) -> Measured:
+    """Every point, `repeats` looks each, interleaved in rounds; a point whose look is
+    refused is retried once after priming the cache again, then refused."""
     out = Measured(looks={p: [] for p in points})
     out.setup_steps += prime(engine, prompts)
     warm: set[int] = set()
-    for r in range(grid.repeats):
+    for r in range(repeats):
         order = list(points)
         random.Random(seed * 1000 + r).shuffle(order)
         for point in order:
@@ -340,7 +357,7 @@ def measure(engine: VllmEngine, prompts: Prompts, grid: EngineGrid, seed: int,
                 continue
             out.looks[point].append(got)
         if progress:
-            progress(f"round {r + 1}/{grid.repeats}: {len(points)} points"
+            progress(f"round {r + 1}/{repeats}: {len(points)} points"
                      + (f", {len(out.refused)} refused" if out.refused else ""))
     return out
 

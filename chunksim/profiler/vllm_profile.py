@@ -26,6 +26,7 @@ prefill figure (its tokens' share of the projections included).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -37,11 +38,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from chunksim.atomic import write_bytes
 from chunksim.decoder.config import ModelConfig, load_hf_config
 from chunksim.latency.component_table import COLUMNS
 from chunksim.profiler import vllm_compat
-from chunksim.profiler.vllm_points import EngineGrid, Point
+from chunksim.profiler.vllm_points import EngineGrid, Point, held_out
 
+HELD_OUT_PER_KIND = 4
+"""Held-out steps of each kind (prefill, decode, mixed) timed off the grid."""
 WIDE = 1 << 20
 """Far end of the axes of the zero components (dense, embed, head), so that no step
 reads them as extrapolated: they are 0 at every size."""
@@ -171,13 +175,22 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
     built = time.perf_counter() - built
     prompts = Prompts(s.seed, engine.vocab, sizes["slots"], sizes["slot_len"],
                       sizes["prefix_len"])
-    say(f"timing {len(s.grid.points())} step shapes x {s.grid.repeats} looks")
-    measured = measure(engine, prompts, s.grid, s.seed, say)
-    if measured.refused:
-        point, why = next(iter(sorted(measured.refused.items())))
-        raise ValueError(f"sim profile --engine vllm: {len(measured.refused)} step shape(s) "
+    say(f"timing {len(s.grid.points())} step shapes x {s.grid.repeats} looks, and "
+        f"{3 * HELD_OUT_PER_KIND} held-out shapes off the grid")
+    # the held-out shapes are timed in the same rounds as the grid, so that both meet
+    # the same machine: their error is the profile's, not the machine's drift
+    grid_points = s.grid.points()
+    hold = held_out(s.grid, HELD_OUT_PER_KIND, s.seed)
+    both = measure(engine, prompts, grid_points + hold, s.grid.repeats, s.seed, say)
+    refused = {p: why for p, why in both.refused.items() if p not in set(hold)}
+    if refused:
+        point, why = next(iter(sorted(refused.items())))
+        raise ValueError(f"sim profile --engine vllm: {len(refused)} step shape(s) "
                          f"refused: the engine did not schedule what was asked; first: "
                          f"{why}. No profile written.")
+    measured = replace(both, looks={p: both.looks[p] for p in grid_points})
+    checked = replace(both, looks={p: both.looks[p] for p in hold},
+                      refused={p: w for p, w in both.refused.items() if p in set(hold)})
     provenance = engine.provenance()
     from chunksim.decoder.device import device_memory_bytes, device_name
 
@@ -187,7 +200,44 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
              "untimed_steps": measured.setup_steps, "model_arg": s.model, "seed": s.seed,
              "clock": clock,
              "elapsed_s": round(time.perf_counter() - start, 3)}
-    return write_profile(s.out_csv, cfg, s.grid, measured.looks, provenance, device, extra)
+    meta = write_profile(s.out_csv, cfg, s.grid, measured.looks, provenance, device, extra)
+    meta["held_out"] = held_out_report(s.out_csv, checked.looks, checked.refused)
+    meta["elapsed_s"] = round(time.perf_counter() - start, 3)
+    write_bytes(s.out_csv.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+    return meta
+
+
+def held_out_report(out_csv: Path, looks: dict[Point, list], refused: dict) -> dict:
+    """The written profile's composed step against engine steps it did not measure:
+    per kind the median and P90 of |predicted / measured - 1| in %, the median signed
+    error, and every sample `[chunk_len, prior_len, decode_count, kv_len, measured_s,
+    predicted_s]`."""
+    from chunksim.core.shape import BatchShape
+    from chunksim.latency.composed import ComponentModel
+    from chunksim.latency.profile import load_profile
+
+    model = ComponentModel(load_profile(str(out_csv)))
+    sample, errs = [], {}
+    for p in sorted(looks):
+        if not looks[p]:
+            continue
+        meas = statistics.median(x.step_s for x in looks[p])
+        pred = model.step_s(BatchShape(p.chunk_len, p.prior_len, p.decode_count,
+                                       p.kv_len))[0] + model.overhead_s
+        sample.append([p.chunk_len, p.prior_len, p.decode_count, p.kv_len, meas, pred])
+        errs.setdefault(p.kind, []).append(100.0 * (pred / meas - 1.0))
+    errs["all"] = [e for v in errs.values() for e in v]
+
+    def stats(v: list[float]) -> dict:
+        a = [abs(e) for e in v]
+        return {"steps": len(v), "median_abs_error_pct": round(statistics.median(a), 2),
+                "p90_abs_error_pct": round(_quantile(a, 0.9), 2),
+                "median_error_pct": round(statistics.median(v), 2)}
+
+    return {"kinds": {k: stats(v) for k, v in errs.items() if v},
+            "refused": len(refused), "sample": sample,
+            "about": "engine steps of shapes off the grid (inside its ranges), timed as "
+                     "the grid was, against the profile's composed step"}
 
 
 def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
@@ -365,6 +415,20 @@ def build_rows(looks: dict[Point, list]) -> tuple[list[dict], dict]:
                  "p90_s": fixed, "mean_s": fixed, "repeats": 0})
     return rows, {"per_step_s": per_step, "framework_s": framework, "fixed_s": fixed,
                   "fit": fit}
+
+
+def held_out_line(meta: dict) -> str:
+    """One line: the composed model's error on the held-out steps."""
+    h = meta.get("held_out") or {}
+    kinds = h.get("kinds") or {}
+    if "all" not in kinds:
+        return "held-out steps: none timed"
+    a = kinds["all"]
+    parts = ", ".join(f"{k} {v['median_abs_error_pct']:.1f}/{v['p90_abs_error_pct']:.1f}"
+                      for k, v in kinds.items() if k != "all")
+    return (f"held-out steps off the grid ({a['steps']}): composed vs measured |error| "
+            f"median {a['median_abs_error_pct']:.1f} %, P90 {a['p90_abs_error_pct']:.1f} % "
+            f"({parts})")
 
 
 def summary_line(meta: dict) -> str:
