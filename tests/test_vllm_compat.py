@@ -119,6 +119,12 @@ def test_patched_env_restores(monkeypatch):
     assert os.environ["CHUNKSIM_T_A"] == "old" and "CHUNKSIM_T_B" not in os.environ
 
 
+def test_cpu_memory_args():
+    assert vc.cpu_memory_args(256 << 20) == ["--kv-cache-memory-bytes", str(256 << 20)]
+    with pytest.raises(ValueError, match="give a size > 0"):
+        vc.cpu_memory_args(0)
+
+
 def test_async_scheduling_is_off_everywhere():
     assert vc.async_scheduling("cpu") is False and vc.async_scheduling("cuda") is False
 
