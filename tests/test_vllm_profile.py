@@ -34,6 +34,7 @@ from chunksim.profiler.vllm_profile import (
     engine_sizes,
     held_out_report,
     per_step_cost,
+    resolve_model,
     step_clock,
     write_profile,
 )
@@ -174,6 +175,19 @@ def test_step_clock(clock, platform, threads, got):
 def test_step_clock_refusals_name_the_flag(clock, platform, threads, match):
     with pytest.raises(ValueError, match="--clock .*" + match):
         step_clock(clock, platform, threads)
+
+
+def test_resolve_model_takes_a_folder_or_its_config(tmp_path):
+    d = model_dir(tmp_path, TINY, "m")
+    assert resolve_model(str(d)) == (str(d.resolve()), d / "config.json")
+    assert resolve_model(str(d / "config.json")) == (str(d.resolve()), d / "config.json")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="--model .*empty: the folder has no config.json"):
+        resolve_model(str(empty))
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache .*nothing is "
+                                         "downloaded"):
+        resolve_model("no-such-org/no-such-model-xyz")
 
 
 # -- the profile built from engine steps ------------------------------------------------
