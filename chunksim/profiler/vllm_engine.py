@@ -11,14 +11,16 @@ How a step of a chosen shape is set up (one look at a point):
 - Every decode slot i has its own random prompt, and the chunk's request a prefix of its
   own; all are prefilled once at start (`prime`) with prefix caching on, so a look adds
   requests whose prompts hit that cache up to their last partial block.
-- One untimed setup step computes the rest: each decode request's prompt to exactly
-  `kv_len` tokens (it samples its first token there and decodes from then on) and the
-  chunk request's prior context to exactly `prior_len` (the scheduler's token budget is
-  set to that sum for the step, so first-come-first-served scheduling stops there). The
-  chunk's own tokens are fresh, so the cache never covers them.
-- The timed step then schedules the `chunk_len` chunk and one token per decode. A wrapper
-  on `scheduler.schedule` captures `num_scheduled_tokens` and each request's context, and
-  `check_step` refuses the look unless they are the shape asked for.
+- An untimed setup step computes the rest of each decode's prompt, to `kv_len - 1`
+  tokens (it samples its first token there); an untimed lead step then runs the step
+  serving would run before the timed one: the decodes' previous decode, and the last
+  tokens of the chunk request's prior context (the scheduler's token budget is set to
+  each step's sum, so first-come-first-served scheduling stops there). The chunk's own
+  tokens are fresh, so the cache never covers them.
+- The timed step then schedules the `chunk_len` chunk after `prior_len` and one token per
+  decode at context `kv_len`. A wrapper on `scheduler.schedule` captures its
+  `num_scheduled_tokens`, the requests' counters give their contexts, and `check_step`
+  refuses the look unless they are the shape asked for.
 - The look's requests are aborted; the next look starts from an empty batch.
 
 Each new step token count is run once, untimed, before it is timed (a first step at a new
@@ -112,7 +114,8 @@ class VllmEngine:
         self.scheduler = self.core.scheduler
         self.budget = self.scheduler.max_num_scheduled_tokens
         self.vocab = self.core.vllm_config.model_config.get_vocab_size()
-        self._captured: list[tuple[dict[str, int], dict[str, int]]] = []
+        self._last = None
+        """The SchedulerOutput of the step being run."""
         self._framework_s = 0.0
         self._added = 0
         self._clock = time.thread_time if s.clock == "thread-cpu" else time.perf_counter
@@ -126,10 +129,7 @@ class VllmEngine:
             t = self._clock()
             out = schedule(*a, **kw)
             self._framework_s += self._clock() - t
-            # schedule() has already advanced each request's num_computed_tokens
-            after = {rid: sched.requests[rid].num_computed_tokens
-                     for rid in out.num_scheduled_tokens if rid in sched.requests}
-            self._captured.append((dict(out.num_scheduled_tokens), after))
+            self._last = out  # read after the step, outside its time
             return out
 
         def timed_update(*a, **kw):
@@ -204,15 +204,19 @@ class VllmEngine:
         self.frontend.abort_request(ids, internal=True)
 
     def step(self) -> tuple[Look, dict[str, int], dict[str, int]]:
-        """One engine step: its times, the tokens scheduled by request and their
-        computed tokens after scheduling."""
+        """One engine step: its times, the tokens scheduled by request, and the tokens
+        each of them has computed after it (schedule() advances num_computed_tokens;
+        updating from the output leaves it, so before the step a request had computed
+        the difference). A request that finished in the step is not in the last map."""
         self._framework_s = 0.0
-        n = len(self._captured)
+        self._last = None
         w, t = time.perf_counter(), self._clock()
         outputs, executed = self.core.step()
         self.core.post_step(executed)
         t, w = self._clock() - t, time.perf_counter() - w
-        sched, after = self._captured[n] if len(self._captured) > n else ({}, {})
+        sched = dict(self._last.num_scheduled_tokens) if self._last is not None else {}
+        reqs = self.scheduler.requests
+        after = {rid: reqs[rid].num_computed_tokens for rid in sched if rid in reqs}
         return Look(t, self._framework_s, w), sched, after
 
     def drain(self) -> int:
@@ -224,9 +228,6 @@ class VllmEngine:
             if n > 10_000:
                 raise RuntimeError("the engine did not drain")
         return n
-
-    def context(self, rid: str) -> int:
-        return self.scheduler.requests[rid].num_computed_tokens
 
 
 class Prompts:
@@ -248,8 +249,9 @@ class Prompts:
 def prime(engine: VllmEngine, prompts: Prompts) -> int:
     """Prefill every slot's prompt and the chunk prefix once, so later looks hit the
     prefix cache; steps taken."""
-    ids = [engine.add(p, 1) for p in (*prompts.slots, prompts.prefix) if p]
-    del ids
+    for prompt in (*prompts.slots, prompts.prefix):
+        if prompt:
+            engine.add(prompt, 1)
     return engine.drain()
 
 
