@@ -429,3 +429,36 @@ def test_a_step_the_engine_schedules_otherwise_is_refused(tmp_path):
     assert got["ok"] and got["bad"]
     assert got["why"].startswith("asked for a 128-token chunk after 64 cached + 2 decode(s)")
     assert "the chunk got 98 tokens, not 128" in got["why"]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+HAVE_CUDA_VLLM = HAVE_VLLM and not vllm_compat.is_cpu_build() and _cuda()
+
+
+@pytest.mark.gpu
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_CUDA_VLLM, reason="needs a CUDA GPU and a CUDA build of vLLM "
+                    "(the CPU tier above runs the same code path)")
+def test_engine_profile_on_cuda(tmp_path):
+    """The same command on CUDA: CUDA graphs on, bfloat16, block size 16, every step
+    shape-checked, and the profile replays."""
+    d = model_dir(tmp_path, {**TINY, "torch_dtype": "bfloat16"}, "tiny-llama")
+    out = tmp_path / "cuda.csv"
+    r = sim("profile", "--engine", "vllm", "--model", str(d), "--out", str(out), *SMALL_GRID,
+            "--quiet", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    meta = json.loads(out.with_suffix(".json").read_text())
+    e = meta["engine"]
+    assert e["platform"] == meta["device"] == "cuda" and meta["clock"] == "wall"
+    assert e["cuda_graphs"] is True and e["block_size"] == 16 and e["dtype"] == "bfloat16"
+    assert meta["measurement"]["refused"] == 0
+    run = sim("run", "--profile", str(out), "--prompt-dist", "constant", "--prompt-mean",
+              "128", "--output-dist", "constant", "--output-mean", "2", "--rate", "2", "-n",
+              "5", "--out", str(tmp_path / "run"))
+    assert run.returncode == 0, run.stderr[-2000:]
