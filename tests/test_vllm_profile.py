@@ -286,8 +286,8 @@ def sim(*args: str, env: dict | None = None, timeout: int = 120):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--kind", "components"], "--kind do(es) not apply"),
-    (["--hf-config", "x.json"], "--hf-config do(es) not apply"),
+    (["--kind", "components"], "--kind: not used by --engine vllm"),
+    (["--hf-config", "x.json", "--passes", "2"], "--hf-config, --passes: not used by"),
     (["--block-size", "32", "--engine", "torch"], "--block-size applies to --engine vllm"),
 ])
 def test_cli_refuses_flags_of_the_other_engine(tmp_path, extra, match):

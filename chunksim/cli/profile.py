@@ -209,8 +209,8 @@ def profile(
         typer.echo(warning, err=True)
 
 
-_VLLM_ONLY = ("--engine vllm measures whole engine steps over its own grid; "
-              "{flags} do(es) not apply")
+_VLLM_ONLY = ("{flags}: not used by --engine vllm, which times whole engine steps over "
+              "its own grid; drop them (see sim profile --help)")
 
 
 def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None,
