@@ -108,7 +108,11 @@ _FIELD = {"--chunk-lens": "chunk_len", "--prior-lens": "prior_len",
           "--decode-counts": "decode_count", "--kv-lens": "kv_len"}
 
 _QUICK_AXES = dict(chunk_len=(16, 64, 256, 1024), prior_len=(0, 512, 2048),
-                   decode_count=(1, 2, 4, 8, 16, 32), kv_len=(16, 256, 1024, 2048))
+                   decode_count=(1, 2, 4, 6, 8, 12, 16, 24, 32),
+                   kv_len=(16, 256, 512, 768, 1024, 1536, 2048))
+"""Decode steps are dense on both axes: on a CPU a decode batch's cost is convex in its
+count and context (the batch's KV outgrows the caches), where a coarse axis reads high in
+between."""
 _DEFAULT_AXES = dict(chunk_len=(1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
                      prior_len=(0, 512, 2048, 8192),
                      decode_count=(1, 2, 4, 8, 16, 32, 64, 128),

@@ -291,6 +291,7 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
                         "untimed_steps": extra.get("untimed_steps"),
                         "shape_checked": True, "refused": 0,
                         "wall_over_clock": _wall_ratio(looks),
+                        "look_spread_pct": _look_spread(looks),
                         "summary": "median of the looks; each look's step shape checked "
                                    "against the scheduler's num_scheduled_tokens and each "
                                    "request's context"},
@@ -328,6 +329,17 @@ def step_clock(clock: str | None, platform: str, threads: int) -> str:
                          f"needs vLLM on a CPU with --threads 1 (here {platform}, "
                          f"{threads} thread(s)); use --clock wall")
     return clock
+
+
+def _look_spread(looks: dict[Point, list]) -> float | None:
+    """Median over points of their looks' P10-P90 spread, % of their median: the noise
+    the held-out error is to be read against."""
+    r = []
+    for v in looks.values():
+        t = [x.step_s for x in v]
+        if len(t) > 1 and statistics.median(t) > 0:
+            r.append(100.0 * (_quantile(t, 0.9) - _quantile(t, 0.1)) / statistics.median(t))
+    return round(statistics.median(r), 2) if r else None
 
 
 def _wall_ratio(looks: dict[Point, list]) -> float | None:
@@ -426,9 +438,12 @@ def held_out_line(meta: dict) -> str:
     a = kinds["all"]
     parts = ", ".join(f"{k} {v['median_abs_error_pct']:.1f}/{v['p90_abs_error_pct']:.1f}"
                       for k, v in kinds.items() if k != "all")
+    spread = (meta.get("measurement") or {}).get("look_spread_pct")
+    noise = (f"; the looks at one shape spread P10-P90 by median {spread:.1f} %"
+             if spread is not None else "")
     return (f"held-out steps off the grid ({a['steps']}): composed vs measured |error| "
             f"median {a['median_abs_error_pct']:.1f} %, P90 {a['p90_abs_error_pct']:.1f} % "
-            f"({parts})")
+            f"({parts}){noise}")
 
 
 def summary_line(meta: dict) -> str:
