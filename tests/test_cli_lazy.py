@@ -98,7 +98,7 @@ def test_a_run_reads_no_knob_docstring_and_its_help_shows_them():
     assert json.loads(out.splitlines()[-2])["completed"] == 1
     out = _knob_docs_read(["run", "--help"])
     assert int(out.splitlines()[-1].split()[1]) > 0
-    assert "Seat cap: most requests running at once" in " ".join(out.split())
+    assert "Most requests running at once, the seat cap" in " ".join(out.split())
 
 
 def test_the_collector_is_off_while_a_command_loads_and_on_while_it_runs():

@@ -68,7 +68,7 @@ class TokenBudgetPolicy(PolicyBase):
     2048, and 2048 per device on CPU; Sarathi-Serve used 512 strict, 2048 relaxed). --chunk
     sets it too."""
     max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
-    """Seat cap: most requests running at once (default by device, as the modelled
+    """Most requests running at once, the seat cap (default by device, as the modelled
     vLLM: 1024 on GPUs of 70 GiB or more, A100 excepted; 128 per device on CPU; else 256;
     at most the token budget, as vLLM caps its default)."""
     long_prefill_token_threshold: int = knob(

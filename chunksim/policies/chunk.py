@@ -39,7 +39,7 @@ class FixedChunkPolicy(PolicyBase):
     """Prefill tokens per step over all chunks (default 8192; alternate uses --chunk, as
     Sarathi-Serve does)."""
     max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
-    """Seat cap: most requests running at once (default by device, as the modelled
+    """Most requests running at once, the seat cap (default by device, as the modelled
     vLLM: 1024 on GPUs of 70 GiB or more, A100 excepted; 128 per device on CPU; else 256)."""
 
     name: ClassVar[str] = "chunk"

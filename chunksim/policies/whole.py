@@ -32,7 +32,7 @@ class WholePrefillPolicy(PolicyBase):
     max_num_batched_tokens: int = knob(16384, "--max-num-batched-tokens", min=1)
     """Token cap per step (V0: max(max_model_len, 2048)); longer prompts are rejected."""
     max_num_seqs: int = knob(256, "--max-num-seqs", min=1)
-    """Seat cap: most requests running at once (default by device, as the modelled
+    """Most requests running at once, the seat cap (default by device, as the modelled
     vLLM: 1024 on GPUs of 70 GiB or more, A100 excepted; 128 per device on CPU; else 256)."""
 
     name: ClassVar[str] = "whole"
