@@ -36,8 +36,10 @@ BLOCK_BYTES = 2048 * 16
 GB = 1e9
 
 
-def offload_kv(blocks: int, host_blocks: int) -> OffloadKVCache:
-    kv = make_kv_cache(KVConfig(blocks, 16, True, 16, host_blocks, BLOCK_BYTES, GB, 1e-5))
+def offload_kv(blocks: int, host_blocks: int, write_back: bool = False,
+               eagle: bool = False) -> OffloadKVCache:
+    kv = make_kv_cache(KVConfig(blocks, 16, True, 16, host_blocks, BLOCK_BYTES, GB, 1e-5,
+                                host_write_back=write_back, drop_last_hit_block=eagle))
     assert type(kv) is OffloadKVCache
     return kv
 
@@ -88,8 +90,8 @@ def test_no_host_blocks_is_the_plain_prefix_cache():
         KVConfig(8, 16, False, 16, host_blocks=4, block_bytes=1, host_bytes_per_s=1.0)
 
 
-def test_gpu_evictions_move_to_the_host_and_load_back():
-    kv = offload_kv(6, 16)
+def test_write_back_gpu_evictions_move_to_the_host_and_load_back():
+    kv = offload_kv(6, 16, write_back=True)
     finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
     assert kv.lru_blocks == 4 and kv.free_blocks == 6
     # a 96-token request takes every block: 2 uncached, then the 4 cached ones move to
@@ -116,8 +118,8 @@ def test_gpu_evictions_move_to_the_host_and_load_back():
     assert (c.num_computed_tokens, kv.hit_tokens, kv.host_hit_tokens) == (64, 0, 64)
 
 
-def test_a_load_holds_the_gpu_part_of_the_prefix():
-    kv = offload_kv(8, 16)
+def test_a_write_back_load_holds_the_gpu_part_of_the_prefix():
+    kv = offload_kv(8, 16, write_back=True)
     finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
     b = running_request(kv, request_spec(1, 96, output=1), computed=95)  # 4 free + 2 cached
     kv.free(b)
@@ -240,8 +242,13 @@ def _check(core) -> None:
     kv = core.kv
     gpu = set(kv.lru) | set(kv.refs)
     assert not kv.in_flight & gpu, "a block is both on the GPU and in flight"
-    assert not kv.in_flight & set(kv.host.lru), "a block in flight is still on the host"
-    assert not gpu & set(kv.host.lru), "a block is on the GPU and on the host"
+    if kv.write_back:  # exclusive tiers
+        assert not kv.in_flight & set(kv.host.lru), "a block in flight is still on the host"
+        assert not gpu & set(kv.host.lru), "a block is on the GPU and on the host"
+        assert not kv.host.pinned
+    else:  # copies: a block in flight stays on the host, pinned, until it lands
+        assert kv.in_flight == set(kv.host.pinned) <= set(kv.host.lru)
+        assert not kv.landed.keys() & {ld.req.request_id for ld in core.offload.loads}
     assert kv.host.blocks == sum(kv.host.lru.values()) <= kv.host.capacity
     assert kv.lru_blocks == sum(kv.lru.values())
     assert kv.free_blocks == kv.uncached_free + kv.lru_blocks >= 0
@@ -282,9 +289,10 @@ conversations = st.lists(
 
 @settings(max_examples=40, deadline=None)
 @given(conversations, st.integers(12, 40), st.integers(0, 24),
-       st.sampled_from(["budget", "chunk", "whole"]), st.booleans())
+       st.sampled_from(["budget", "chunk", "whole"]), st.booleans(),
+       st.sampled_from(["write-through", "write-back"]))
 def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, kv_blocks,
-                                                        host_blocks, policy, async_):
+                                                        host_blocks, policy, async_, write):
     # multi-turn conversations: each turn's prompt extends its conversation's last one
     prefix: dict[int, tuple] = {}
     reqs, t, fresh = [], 0.0, 1000
@@ -302,7 +310,8 @@ def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, k
         return
     gib = host_blocks * 2048 * 16 / 2**30
     cfg = RunConfig(policy=policy, kv_blocks=kv_blocks, chunk=64 if policy != "whole" else None,
-                    offload=OffloadConfig(kv_offload_gib=gib, kv_offload_link="0.5"),
+                    offload=OffloadConfig(kv_offload_gib=gib, kv_offload_link="0.5",
+                                          kv_offload_write_policy=write),
                     engine=EngineConfig(async_scheduling=async_))
     with checked_cores() as seen:
         res, s = simulate(_wl(reqs), linear_profile, cfg)

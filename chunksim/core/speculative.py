@@ -175,6 +175,13 @@ class SpecConfig:
         return self.num_speculative_tokens
 
     @property
+    def drops_last_hit_block(self) -> bool:
+        """A prefix-cache hit gives up its last matched block (vLLM's `use_eagle()`:
+        eagle and mtp; the drafter needs the KV right before the generation point
+        recomputed)."""
+        return self.enabled and self.speculative_method in ("eagle", "mtp")
+
+    @property
     def position_rates(self) -> tuple[float, ...]:
         """P(draft position i is accepted) for i = 1..k (= P(at least i accepted))."""
         k = self.num_speculative_tokens

@@ -408,7 +408,7 @@ class EngineCore:
             g = n + lookahead if lookahead and decode and not is_new else n
             if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
                 kv.grow(req, g)
-            if caching and req.block_keys != ():  # () : nothing it holds is shareable
+            if caching and (req.block_keys != () or kv.commit_all):  # (): none shareable
                 kv.commit(req, c + n)
             if decode and n == 1:
                 decodes += 1

@@ -20,7 +20,7 @@ at the first plan at or after its end.
 
 from __future__ import annotations
 
-from chunksim.core.kv_offload import Load, OffloadKVCache
+from chunksim.core.kv_offload import BUSY, Load, OffloadKVCache
 from chunksim.core.plan import Plan
 from chunksim.core.request import is_decode
 from chunksim.sim.records import KIND_LOAD, KIND_LOADED
@@ -58,6 +58,12 @@ class Offloads:
                     used += kv.extra_blocks(req, n + core.lookahead if is_decode(req) else n)
                     continue
                 found = kv.find_load(req)
+                if found is BUSY:
+                    # vLLM: a hit block is being loaded already, the request is skipped
+                    # this step and later ones are scheduled (it stays waiting)
+                    changed = True
+                    waiting.remove(req)
+                    break
                 if found is None:
                     cached, from_free = kv.prefix_hit(req)
                     bs = kv.block_size
@@ -145,4 +151,6 @@ def offload_meta(tiers: list[Offloads]) -> dict:
         "mean_kv_load_wait_ms": float(waits.mean()) if len(waits) else None,
         "p99_kv_load_wait_ms": float(np.percentile(waits, 99)) if len(waits) else None,
         "host_blocks_dropped": sum(t.kv.host.dropped for t in tiers),
+        "host_blocks_stored": sum(t.kv.host.stored for t in tiers),
+        "kv_offload_write_policy": "write-back" if kv.write_back else "write-through",
     }
