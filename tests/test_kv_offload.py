@@ -24,6 +24,7 @@ from chunksim.cli import app
 from chunksim.core.kv_cache import KVConfig, PrefixKVCache
 from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.kv_offload import HostTier, OffloadKVCache
+from chunksim.core.ledger import KVLedger
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim import core as sim_core
 from chunksim.sim.engine import EngineConfig
@@ -133,6 +134,163 @@ def test_a_write_back_load_holds_the_gpu_part_of_the_prefix():
     kv.finish_load(load)
     assert not kv.refs and kv.free_blocks == 4
     assert kv.prefix_hit(c) == (64, 4)
+
+
+# ------------------------------------------- vLLM's write-through (the default), by hand
+# vLLM 0.32.0, OffloadingConnectorScheduler._build_store_jobs: each step offers the CPU
+# manager the request's full prompt blocks up to num_computed + scheduled tokens, from
+# `next_stored_chunk_idx` (0 at first, so its prefix hits too); CPUOffloadingManager.
+# prepare_store inserts the ones not there (LRU rank: most recent), evicting the least
+# recent unpinned ones outside the offer, or stores nothing when it cannot; at the end
+# on_request_finished re-ranks every key the request offered, last block first, so its
+# first block is the most recent. A GPU eviction does not touch the host.
+def test_write_through_stores_prompt_blocks_as_they_are_computed():
+    kv = offload_kv(8, 16)
+    a = running_request(kv, request_spec(0, 64, output=3, hashes=(1, 2, 3, 4)), computed=40)
+    kv.commit(a, 40)  # a step that leaves 40 tokens computed: blocks 0 and 1 are full
+    assert list(kv.host.lru) == [(1, 0), (2, 1)]
+    kv.commit(a, 64)  # the prompt's last chunk
+    assert list(kv.host.lru) == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    a.num_computed_tokens, a.num_output_tokens = 66, 3  # decodes: their blocks stay off
+    kv.grow(a, 0)
+    kv.commit(a, 66)
+    assert kv.host.blocks == 4 and kv.host.stored == 4
+    kv.free(a)  # finished: its blocks become the most recent, the first one last
+    assert list(kv.host.lru) == [(4, 3), (3, 2), (2, 1), (1, 0)]
+    # the GPU LRU evicts them all: the host keeps its copies
+    kv.take(kv.free_blocks)
+    assert kv.lru_blocks == 0 and kv.host.blocks == 4 and kv.host.dropped == 0
+
+
+def test_write_through_offers_the_prefix_hit_too_and_drops_the_least_recent():
+    kv = offload_kv(16, 4)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    assert list(kv.host.lru) == [(4, 3), (3, 2), (2, 1), (1, 0)]
+    # a 64-token prompt sharing 2 blocks, 63 tokens computed: its steps offered blocks
+    # 0..2; blocks 0 and 1 are there (kept in place), the new one needs a slot of the 4:
+    # the least recent entry outside the offer, (4, 3), goes
+    b = running_request(kv, request_spec(1, 64, output=1, hashes=(1, 2, 7, 8)), computed=63)
+    assert b.num_cached_tokens == 32
+    assert list(kv.host.lru) == [(3, 2), (2, 1), (1, 0), (7, 2)]
+    assert (kv.host.blocks, kv.host.dropped, kv.host.stored) == (4, 1, 5)
+
+
+def test_write_through_refuses_an_offer_it_cannot_make_room_for():
+    kv = offload_kv(16, 2)
+    finished_request(kv, request_spec(0, 32, output=1, hashes=(1, 2)))
+    assert list(kv.host.lru) == [(2, 1), (1, 0)]
+    # the same prompt again: GPU hit 1 block (num_tokens - 1 caps it), block 1 loads
+    c = waiting_request(request_spec(2, 32, hashes=(1, 2)))
+    load = kv.start_load(c, *kv.find_load(c)[:2])
+    assert kv.host.pinned == {(2, 1): 1}
+    # a 32-token prompt's 2 blocks need both host slots, one is being read: the offer
+    # stores nothing (prepare_store returns None), and is made again at the next step,
+    # which succeeds once the load landed
+    b = running_request(kv, request_spec(1, 32, output=2, hashes=(5, 6)), outputs=1)
+    assert list(kv.host.lru) == [(2, 1), (1, 0)] and kv.offered.get(1, 0) == 0
+    kv.finish_load(load)
+    kv.commit(b, 33)
+    assert list(kv.host.lru) == [(5, 0), (6, 1)] and kv.offered[1] == 2
+    assert kv.host.dropped == 2
+
+
+def test_write_back_is_the_named_eviction_filled_tier():
+    # SGLang HiCache's write_back: nothing reaches the host until the GPU evicts it
+    kv = offload_kv(6, 16, write_back=True)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    assert not kv.host.lru and kv.lru_blocks == 4
+    assert OffloadConfig(kv_offload_gib=1,
+                         kv_offload_write_policy="write_back").kv_offload_write_policy == (
+        "write-back")
+    with pytest.raises(ValueError, match="--kv-offload-write-policy 'lazy'"):
+        OffloadConfig(kv_offload_gib=1, kv_offload_write_policy="lazy")
+
+
+# The case: 6 GPU blocks, a 4-block host tier. A (64 tokens, hashes 1-4) runs and
+# finishes; B (64 tokens, hashes 5-8) takes 2 uncached GPU blocks and evicts A's tail
+# blocks 3 and 2 (a request frees its tail first). Write-through: B's 4 blocks, stored as
+# B computes them, push A's 4 out of the host. C = A's prompt + one block: its GPU hit is
+# A's blocks 0-1 (32 tokens) and block 2 is on neither tier, so it computes 48 tokens
+# (vLLM). Write-back: A's evicted blocks 3 and 2 went to the host, so C loads them and
+# computes 16.
+THIRD = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 64, 1, (5, 6, 7, 8)), (2.0, 80, 1, (1, 2, 3, 4, 9))]
+
+
+@pytest.mark.parametrize("write, computed, loaded", [("write-through", 48, 0),
+                                                      ("write-back", 16, 2)])
+def test_a_third_request_vllm_prefills_is_loaded_only_by_write_back(const_profile, write,
+                                                                    computed, loaded):
+    gib = 4 * BLOCK_BYTES / 2**30
+    off = OffloadConfig(kv_offload_gib=gib, kv_offload_link="1", kv_offload_write_policy=write)
+    res, s = simulate(_wl(THIRD), const_profile, RunConfig(kv_blocks=6, offload=off))
+    assert s["kv_offload_blocks"] == 4 and s["kv_offload_write_policy"] == write
+    c = res.requests.iloc[2]
+    assert (c["computed_tokens"], c["cached_tokens"]) == (computed, 80 - computed)
+    assert s["kv_loaded_blocks"] == loaded and s["prefix_cache_hit_tokens"] == 32
+
+
+# A prompt held whole on the host: vLLM's connector looks up to num_tokens (not
+# num_tokens - 1, the GPU's cap), loads every full block, and once it lands sets
+# num_computed_tokens = num_tokens - 1 (Scheduler._update_waiting_for_remote_kv): one
+# token is computed, in the last loaded block. 6 GPU blocks, 16 host blocks: A (64 tokens,
+# hashes 1-4) finishes; B (96 tokens) takes every GPU block, evicting A's; C = A's prompt.
+def test_a_prompt_held_whole_on_the_host_loads_every_block_and_computes_one_token():
+    kv = offload_kv(6, 16)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    kv.free(running_request(kv, request_spec(1, 96, output=1), computed=95))
+    c = waiting_request(request_spec(2, 64, hashes=(1, 2, 3, 4)))
+    assert kv.prefix_hit(c) == (0, 0)
+    assert kv.find_load(c) == (0, 4, 4)  # 4 host blocks (write-back would say 3)
+    load = kv.start_load(c, 0, 4)
+    assert set(kv.host.pinned) == kv.in_flight == {(1, 0), (2, 1), (3, 2), (4, 3)}
+    # a second request on the same blocks waits for this load (vLLM: lookup deferred)
+    assert kv.find_load(waiting_request(request_spec(3, 64, hashes=(1, 2, 3, 4)))) == "busy"
+    kv.finish_load(load)
+    assert not kv.host.pinned and kv.host.blocks == 4 + 5  # copies stay on the host
+    free = kv.free_blocks
+    # the ledger's view: 63 tokens hit, 3 blocks from the free pool for the first 63 -
+    # 15 tokens; the admission takes the 4th (the landed tail) for the 1 token left
+    assert kv.prefix_hit(c) == (63, 3)
+    ledger = KVLedger(kv)
+    assert ledger.cached(c) == 63 and ledger.admit_cost(c, 1) == 4
+    kv.admit(c)
+    assert (c.num_computed_tokens, c.num_blocks, free - kv.free_blocks) == (63, 4, 4)
+    assert kv.extra_blocks(c, 1) == 0  # the token goes into the landed last block
+    assert (kv.hit_tokens, kv.host_hit_tokens) == (0, 63) and not kv.landed
+    assert kv.refs == {(1, 0): 1, (2, 1): 1, (3, 2): 1, (4, 3): 1}
+
+
+def test_a_whole_prompt_load_end_to_end(const_profile):
+    reqs = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 96, 1, ()), (2.0, 64, 1, (1, 2, 3, 4))]
+    off = OffloadConfig(kv_offload_gib=16 * BLOCK_BYTES / 2**30, kv_offload_link="1")
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=6, offload=off),
+                      schedule_log=True)
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    c = res.requests.iloc[2]
+    assert (c["computed_tokens"], c["cached_tokens"]) == (1, 63)
+    assert c["first_scheduled_s"] == 2.0 + load_s
+    rows = res.schedule[res.schedule["request_id"] == 2]
+    assert list(rows["kind"]) == ["load", "loaded", "new"]
+    assert rows["tokens"].iloc[0] == 64 and rows["tokens"].iloc[2] == 1
+    assert rows["blocks"].iloc[2] == 4
+    assert s["host_cache_hit_tokens"] == 63 and s["kv_loaded_blocks"] == 4
+
+
+# EAGLE/MTP with the tier (vLLM: KVCacheManager drops the GPU hit's last block; the
+# connector queries one chunk more and pops it, `_lookup_complete_chunks`). A 48-token
+# prompt computed before, on both tiers: the GPU hit is 2 blocks (num_tokens - 1 caps it),
+# 1 with the drop; the host run after it is blocks 1-2, 1 with the pop: a 1-block load and
+# 16 tokens computed. Without a drafter: GPU 2 blocks, host block 2, a whole-prompt load.
+@pytest.mark.parametrize("eagle, gpu, blocks, computed", [(True, 16, 1, 16),
+                                                          (False, 32, 1, 1)])
+def test_eagle_drops_a_block_of_the_host_run_too(eagle, gpu, blocks, computed):
+    kv = offload_kv(16, 16, eagle=eagle)
+    finished_request(kv, request_spec(0, 48, output=1, hashes=(1, 2, 3)))
+    c = waiting_request(request_spec(1, 48, hashes=(1, 2, 3)))
+    assert kv.find_load(c) == (gpu, blocks, gpu // 16 + blocks)
+    kv.finish_load(kv.start_load(c, gpu, blocks))
+    kv.admit(c)
+    assert c.num_computed_tokens == 48 - computed
 
 
 # ------------------------------------------------------------------------- end to end
@@ -321,6 +479,36 @@ def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, k
         # a host hit is never counted as a GPU hit: the two add up to at most the prompts
         assert s["host_cache_hit_tokens"] + s["prefix_cache_hit_tokens"] <= sum(
             p for _, p, _, _ in reqs) + sum(res.requests["recomputed_tokens"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(conversations, st.integers(12, 40), st.sampled_from(["budget", "chunk"]))
+def test_a_roomy_write_through_tier_holds_every_prompt_block_run(linear_profile, trace,
+                                                                  kv_blocks, policy):
+    # room for everything: every full prompt block of every request that ran is on the
+    # host at the end (stored as computed; output blocks never), and nothing was dropped
+    prefix: dict[int, tuple] = {}
+    reqs, t, fresh = [], 0.0, 1000
+    for conv, new, out, gap in trace:
+        h = prefix[conv] = prefix.get(conv, (conv,)) + tuple(range(fresh, fresh + new))
+        fresh += new
+        prompt = min(len(h) * 16 - 3, kv_blocks * 16 - out)
+        if prompt >= 1:
+            t += gap
+            reqs.append((t, prompt, out, h[: -(-prompt // 16)]))
+    if not reqs:
+        return
+    cfg = RunConfig(policy=policy, kv_blocks=kv_blocks, chunk=64,
+                    offload=OffloadConfig(kv_offload_gib=4096 * BLOCK_BYTES / 2**30))
+    with checked_cores() as seen:
+        res, s = simulate(_wl(reqs), linear_profile, cfg)
+    kv = seen[-1].kv
+    want = set()
+    for rid, (_, prompt, _, h) in enumerate(reqs):
+        if res.requests["finish_s"].iloc[rid] == res.requests["finish_s"].iloc[rid]:  # ran
+            want |= {(h[j], j) if j < len(h) else (-1 - rid, j) for j in range(prompt // 16)}
+    assert want == set(kv.host.lru) and kv.host.blocks == len(want) == kv.host.stored
+    assert s["host_blocks_dropped"] == 0 and not kv.offered
 
 
 # ------------------------------------------------------------------------- refusals

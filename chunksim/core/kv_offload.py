@@ -36,6 +36,9 @@ Deviations, each chosen for a reason:
   the loaded blocks are evictable; vLLM keeps them held for the request.
 - A load takes only the GPU blocks it fills; vLLM also keeps back the blocks other
   in-flight loads' first steps and one speculative step need (`reserved_blocks`).
+- A load may copy a block the GPU still caches (a prompt's last block lies past the GPU
+  hit's cap, and an EAGLE drop gives one up): when it lands the request takes the GPU
+  copy and the loaded one is freed; vLLM keeps both, the loaded one for the request.
 
 This module is the block accounting; `sim.offload` schedules and times the loads.
 """
@@ -353,10 +356,20 @@ class OffloadKVCache(PrefixKVCache):
         host = self.host
         for k in reversed(load.keys):
             flying.discard(k)
+            if k in lru or k in refs:
+                if self.write_back:  # never: commit makes a block in flight a duplicate
+                    raise RuntimeError(f"block {k} landed from the host while on the GPU "
+                                       "(a bug)")
+                # write-through loads may copy a block the GPU also caches (the prompt's
+                # last block, past the GPU hit's cap; the block an EAGLE drop gave up):
+                # the request takes the GPU copy, and the landed one is freed
+                host.unpin(k)
+                self.uncached_free += 1
+                if k in lru:
+                    lru.move_to_end(k)
+                continue
             if not self.write_back:
                 host.unpin(k)
-            if k in lru or k in refs:  # never: commit makes a block in flight a duplicate
-                raise RuntimeError(f"block {k} landed from the host while on the GPU (a bug)")
             lru[k] = 1
             self.lru_blocks += 1
         for k in reversed(load.pinned):

@@ -21,9 +21,9 @@ that is not modelled: here the cap is the only effect.)
 
 Speculative decoding (`core.speculative`): a decode schedules 1 + its draft tokens
 (`num_tokens_with_spec - num_computed_tokens`, cut to the budget left, as vLLM cuts it),
-and its KV allocation covers the lookahead slots too (`allocate_slots(...,
-num_lookahead_tokens)`). vLLM also gives lookahead slots to running prefill chunks; here
-only decodes reserve them (a chunk's lookahead would be filled by its own next chunk).
+and every KV allocation covers the lookahead slots too: a decode's, a running prefill
+chunk's and an admission's (`allocate_slots(..., num_lookahead_tokens)` in both of
+vLLM 0.32.0's scheduling loops; a request waiting for a CPU-tier load takes none).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class TokenBudgetPolicy(PolicyBase):
                 want = self._cap(req, rem) if rem > 1 else 1
                 if want > budget:
                     want = budget
-                grow = want
+                grow = want + lookahead  # vLLM: every running request's lookahead slots
             else:  # a decode: 1 + its drafts (speculative decoding), as the budget allows
                 want = 1 + req.num_spec_tokens
                 if want > budget:
@@ -217,13 +217,15 @@ class TokenBudgetPolicy(PolicyBase):
         if not preempted:
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, partial,
-                        max_partial, scheduled, admitted)
+                        max_partial, scheduled, admitted, lookahead)
         return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
-               max_partial: int, scheduled: list, admitted: list) -> None:
+               max_partial: int, scheduled: list, admitted: list,
+               lookahead: int = 0) -> None:
         """The waiting loop of `plan`: admit from `waiting` in order while the budget
-        left, the seats left, the prefill cap and the KV (`ledger`) allow."""
+        left, the seats left, the prefill cap and the KV (`ledger`) allow; each admission
+        also takes `lookahead` KV slots past its tokens (vLLM's `allocate_slots`)."""
         chunked = self.enable_chunked_prefill
         for req in waiting:
             if budget <= 0 or seats <= 0 or partial >= max_partial:
@@ -232,7 +234,8 @@ class TokenBudgetPolicy(PolicyBase):
             if not chunked and remaining > budget:
                 continue  # vLLM: skipped this step, keeps its place at the head
             want = min(self._cap(req, remaining), budget)
-            if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
+            if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0,
+                                    lookahead):
                 break
             partial += 1
             scheduled.append((req, want))

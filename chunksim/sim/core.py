@@ -404,8 +404,8 @@ class EngineCore:
             decode = ((req.kv_carried and not req.num_preemptions) if is_new
                       else req.num_output_tokens > 0
                       and c + 1 == req.spec.prompt_tokens + req.num_output_tokens)
-            # a running decode also takes its lookahead slots (vLLM allocate_slots)
-            g = n + lookahead if lookahead and decode and not is_new else n
+            # every entry also takes its lookahead slots (vLLM allocate_slots)
+            g = n + lookahead
             if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
                 kv.grow(req, g)
             if caching and (req.block_keys != () or kv.commit_all):  # (): none shareable

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from chunksim.core.kv_offload import BUSY, Load, OffloadKVCache
 from chunksim.core.plan import Plan
-from chunksim.core.request import is_decode
 from chunksim.sim.records import KIND_LOAD, KIND_LOADED
 
 
@@ -53,9 +52,10 @@ class Offloads:
             changed = False
             used = 0  # free blocks the plan's entries before this admission consume
             admitted = set(plan.admitted)
+            look = core.lookahead  # every entry also takes its lookahead slots
             for req, n in plan.scheduled:
-                if req not in admitted:  # a running decode also takes its lookahead slots
-                    used += kv.extra_blocks(req, n + core.lookahead if is_decode(req) else n)
+                if req not in admitted:
+                    used += kv.extra_blocks(req, n + look)
                     continue
                 found = kv.find_load(req)
                 if found is BUSY:
@@ -67,7 +67,7 @@ class Offloads:
                 if found is None:
                     cached, from_free = kv.prefix_hit(req)
                     bs = kv.block_size
-                    used += -(-(cached + n) // bs) - cached // bs + from_free
+                    used += -(-(cached + n + look) // bs) - cached // bs + from_free
                     continue
                 gpu_tokens, blocks, need = found
                 changed = True
