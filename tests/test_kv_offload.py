@@ -204,6 +204,9 @@ def test_write_back_is_the_named_eviction_filled_tier():
         "write-back")
     with pytest.raises(ValueError, match="--kv-offload-write-policy 'lazy'"):
         OffloadConfig(kv_offload_gib=1, kv_offload_write_policy="lazy")
+    with pytest.raises(ValueError, match="give --kv-offload-gib"):
+        OffloadConfig(kv_offload_write_policy="write-back")  # no tier: the flag would do nothing
+    assert not OffloadConfig(kv_offload_gib=1).write_back  # vLLM's write-through by default
 
 
 # The case: 6 GPU blocks, a 4-block host tier. A (64 tokens, hashes 1-4) runs and
@@ -469,7 +472,7 @@ def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, k
     gib = host_blocks * 2048 * 16 / 2**30
     cfg = RunConfig(policy=policy, kv_blocks=kv_blocks, chunk=64 if policy != "whole" else None,
                     offload=OffloadConfig(kv_offload_gib=gib, kv_offload_link="0.5",
-                                          kv_offload_write_policy=write),
+                                          kv_offload_write_policy=write if gib else None),
                     engine=EngineConfig(async_scheduling=async_))
     with checked_cores() as seen:
         res, s = simulate(_wl(reqs), linear_profile, cfg)
@@ -548,6 +551,9 @@ def test_link_presets_and_bandwidths():
 @pytest.mark.parametrize("args,words", [
     (["run", "--kv-offload-gib", "2", "--no-prefix-caching"], "needs prefix caching"),
     (["run", "--kv-offload-gib", "2", "--kv-offload-link", "pcie-gen9"], "--kv-offload-link"),
+    (["run", "--kv-offload-write-policy", "write-back"], "give --kv-offload-gib"),
+    (["run", "--kv-offload-gib", "2", "--kv-offload-write-policy", "lru"],
+     "choose write-through or write-back"),
 ])
 def test_the_cli_refuses_in_one_line(args, words, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "chunksim.cli", *args, "-n", "3",
@@ -563,9 +569,11 @@ def test_the_cli_runs_the_tier_and_reports_it(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, [
         "run", "--workload", "trace", "--trace",
         "chunksim/data/workloads/mooncake_conversation_sample.jsonl", "-n", "60",
-        "--kv-blocks", "3000", "--kv-offloading-size", "4", "--out", str(tmp_path)])
+        "--kv-blocks", "3000", "--kv-offloading-size", "4",
+        "--kv-offload-write-policy", "write-back", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "summary.json").read_text())
     for key in ("host_cache_hit_rate", "kv_loaded_bytes", "mean_kv_load_wait_ms",
-                "p99_kv_load_wait_ms", "kv_loads"):
+                "p99_kv_load_wait_ms", "kv_loads", "host_blocks_stored"):
         assert key in s
+    assert s["kv_offload_write_policy"] == "write-back"

@@ -141,3 +141,50 @@ def test_an_admission_that_cannot_hold_its_lookahead_waits():
         w = waiting_request(request_spec(0, 48))
         plan = pol.plan(SchedulerState([], [w], kv, False, 0, lookahead))
         assert plan == (Plan(((w, 48),), (w,)) if admitted else Plan(()))
+
+
+# ------------------------------------------------- the same cases on vLLM's own manager
+@pytest.mark.slow
+def test_vllm_kv_cache_manager_agrees_where_installed():
+    # vLLM's KVCacheManager itself (skipped without vLLM): the repeated 48-token prompt
+    # hits 32 tokens, 16 with use_eagle; an 80-token prompt in chunks of 48 then 32 with 3
+    # lookahead tokens holds 4 blocks, then 6 (the cases above, on chunksim's cache)
+    pytest.importorskip("vllm.v1.core.kv_cache_manager")
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(BS, sha256)
+
+    def req(i: int, n: int) -> Request:
+        return Request(str(i), list(range(n)), SamplingParams(max_tokens=4), None,
+                       block_hasher=hasher)
+
+    for eagle, hit_tokens in ((False, 32), (True, 16)):
+        group = KVCacheGroupSpec(["layer"], FullAttentionSpec(
+            block_size=BS, num_kv_heads=1, head_size=8, dtype=torch.float16))
+        m = KVCacheManager(KVCacheConfig(num_blocks=40, kv_cache_tensors=[],
+                                         kv_cache_groups=[group]),
+                           max_model_len=1024, scheduler_block_size=BS, hash_block_size=BS,
+                           enable_caching=True, use_eagle=eagle)
+        a = req(0, 48)
+        m.allocate_slots(a, 48)
+        a.num_computed_tokens = 48
+        m.free(a)
+        assert m.get_computed_blocks(req(1, 48))[1] == hit_tokens
+        kv = prefix_kv(40, eagle)
+        finished_request(kv, request_spec(0, 48, output=1, hashes=(1, 2, 3)))
+        assert kv.prefix_hit(waiting_request(request_spec(1, 48, hashes=(1, 2, 3))))[0] == (
+            hit_tokens)
+        c = req(2, 80)
+        held = []
+        for computed, n in ((0, 48), (48, 32)):
+            c.num_computed_tokens = computed
+            m.allocate_slots(c, n, num_lookahead_tokens=3)
+            held.append(len(m.get_blocks("2").blocks[0]))
+        assert held == [4, 6]

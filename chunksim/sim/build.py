@@ -226,7 +226,7 @@ def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
     bw, lat = off.link
     return replace(kv, host_blocks=off.host_blocks(block_bytes), block_bytes=block_bytes,
                    host_bytes_per_s=bw, host_latency_s=lat,
-                   host_write_back=off.kv_offload_write_policy == "write-back")
+                   host_write_back=off.write_back)
 
 
 def kv_bytes_per_token(profile: Profile, flag: str, why: str) -> float:

@@ -70,24 +70,34 @@ class OffloadConfig:
     kv_offload_link: str = knob("pcie-gen5", "--kv-offload-link", panel=_E)
     """Host-to-GPU link of the CPU KV tier: pcie-gen4 (32 GB/s, 10 us), pcie-gen5 (64
     GB/s, 10 us) or a bandwidth in GB/s (10 us latency)."""
-    kv_offload_write_policy: str = knob("write-through", "--kv-offload-write-policy",
-                                        panel=_E, parse=parse_write_policy)
-    """How blocks reach the CPU KV tier: write-through (vLLM's OffloadingConnector: every
-    full prompt block is stored as it is computed, and a prompt held there whole loads
-    every block and computes one token) or write-back (SGLang HiCache's write_back: a
-    block is stored when the GPU prefix cache evicts it, and moves back when loaded)."""
+    kv_offload_write_policy: str | None = knob(None, "--kv-offload-write-policy",
+                                               panel=_E, parse=parse_write_policy)
+    """How blocks reach the CPU KV tier: write-through (the default; vLLM's
+    OffloadingConnector: every full prompt block is stored as it is computed, and a prompt
+    held there whole loads every block and computes one token) or write-back (SGLang
+    HiCache's write_back: a block is stored when the GPU prefix cache evicts it, and
+    moves back when loaded). Needs --kv-offload-gib."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.kv_offload_gib < float("inf"):
             raise ValueError(f"--kv-offload-gib {self.kv_offload_gib}: must be a finite "
                              "number of GiB >= 0 (0 = no CPU tier)")
         parse_host_link(self.kv_offload_link)
-        object.__setattr__(self, "kv_offload_write_policy",
-                           parse_write_policy(self.kv_offload_write_policy))
+        if self.kv_offload_write_policy is not None:
+            object.__setattr__(self, "kv_offload_write_policy",
+                               parse_write_policy(self.kv_offload_write_policy))
+            if not self.active:
+                raise ValueError("--kv-offload-write-policy says how blocks reach a CPU KV "
+                                 "tier; give --kv-offload-gib N (> 0) for one, or drop it")
 
     @property
     def active(self) -> bool:
         return self.kv_offload_gib > 0
+
+    @property
+    def write_back(self) -> bool:
+        """The tier is filled by GPU evictions (write-back), not written through."""
+        return self.kv_offload_write_policy == "write-back"
 
     @property
     def link(self) -> tuple[float, float]:
