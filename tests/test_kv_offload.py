@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from factories import finished_request, request_spec, running_request, waiting_request
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -512,6 +512,69 @@ def test_a_roomy_write_through_tier_holds_every_prompt_block_run(linear_profile,
             want |= {(h[j], j) if j < len(h) else (-1 - rid, j) for j in range(prompt // 16)}
     assert want == set(kv.host.lru) and kv.host.blocks == len(want) == kv.host.stored
     assert s["host_blocks_dropped"] == 0 and not kv.offered
+
+
+host_ops = st.lists(st.tuples(st.integers(0, 3),                   # request
+                              st.sampled_from(["offer", "load", "land", "finish"]),
+                              st.lists(st.integers(0, 9), min_size=1, max_size=4,
+                                       unique=True)),                 # its blocks
+                    min_size=1, max_size=30)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(host_ops, st.integers(1, 6))
+@example([(0, "offer", [1, 2, 3]), (0, "finish", [1]), (1, "offer", [9])], 3)  # drops 3
+@example([(0, "offer", [1, 2]), (1, "load", [1]), (2, "offer", [5, 6])], 2)  # refused
+def test_the_host_lru_is_vllms_cpu_offloading_manager(ops, capacity):
+    # differential, where vLLM is installed: the same offers (prepare_store, stored at
+    # once), loads (prepare_load pins, complete_load unpins) and finishes (every block a
+    # request offered or loaded becomes most recent, its first block last) on
+    # HostTier and on vLLM's CPUOffloadingManager with its LRU policy keep the same
+    # blocks, refuse the same offers and drop the same blocks
+    pytest.importorskip("vllm.v1.kv_offload.cpu.manager")
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    def key(i):
+        return make_offload_key(i.to_bytes(8, "big"), 0)
+
+    ours, theirs = HostTier(capacity), CPUOffloadingManager(capacity)
+    ctx: dict = {}
+    mine: dict = {}  # request -> blocks it offered or loaded, in prompt order
+    loading: dict = {}
+    for rid, op, blocks in ops:
+        if rid not in ctx:
+            ctx[rid] = ReqContext(str(rid))
+            theirs.on_new_request(ctx[rid])
+            mine[rid] = []
+        c = ctx[rid]
+        for i in blocks:
+            c.set_offload_key_position(key(i), (i + 1) * 16)
+        if op == "offer":
+            out = theirs.prepare_store([key(i) for i in blocks], c)
+            if out is not None:
+                theirs.complete_store(out.keys_to_store, c)
+            assert ours.offer([(i,) for i in blocks]) == (out is not None)
+            mine[rid] += [i for i in blocks if i not in mine[rid]]
+        elif op == "load" and rid not in loading and all((i,) in ours for i in blocks):
+            theirs.prepare_load([key(i) for i in blocks], c)
+            for i in blocks:
+                ours.pin((i,))
+            loading[rid] = blocks
+            mine[rid] += [i for i in blocks if i not in mine[rid]]
+        elif op == "land" and rid in loading:
+            blocks = loading.pop(rid)
+            theirs.complete_load([key(i) for i in blocks], c)
+            for i in blocks:
+                ours.unpin((i,))
+        elif op == "finish" and rid not in loading:
+            theirs.on_request_finished(c)
+            ours.touch([(i,) for i in sorted(mine.pop(rid), reverse=True)])
+            del ctx[rid]
+        held = {int.from_bytes(k[:-4], "big") for k in theirs._policy.chunks}
+        assert {k[0] for k in ours.lru} == held
+        assert ours.blocks == len(held) <= capacity
 
 
 # ------------------------------------------------------------------------- refusals
