@@ -279,6 +279,22 @@ def test_a_whole_prompt_load_end_to_end(const_profile):
     assert s["host_cache_hit_tokens"] == 63 and s["kv_loaded_blocks"] == 4
 
 
+def test_a_request_needing_blocks_in_flight_waits_for_them(const_profile):
+    # C and D arrive together wanting A's 4 blocks, which only the host holds: C loads
+    # them; D's lookup reaches blocks in flight, so it is skipped (vLLM: the connector
+    # defers it while `_chunks_being_loaded` holds them) and nothing else can run. When
+    # the load lands both are admitted in one step, D hitting the landed blocks on the GPU
+    reqs = [*EVICTED[:2], (2.0, 80, 1, (1, 2, 3, 4, 5)), (2.0, 80, 1, (1, 2, 3, 4, 6))]
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=10, offload=off))
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    c, d = res.requests.iloc[2], res.requests.iloc[3]
+    assert c["first_scheduled_s"] == d["first_scheduled_s"] == 2.0 + load_s
+    assert (c["cached_tokens"], d["cached_tokens"]) == (64, 64)
+    assert s["kv_loads"] == 1 and s["host_cache_hit_tokens"] == 64
+    assert s["prefix_cache_hit_tokens"] == 64
+
+
 # EAGLE/MTP with the tier (vLLM: KVCacheManager drops the GPU hit's last block; the
 # connector queries one chunk more and pops it, `_lookup_complete_chunks`). A 48-token
 # prompt computed before, on both tiers: the GPU hit is 2 blocks (num_tokens - 1 caps it),

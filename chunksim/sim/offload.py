@@ -1,7 +1,7 @@
 """Loads from the CPU KV tier, as the engine schedules and times them (the block
 accounting is `core.kv_offload`).
 
-vLLM V1 with a KV connector (the OffloadingConnector, LMCache): when the scheduler
+vLLM V1 with a KV connector (the OffloadingConnector): when the scheduler
 reaches a waiting request whose prefix continues on the host after its GPU hit, it
 allocates GPU blocks for those tokens, starts the load and skips the request
 (WAITING_FOR_REMOTE_KVS); later requests are scheduled as if it were not there. The
@@ -10,7 +10,10 @@ each admitted request with a host hit starts its load (if the free blocks left b
 plan's running entries and earlier admissions hold it) and leaves the waiting queue, and
 the policy plans again without it. A load that does not fit stops admission at that
 request, as vLLM's scheduler stops when `allocate_slots` fails: the request keeps its
-place at the head and tries again at the next plan.
+place at the head and tries again at the next plan. A request whose host run reaches a
+block another load is bringing back (write-through) is skipped for the plan, as vLLM's
+connector defers its lookup, and the policy plans again without it. A load takes no
+lookahead slots (vLLM allocates them only once the KV has arrived).
 
 Timing: one link, loads in start order (one copy stream): a load of b blocks starts when
 the link is free and lasts b x block bytes / bandwidth, then the link latency; it
