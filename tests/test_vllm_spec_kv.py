@@ -188,3 +188,64 @@ def test_vllm_kv_cache_manager_agrees_where_installed():
             m.allocate_slots(c, n, num_lookahead_tokens=3)
             held.append(len(m.get_blocks("2").blocks[0]))
         assert held == [4, 6]
+
+
+# ----------------------------------------------------- padding a one-token admission
+# vLLM 0.32.0, Scheduler.schedule, waiting loop: with num_spec_tokens > 0, an admission
+# whose num_new_tokens is 1 is padded to 1 + num_spec_tokens (pad_spec_decode: k
+# placeholder drafts, all rejected, left out of the draft metrics) when no running prefill
+# chunk was scheduled this step (`prefill_scheduled`) and something running was scheduled
+# or the request has computed tokens; if the padded count exceeds the budget left, the
+# waiting loop stops rather than schedule it unpadded. allocate_slots then reserves
+# num_computed + 1 + k + lookahead slots.
+def _one_left(kv, rid: int, prompt: int):
+    w = waiting_request(request_spec(rid, prompt))
+    kv.carry(w, prompt - 1)  # its KV came from elsewhere: one token left to compute
+    return w
+
+
+def test_a_one_token_admission_is_padded_to_the_draft_width():
+    from factories import decoding_request, running_request
+
+    pol = TokenBudgetPolicy(max_num_batched_tokens=100)
+    kv = make_kv_cache(KVConfig(100, BS))
+    w = _one_left(kv, 1, 40)
+    assert pol.plan(SchedulerState([], [w], kv, False, 0, 0, 3)) == Plan(((w, 4),), (w,))
+    assert pol.plan(SchedulerState([], [w], kv, False, 0, 0, 0)) == Plan(((w, 1),), (w,))
+    # a running decode scheduled too: still padded
+    d = decoding_request(kv, request_spec(0, 20))
+    d.num_spec_tokens = 3
+    assert pol.plan(SchedulerState([d], [w], kv, False, 0, 0, 3)) == Plan(
+        ((d, 4), (w, 4)), (w,))
+    # a running prefill chunk scheduled: not padded
+    p = running_request(kv, request_spec(2, 150), computed=100)
+    assert pol.plan(SchedulerState([p], [w], kv, False, 0, 0, 3)) == Plan(
+        ((p, 50), (w, 1)), (w,))
+    # the budget left holds the token but not the padding: nothing is admitted
+    tight = TokenBudgetPolicy(max_num_batched_tokens=6)
+    assert tight.plan(SchedulerState([d], [w], kv, False, 0, 0, 3)) == Plan(((d, 4),))
+
+
+def test_a_padded_admission_rejects_its_placeholders_end_to_end(const_profile):
+    # a prompt loaded whole from the CPU tier (write-through) has one token left: with
+    # ngram k = 3 it is padded to 4 tokens; every placeholder is rejected although every
+    # real draft is accepted (a = 1), so that step emits one token and counts no drafts
+    from chunksim.sim.offload_config import OffloadConfig
+
+    block_bytes = 2048 * BS
+    reqs = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 96, 1, ()), (2.0, 64, 5, (1, 2, 3, 4))]
+    specs = tuple(RequestSpec(i, a, p, o, h) for i, (a, p, o, h) in enumerate(reqs))
+    off = OffloadConfig(kv_offload_gib=16 * block_bytes / 2**30, kv_offload_link="1")
+    cfg = RunConfig(kv_blocks=6, offload=off,
+                    engine=EngineConfig(speculative=SpecConfig("ngram", 3, 1.0)))
+    res, s = simulate(Workload("pad", specs, prefix_block_tokens=BS), const_profile, cfg,
+                      schedule_log=True)
+    rows = res.schedule[res.schedule.request_id == 2].reset_index(drop=True)
+    assert list(rows.kind) == ["load", "loaded", "new", "decode"]
+    assert list(rows.tokens[2:]) == [4, 4]  # padded, then 1 + 3 real drafts
+    assert list(rows.computed_tokens[2:]) == [63, 64]  # the placeholders gave theirs back
+    assert rows.blocks[2] == 5  # cdiv(63 + 4, 16): the padding takes slots too
+    c = res.requests.iloc[2]
+    assert c["output_tokens"] == 5 and c["finish_s"] == c["first_token_s"] + 0.010
+    # drafts counted: the decode's 3 (all accepted), none of the padding's
+    assert (s["spec_draft_tokens"], s["spec_accepted_tokens"]) == (3, 3)

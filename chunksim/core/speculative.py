@@ -8,7 +8,8 @@ more token is sampled, so the step emits m + 1 tokens, and the rejected drafts g
 their computed-token count (`num_computed_tokens -= num_rejected`, vLLM's
 `update_from_output`); their slots are reused by the next step's tokens (the blocks stay
 with the request, as in vLLM). EAGLE, MTP and draft models also reserve `k` lookahead
-slots per running decode (vLLM's `num_lookahead_tokens`); ngram does not.
+slots in every KV allocation (vLLM's `num_lookahead_tokens`); ngram does not. EAGLE and
+MTP prefix-cache hits give up their last matched block (`drops_last_hit_block`).
 
 Acceptance is drawn per request per step from a dedicated seeded stream: `rates[i]` is
 the probability that draft position i + 1 is accepted, i.e. that at least i + 1 drafts
