@@ -245,8 +245,17 @@ class OffloadKVCache(PrefixKVCache):
         """Write-through: offer the host `req`'s prompt blocks up to block `upto`."""
         rid = req.request_id
         done = self.offered.get(rid, 0)
-        if upto > done and self.host.offer([self.key(req, j) for j in range(done, upto)]):
+        if upto > done and self.host.offer(self._keys(req, done, upto)):
             self.offered[rid] = upto
+
+    def _keys(self, req: Request, lo: int, hi: int) -> list:
+        """`key(req, j)` for j in [lo, hi), at once."""
+        share = self.shareable_keys(req)
+        n = len(share)
+        if hi <= n:
+            return list(share[lo:hi])
+        rid = -1 - req.spec.request_id
+        return [*share[lo:n], *((rid, j) for j in range(max(lo, n), hi))]
 
     def free(self, req: Request, reusable: bool = False) -> None:
         if self.write_back:
@@ -263,7 +272,9 @@ class OffloadKVCache(PrefixKVCache):
             full = (c if c < prompt else prompt) // self.block_size
             self._offer(req, full)
             self.offered.pop(req.request_id, None)
-            self.host.touch([self.key(req, j) for j in range(full - 1, -1, -1)])
+            keys = self._keys(req, 0, full)
+            keys.reverse()
+            self.host.touch(keys)
         super().free(req, reusable)
 
     # ------------------------------------------------------------------ load
