@@ -395,7 +395,7 @@ class EngineCore:
             padded = False
             if is_new:
                 self.take_hits(req)  # as earlier entries left the cache
-                # an admission with one token left may be padded to 1 + k (`padded_admission`)
+                # an admission with one token left may be padded to 1 + k (vLLM pad_spec_decode)
                 padded = n > 1 and n == 1 + self.spec_k and req.num_remaining == 1
                 if n > req.num_remaining and not padded:
                     raise RuntimeError(
