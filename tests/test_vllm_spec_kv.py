@@ -249,3 +249,88 @@ def test_a_padded_admission_rejects_its_placeholders_end_to_end(const_profile):
     assert c["output_tokens"] == 5 and c["finish_s"] == c["first_token_s"] + 0.010
     # drafts counted: the decode's 3 (all accepted), none of the padding's
     assert (s["spec_draft_tokens"], s["spec_accepted_tokens"]) == (3, 3)
+
+
+def test_a_repeated_prompt_one_token_past_its_blocks_is_padded(layered_profile):
+    # 49 tokens, ngram k = 3: the repeat hits 48 (3 blocks, num_tokens - 1 caps it), has 1
+    # token left and nothing else runs: padded to 4, holding cdiv(48 + 4, 16) = 4 blocks
+    reqs = [(0.0, 49, 1, (1, 2, 3, 4)), (1.0, 49, 2, (1, 2, 3, 4))]
+    res, s = run(layered_profile, reqs, "ngram")
+    rows = res.schedule[res.schedule.request_id == 1].reset_index(drop=True)
+    assert (rows.kind[0], rows.tokens[0], rows.cached_tokens[0], rows.blocks[0]) == (
+        "new", 4, 48, 4)
+    assert list(rows.computed_tokens) == [48, 49]  # the placeholders gave theirs back
+    assert s["spec_draft_tokens"] == 3  # the next step's drafts only, not the padding
+
+
+@pytest.mark.slow
+def test_vllm_scheduler_pads_the_same_admission_where_installed():
+    # the case above on vLLM's own Scheduler (skipped without vLLM): a tiny model config,
+    # ngram k = 3, the repeat scheduled with 4 tokens, 3 of them placeholders (-1)
+    pytest.importorskip("vllm.v1.core.sched.scheduler")
+    import json
+    import tempfile
+
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    d = tempfile.mkdtemp()
+    with open(d + "/config.json", "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+                   "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 1000,
+                   "max_position_embeddings": 4096, "torch_dtype": "float32"}, f)
+    mc = ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=4096, dtype="float32")
+    sc = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, max_model_len=4096,
+                         enable_chunked_prefill=True, is_encoder_decoder=False)
+    cc = CacheConfig(block_size=BS, enable_prefix_caching=True)
+    vc = VllmConfig(model_config=mc, scheduler_config=sc, cache_config=cc,
+                    speculative_config=SpeculativeConfig(
+                        method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
+                        prompt_lookup_min=2))
+    group = KVCacheGroupSpec(["layer"], FullAttentionSpec(
+        block_size=BS, num_kv_heads=1, head_size=16, dtype=torch.float32))
+    cc.num_gpu_blocks = 100
+    sched = Scheduler(vc, KVCacheConfig(num_blocks=100, kv_cache_tensors=[],
+                                        kv_cache_groups=[group]),
+                      StructuredOutputManager(vc), block_size=BS, log_stats=False)
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(BS, hash_fn)
+
+    def step() -> dict:
+        out = sched.schedule()
+        ids = list(out.num_scheduled_tokens)
+        reqs = sched.requests
+        sampled = [[7] if reqs[i].num_computed_tokens >= reqs[i].num_tokens else []
+                   for i in ids]
+        row = {i: (out.num_scheduled_tokens[i], out.scheduled_spec_decode_tokens.get(i))
+               for i in ids}
+        sched.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)},
+            sampled_token_ids=sampled))
+        return row
+
+    for rid, out in (("a", 1), ("b", 2)):
+        sched.add_request(Request(rid, list(range(49)), SamplingParams(
+            max_tokens=out, ignore_eos=True), None, arrival_time=0.0, block_hasher=hasher))
+        first = step()
+        if rid == "a":
+            step()  # a finishes; its blocks stay cached
+    assert first == {"b": (4, [-1, -1, -1])}
+    assert sched.requests["b"].num_computed_tokens == 49
+    assert len(sched.kv_cache_manager.get_blocks("b").blocks[0]) == 4
