@@ -656,3 +656,105 @@ def test_the_cli_runs_the_tier_and_reports_it(tmp_path, monkeypatch):
                 "p99_kv_load_wait_ms", "kv_loads", "host_blocks_stored"):
         assert key in s
     assert s["kv_offload_write_policy"] == "write-back"
+
+
+# ------------------------------------------- the same cases on vLLM's own scheduler
+def _vllm_offloading_run(gpu_blocks: int, host_blocks: int, prompts) -> dict:
+    """vLLM 0.32.0's Scheduler with its OffloadingConnector (CPU backend, LRU), a tiny
+    model config, the worker faked: every transfer job completes right after the step
+    that issued it. `prompts`: (request id, block contents) run one after another, each
+    to its end. Returns request id -> [("load", tokens) or ("step", tokens), ...]."""
+    import json
+    import tempfile
+
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingWorkerMetadata,
+    )
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    d = tempfile.mkdtemp()
+    with open(d + "/config.json", "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+                   "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 10000,
+                   "max_position_embeddings": 4096, "torch_dtype": "float32"}, f)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=32,
+                             dtype=torch.float32)  # a 4 KiB page: one aligned host chunk
+    cc = CacheConfig(block_size=16, enable_prefix_caching=True)
+    vc = VllmConfig(
+        model_config=ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=4096,
+                                 dtype="float32"),
+        scheduler_config=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8,
+                                         max_model_len=4096, enable_chunked_prefill=True,
+                                         is_encoder_decoder=False),
+        cache_config=cc,
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector", kv_role="kv_both",
+            kv_connector_extra_config={"cpu_bytes_to_use": host_blocks * spec.page_size_bytes}))
+    cc.num_gpu_blocks = gpu_blocks + 1  # vLLM keeps one block as its null block
+    sched = Scheduler(vc, KVCacheConfig(num_blocks=gpu_blocks + 1, kv_cache_tensors=[],
+                                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]),
+                      StructuredOutputManager(vc), block_size=16, log_stats=False)
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(16, hash_fn)
+    seen: dict = {}
+    for rid, contents in prompts:
+        toks = [c * 100 + i for c in contents for i in range(16)]
+        sched.add_request(Request(rid, toks, SamplingParams(max_tokens=1, ignore_eos=True),
+                                  None, arrival_time=0.0, block_hasher=hasher))
+        while rid in sched.requests:
+            out = sched.schedule()
+            meta = out.kv_connector_metadata
+            loads = {job.req_id for job in meta.load_jobs.values()}
+            for r in loads:
+                seen.setdefault(r, []).append(("load", sched.requests[r].num_computed_tokens))
+            ids = list(out.num_scheduled_tokens)
+            for r in ids:
+                seen.setdefault(r, []).append(("step", out.num_scheduled_tokens[r]))
+            reqs = sched.requests
+            sched.update_from_output(out, ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)},
+                sampled_token_ids=[[7] if reqs[i].num_computed_tokens >= reqs[i].num_tokens
+                                   else [] for i in ids],
+                kv_connector_output=KVConnectorOutput(
+                    finished_recving=loads or None,
+                    kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs={
+                        j: 1 for j in (*meta.load_jobs, *meta.store_jobs)}))))
+    return seen
+
+
+@pytest.mark.slow
+def test_vllms_offloading_connector_agrees_where_installed(const_profile):
+    # the issue's third request and the whole-prompt load, on vLLM's own scheduler and
+    # connector (skipped without vLLM) and on chunksim (write-through)
+    pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler")
+    third = _vllm_offloading_run(6, 4, [("A", (1, 2, 3, 4)), ("B", (5, 6, 7, 8)),
+                                        ("C", (1, 2, 3, 4, 9))])
+    assert third["C"] == [("step", 48)]  # no load: 48 tokens computed after a 32 hit
+    whole = _vllm_offloading_run(6, 16, [("A", (1, 2, 3, 4)), ("B", tuple(range(10, 16))),
+                                         ("C", (1, 2, 3, 4))])
+    assert whole["C"] == [("load", 64), ("step", 1)]  # all 4 blocks loaded, 1 token
+    gib = 4 * BLOCK_BYTES / 2**30
+    res, _ = simulate(_wl(THIRD), const_profile,
+                      RunConfig(kv_blocks=6, offload=OffloadConfig(kv_offload_gib=gib)))
+    assert res.requests["computed_tokens"].iloc[2] == 48
+    reqs = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 96, 1, ()), (2.0, 64, 1, (1, 2, 3, 4))]
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=6, offload=OffloadConfig(
+        kv_offload_gib=16 * BLOCK_BYTES / 2**30)))
+    assert res.requests["computed_tokens"].iloc[2] == 1 and s["kv_loaded_blocks"] == 4
