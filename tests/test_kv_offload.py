@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from factories import finished_request, request_spec, running_request, waiting_request
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -24,6 +24,7 @@ from chunksim.cli import app
 from chunksim.core.kv_cache import KVConfig, PrefixKVCache
 from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.kv_offload import HostTier, OffloadKVCache
+from chunksim.core.ledger import KVLedger
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim import core as sim_core
 from chunksim.sim.engine import EngineConfig
@@ -36,8 +37,10 @@ BLOCK_BYTES = 2048 * 16
 GB = 1e9
 
 
-def offload_kv(blocks: int, host_blocks: int) -> OffloadKVCache:
-    kv = make_kv_cache(KVConfig(blocks, 16, True, 16, host_blocks, BLOCK_BYTES, GB, 1e-5))
+def offload_kv(blocks: int, host_blocks: int, write_back: bool = False,
+               eagle: bool = False) -> OffloadKVCache:
+    kv = make_kv_cache(KVConfig(blocks, 16, True, 16, host_blocks, BLOCK_BYTES, GB, 1e-5,
+                                host_write_back=write_back, drop_last_hit_block=eagle))
     assert type(kv) is OffloadKVCache
     return kv
 
@@ -88,8 +91,8 @@ def test_no_host_blocks_is_the_plain_prefix_cache():
         KVConfig(8, 16, False, 16, host_blocks=4, block_bytes=1, host_bytes_per_s=1.0)
 
 
-def test_gpu_evictions_move_to_the_host_and_load_back():
-    kv = offload_kv(6, 16)
+def test_write_back_gpu_evictions_move_to_the_host_and_load_back():
+    kv = offload_kv(6, 16, write_back=True)
     finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
     assert kv.lru_blocks == 4 and kv.free_blocks == 6
     # a 96-token request takes every block: 2 uncached, then the 4 cached ones move to
@@ -116,8 +119,8 @@ def test_gpu_evictions_move_to_the_host_and_load_back():
     assert (c.num_computed_tokens, kv.hit_tokens, kv.host_hit_tokens) == (64, 0, 64)
 
 
-def test_a_load_holds_the_gpu_part_of_the_prefix():
-    kv = offload_kv(8, 16)
+def test_a_write_back_load_holds_the_gpu_part_of_the_prefix():
+    kv = offload_kv(8, 16, write_back=True)
     finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
     b = running_request(kv, request_spec(1, 96, output=1), computed=95)  # 4 free + 2 cached
     kv.free(b)
@@ -131,6 +134,182 @@ def test_a_load_holds_the_gpu_part_of_the_prefix():
     kv.finish_load(load)
     assert not kv.refs and kv.free_blocks == 4
     assert kv.prefix_hit(c) == (64, 4)
+
+
+# ------------------------------------------- vLLM's write-through (the default), by hand
+# vLLM 0.32.0, OffloadingConnectorScheduler._build_store_jobs: each step offers the CPU
+# manager the request's full prompt blocks up to num_computed + scheduled tokens, from
+# `next_stored_chunk_idx` (0 at first, so its prefix hits too); CPUOffloadingManager.
+# prepare_store inserts the ones not there (LRU rank: most recent), evicting the least
+# recent unpinned ones outside the offer, or stores nothing when it cannot; at the end
+# on_request_finished re-ranks every key the request offered, last block first, so its
+# first block is the most recent. A GPU eviction does not touch the host.
+def test_write_through_stores_prompt_blocks_as_they_are_computed():
+    kv = offload_kv(8, 16)
+    a = running_request(kv, request_spec(0, 64, output=3, hashes=(1, 2, 3, 4)), computed=40)
+    kv.commit(a, 40)  # a step that leaves 40 tokens computed: blocks 0 and 1 are full
+    assert list(kv.host.lru) == [(1, 0), (2, 1)]
+    kv.commit(a, 64)  # the prompt's last chunk
+    assert list(kv.host.lru) == [(1, 0), (2, 1), (3, 2), (4, 3)]
+    a.num_computed_tokens, a.num_output_tokens = 66, 3  # decodes: their blocks stay off
+    kv.grow(a, 0)
+    kv.commit(a, 66)
+    assert kv.host.blocks == 4 and kv.host.stored == 4
+    kv.free(a)  # finished: its blocks become the most recent, the first one last
+    assert list(kv.host.lru) == [(4, 3), (3, 2), (2, 1), (1, 0)]
+    # the GPU LRU evicts them all: the host keeps its copies
+    kv.take(kv.free_blocks)
+    assert kv.lru_blocks == 0 and kv.host.blocks == 4 and kv.host.dropped == 0
+
+
+def test_write_through_offers_the_prefix_hit_too_and_drops_the_least_recent():
+    kv = offload_kv(16, 4)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    assert list(kv.host.lru) == [(4, 3), (3, 2), (2, 1), (1, 0)]
+    # a 64-token prompt sharing 2 blocks, 63 tokens computed: its steps offered blocks
+    # 0..2; blocks 0 and 1 are there (kept in place), the new one needs a slot of the 4:
+    # the least recent entry outside the offer, (4, 3), goes
+    b = running_request(kv, request_spec(1, 64, output=1, hashes=(1, 2, 7, 8)), computed=63)
+    assert b.num_cached_tokens == 32
+    assert list(kv.host.lru) == [(3, 2), (2, 1), (1, 0), (7, 2)]
+    assert (kv.host.blocks, kv.host.dropped, kv.host.stored) == (4, 1, 5)
+
+
+def test_write_through_refuses_an_offer_it_cannot_make_room_for():
+    kv = offload_kv(16, 2)
+    finished_request(kv, request_spec(0, 32, output=1, hashes=(1, 2)))
+    assert list(kv.host.lru) == [(2, 1), (1, 0)]
+    # the same prompt again: GPU hit 1 block (num_tokens - 1 caps it), block 1 loads
+    c = waiting_request(request_spec(2, 32, hashes=(1, 2)))
+    load = kv.start_load(c, *kv.find_load(c)[:2])
+    assert kv.host.pinned == {(2, 1): 1}
+    # a 32-token prompt's 2 blocks need both host slots, one is being read: the offer
+    # stores nothing (prepare_store returns None), and is made again at the next step,
+    # which succeeds once the load landed
+    b = running_request(kv, request_spec(1, 32, output=2, hashes=(5, 6)), outputs=1)
+    assert list(kv.host.lru) == [(2, 1), (1, 0)] and kv.offered.get(1, 0) == 0
+    kv.finish_load(load)
+    kv.commit(b, 33)
+    assert list(kv.host.lru) == [(5, 0), (6, 1)] and kv.offered[1] == 2
+    assert kv.host.dropped == 2
+
+
+def test_write_back_is_the_named_eviction_filled_tier():
+    # SGLang HiCache's write_back: nothing reaches the host until the GPU evicts it
+    kv = offload_kv(6, 16, write_back=True)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    assert not kv.host.lru and kv.lru_blocks == 4
+    assert OffloadConfig(kv_offload_gib=1,
+                         kv_offload_write_policy="write_back").kv_offload_write_policy == (
+        "write-back")
+    with pytest.raises(ValueError, match="--kv-offload-write-policy 'lazy'"):
+        OffloadConfig(kv_offload_gib=1, kv_offload_write_policy="lazy")
+    with pytest.raises(ValueError, match="give --kv-offload-gib"):
+        OffloadConfig(kv_offload_write_policy="write-back")  # no tier: the flag would do nothing
+    assert not OffloadConfig(kv_offload_gib=1).write_back  # vLLM's write-through by default
+
+
+# The issue's case: 6 GPU blocks (kv_blocks=7: one is vLLM's null block), a 4-block host
+# tier. A (64 tokens, hashes 1-4) runs and finishes; B (64 tokens, hashes 5-8) takes 2
+# uncached GPU blocks and evicts A's tail blocks 3 and 2 (a request frees its tail first).
+# Write-through: B's 4 blocks, stored as B computes them, push A's 4 out of the host. C =
+# A's prompt + one block: its GPU hit is A's blocks 0-1 (32 tokens) and block 2 is on
+# neither tier, so it computes 48 tokens (vLLM). Write-back: A's evicted blocks 3 and 2 went
+# to the host, so C loads them and computes 16.
+THIRD = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 64, 1, (5, 6, 7, 8)), (2.0, 80, 1, (1, 2, 3, 4, 9))]
+
+
+@pytest.mark.parametrize("write, computed, loaded", [("write-through", 48, 0),
+                                                      ("write-back", 16, 2)])
+def test_a_third_request_vllm_prefills_is_loaded_only_by_write_back(const_profile, write,
+                                                                    computed, loaded):
+    gib = 4 * BLOCK_BYTES / 2**30
+    off = OffloadConfig(kv_offload_gib=gib, kv_offload_link="1", kv_offload_write_policy=write)
+    res, s = simulate(_wl(THIRD), const_profile, RunConfig(kv_blocks=7, offload=off))
+    assert s["kv_offload_blocks"] == 4 and s["kv_offload_write_policy"] == write
+    c = res.requests.iloc[2]
+    assert (c["computed_tokens"], c["cached_tokens"]) == (computed, 80 - computed)
+    assert s["kv_loaded_blocks"] == loaded and s["prefix_cache_hit_tokens"] == 32
+
+
+# A prompt held whole on the host: vLLM's connector looks up to num_tokens (not
+# num_tokens - 1, the GPU's cap), loads every full block, and once it lands sets
+# num_computed_tokens = num_tokens - 1 (Scheduler._update_waiting_for_remote_kv): one
+# token is computed, in the last loaded block. 6 GPU blocks, 16 host blocks: A (64 tokens,
+# hashes 1-4) finishes; B (96 tokens) takes every GPU block, evicting A's; C = A's prompt.
+def test_a_prompt_held_whole_on_the_host_loads_every_block_and_computes_one_token():
+    kv = offload_kv(6, 16)
+    finished_request(kv, request_spec(0, 64, output=1, hashes=(1, 2, 3, 4)))
+    kv.free(running_request(kv, request_spec(1, 96, output=1), computed=95))
+    c = waiting_request(request_spec(2, 64, hashes=(1, 2, 3, 4)))
+    assert kv.prefix_hit(c) == (0, 0)
+    assert kv.find_load(c) == (0, 4, 4)  # 4 host blocks (write-back would say 3)
+    load = kv.start_load(c, 0, 4)
+    assert set(kv.host.pinned) == kv.in_flight == {(1, 0), (2, 1), (3, 2), (4, 3)}
+    # a second request on the same blocks waits for this load (vLLM: lookup deferred)
+    assert kv.find_load(waiting_request(request_spec(3, 64, hashes=(1, 2, 3, 4)))) == "busy"
+    kv.finish_load(load)
+    assert not kv.host.pinned and kv.host.blocks == 4 + 5  # copies stay on the host
+    free = kv.free_blocks
+    # the ledger's view: 63 tokens hit, 3 blocks from the free pool for the first 63 -
+    # 15 tokens; the admission takes the 4th (the landed tail) for the 1 token left
+    assert kv.prefix_hit(c) == (63, 3)
+    ledger = KVLedger(kv)
+    assert ledger.cached(c) == 63 and ledger.admit_cost(c, 1) == 4
+    kv.admit(c)
+    assert (c.num_computed_tokens, c.num_blocks, free - kv.free_blocks) == (63, 4, 4)
+    assert kv.extra_blocks(c, 1) == 0  # the token goes into the landed last block
+    assert (kv.hit_tokens, kv.host_hit_tokens) == (0, 63) and not kv.landed
+    assert kv.refs == {(1, 0): 1, (2, 1): 1, (3, 2): 1, (4, 3): 1}
+
+
+def test_a_whole_prompt_load_end_to_end(const_profile):
+    reqs = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 96, 1, ()), (2.0, 64, 1, (1, 2, 3, 4))]
+    off = OffloadConfig(kv_offload_gib=16 * BLOCK_BYTES / 2**30, kv_offload_link="1")
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=7, offload=off),
+                      schedule_log=True)
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    c = res.requests.iloc[2]
+    assert (c["computed_tokens"], c["cached_tokens"]) == (1, 63)
+    assert c["first_scheduled_s"] == 2.0 + load_s
+    rows = res.schedule[res.schedule["request_id"] == 2]
+    assert list(rows["kind"]) == ["load", "loaded", "new"]
+    assert rows["tokens"].iloc[0] == 64 and rows["tokens"].iloc[2] == 1
+    assert rows["blocks"].iloc[2] == 4
+    assert s["host_cache_hit_tokens"] == 63 and s["kv_loaded_blocks"] == 4
+
+
+def test_a_request_needing_blocks_in_flight_waits_for_them(const_profile):
+    # C and D arrive together wanting A's 4 blocks, which only the host holds: C loads
+    # them; D's lookup reaches blocks in flight, so it is skipped (vLLM: the connector
+    # defers it while `_chunks_being_loaded` holds them) and nothing else can run. When
+    # the load lands both are admitted in one step, D hitting the landed blocks on the GPU
+    reqs = [*EVICTED[:2], (2.0, 80, 1, (1, 2, 3, 4, 5)), (2.0, 80, 1, (1, 2, 3, 4, 6))]
+    off = OffloadConfig(kv_offload_gib=0.001, kv_offload_link="1")
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=11, offload=off))
+    load_s = 4 * BLOCK_BYTES / GB + 10e-6
+    c, d = res.requests.iloc[2], res.requests.iloc[3]
+    assert c["first_scheduled_s"] == d["first_scheduled_s"] == 2.0 + load_s
+    assert (c["cached_tokens"], d["cached_tokens"]) == (64, 64)
+    assert s["kv_loads"] == 1 and s["host_cache_hit_tokens"] == 64
+    assert s["prefix_cache_hit_tokens"] == 64
+
+
+# EAGLE/MTP with the tier (vLLM: KVCacheManager drops the GPU hit's last block; the
+# connector queries one chunk more and pops it, `_lookup_complete_chunks`). A 48-token
+# prompt computed before, on both tiers: the GPU hit is 2 blocks (num_tokens - 1 caps it),
+# 1 with the drop; the host run after it is blocks 1-2, 1 with the pop: a 1-block load and
+# 16 tokens computed. Without a drafter: GPU 2 blocks, host block 2, a whole-prompt load.
+@pytest.mark.parametrize("eagle, gpu, blocks, computed", [(True, 16, 1, 16),
+                                                          (False, 32, 1, 1)])
+def test_eagle_drops_a_block_of_the_host_run_too(eagle, gpu, blocks, computed):
+    kv = offload_kv(16, 16, eagle=eagle)
+    finished_request(kv, request_spec(0, 48, output=1, hashes=(1, 2, 3)))
+    c = waiting_request(request_spec(1, 48, hashes=(1, 2, 3)))
+    assert kv.find_load(c) == (gpu, blocks, gpu // 16 + blocks)
+    kv.finish_load(kv.start_load(c, gpu, blocks))
+    kv.admit(c)
+    assert c.num_computed_tokens == 48 - computed
 
 
 # ------------------------------------------------------------------------- end to end
@@ -241,8 +420,13 @@ def _check(core) -> None:
     kv = core.kv
     gpu = set(kv.lru) | set(kv.refs)
     assert not kv.in_flight & gpu, "a block is both on the GPU and in flight"
-    assert not kv.in_flight & set(kv.host.lru), "a block in flight is still on the host"
-    assert not gpu & set(kv.host.lru), "a block is on the GPU and on the host"
+    if kv.write_back:  # exclusive tiers
+        assert not kv.in_flight & set(kv.host.lru), "a block in flight is still on the host"
+        assert not gpu & set(kv.host.lru), "a block is on the GPU and on the host"
+        assert not kv.host.pinned
+    else:  # copies: a block in flight stays on the host, pinned, until it lands
+        assert kv.in_flight == set(kv.host.pinned) <= set(kv.host.lru)
+        assert not kv.landed.keys() & {ld.req.request_id for ld in core.offload.loads}
     assert kv.host.blocks == sum(kv.host.lru.values()) <= kv.host.capacity
     assert kv.lru_blocks == sum(kv.lru.values())
     assert kv.free_blocks == kv.uncached_free + kv.lru_blocks >= 0
@@ -283,9 +467,10 @@ conversations = st.lists(
 
 @settings(max_examples=40, deadline=None)
 @given(conversations, st.integers(12, 40), st.integers(0, 24),
-       st.sampled_from(["budget", "chunk", "whole"]), st.booleans())
+       st.sampled_from(["budget", "chunk", "whole"]), st.booleans(),
+       st.sampled_from(["write-through", "write-back"]))
 def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, kv_blocks,
-                                                        host_blocks, policy, async_):
+                                                        host_blocks, policy, async_, write):
     # multi-turn conversations: each turn's prompt extends its conversation's last one
     prefix: dict[int, tuple] = {}
     reqs, t, fresh = [], 0.0, 1000
@@ -303,7 +488,8 @@ def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, k
         return
     gib = host_blocks * 2048 * 16 / 2**30
     cfg = RunConfig(policy=policy, kv_blocks=kv_blocks, chunk=64 if policy != "whole" else None,
-                    offload=OffloadConfig(kv_offload_gib=gib, kv_offload_link="0.5"),
+                    offload=OffloadConfig(kv_offload_gib=gib, kv_offload_link="0.5",
+                                          kv_offload_write_policy=write if gib else None),
                     engine=EngineConfig(async_scheduling=async_))
     with checked_cores() as seen:
         res, s = simulate(_wl(reqs), linear_profile, cfg)
@@ -313,6 +499,99 @@ def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, k
         # a host hit is never counted as a GPU hit: the two add up to at most the prompts
         assert s["host_cache_hit_tokens"] + s["prefix_cache_hit_tokens"] <= sum(
             p for _, p, _, _ in reqs) + sum(res.requests["recomputed_tokens"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(conversations, st.integers(12, 40), st.sampled_from(["budget", "chunk"]))
+def test_a_roomy_write_through_tier_holds_every_prompt_block_run(linear_profile, trace,
+                                                                  kv_blocks, policy):
+    # room for everything: every full prompt block of every request that ran is on the
+    # host at the end (stored as computed; output blocks never), and nothing was dropped
+    prefix: dict[int, tuple] = {}
+    reqs, t, fresh = [], 0.0, 1000
+    for conv, new, out, gap in trace:
+        h = prefix[conv] = prefix.get(conv, (conv,)) + tuple(range(fresh, fresh + new))
+        fresh += new
+        prompt = min(len(h) * 16 - 3, kv_blocks * 16 - out)
+        if prompt >= 1:
+            t += gap
+            reqs.append((t, prompt, out, h[: -(-prompt // 16)]))
+    if not reqs:
+        return
+    cfg = RunConfig(policy=policy, kv_blocks=kv_blocks, chunk=64,
+                    offload=OffloadConfig(kv_offload_gib=4096 * BLOCK_BYTES / 2**30))
+    with checked_cores() as seen:
+        res, s = simulate(_wl(reqs), linear_profile, cfg)
+    kv = seen[-1].kv
+    want = set()
+    for rid, (_, prompt, _, h) in enumerate(reqs):
+        if res.requests["finish_s"].iloc[rid] == res.requests["finish_s"].iloc[rid]:  # ran
+            want |= {(h[j], j) if j < len(h) else (-1 - rid, j) for j in range(prompt // 16)}
+    assert want == set(kv.host.lru) and kv.host.blocks == len(want) == kv.host.stored
+    assert s["host_blocks_dropped"] == 0 and not kv.offered
+
+
+host_ops = st.lists(st.tuples(st.integers(0, 3),                   # request
+                              st.sampled_from(["offer", "load", "land", "finish"]),
+                              st.lists(st.integers(0, 9), min_size=1, max_size=4,
+                                       unique=True)),                 # its blocks
+                    min_size=1, max_size=30)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None)
+@given(host_ops, st.integers(1, 6))
+@example([(0, "offer", [1, 2, 3]), (0, "finish", [1]), (1, "offer", [9])], 3)  # drops 3
+@example([(0, "offer", [1, 2]), (1, "load", [1]), (2, "offer", [5, 6])], 2)  # refused
+def test_the_host_lru_is_vllms_cpu_offloading_manager(ops, capacity):
+    # differential, where vLLM is installed: the same offers (prepare_store, stored at
+    # once), loads (prepare_load pins, complete_load unpins) and finishes (every block a
+    # request offered or loaded becomes most recent, its first block last) on
+    # HostTier and on vLLM's CPUOffloadingManager with its LRU policy keep the same
+    # blocks, refuse the same offers and drop the same blocks
+    pytest.importorskip("vllm.v1.kv_offload.cpu.manager")
+    from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+    def key(i):
+        return make_offload_key(i.to_bytes(8, "big"), 0)
+
+    ours, theirs = HostTier(capacity), CPUOffloadingManager(capacity)
+    ctx: dict = {}
+    mine: dict = {}  # request -> blocks it offered or loaded, in prompt order
+    loading: dict = {}
+    for rid, op, blocks in ops:
+        if rid not in ctx:
+            ctx[rid] = ReqContext(str(rid))
+            theirs.on_new_request(ctx[rid])
+            mine[rid] = []
+        c = ctx[rid]
+        for i in blocks:
+            c.set_offload_key_position(key(i), (i + 1) * 16)
+        if op == "offer":
+            out = theirs.prepare_store([key(i) for i in blocks], c)
+            if out is not None:
+                theirs.complete_store(out.keys_to_store, c)
+            assert ours.offer([(i,) for i in blocks]) == (out is not None)
+            mine[rid] += [i for i in blocks if i not in mine[rid]]
+        elif op == "load" and rid not in loading and all((i,) in ours for i in blocks):
+            theirs.prepare_load([key(i) for i in blocks], c)
+            for i in blocks:
+                ours.pin((i,))
+            loading[rid] = blocks
+            mine[rid] += [i for i in blocks if i not in mine[rid]]
+        elif op == "land" and rid in loading:
+            blocks = loading.pop(rid)
+            theirs.complete_load([key(i) for i in blocks], c)
+            for i in blocks:
+                ours.unpin((i,))
+        elif op == "finish" and rid not in loading:
+            theirs.on_request_finished(c)
+            ours.touch([(i,) for i in sorted(mine.pop(rid), reverse=True)])
+            del ctx[rid]
+        held = {int.from_bytes(k[:-4], "big") for k in theirs._policy.chunks}
+        assert {k[0] for k in ours.lru} == held
+        assert ours.blocks == len(held) <= capacity
 
 
 # ------------------------------------------------------------------------- refusals
@@ -352,6 +631,9 @@ def test_link_presets_and_bandwidths():
 @pytest.mark.parametrize("args,words", [
     (["run", "--kv-offload-gib", "2", "--no-prefix-caching"], "needs prefix caching"),
     (["run", "--kv-offload-gib", "2", "--kv-offload-link", "pcie-gen9"], "--kv-offload-link"),
+    (["run", "--kv-offload-write-policy", "write-back"], "give --kv-offload-gib"),
+    (["run", "--kv-offload-gib", "2", "--kv-offload-write-policy", "lru"],
+     "choose write-through or write-back"),
 ])
 def test_the_cli_refuses_in_one_line(args, words, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "chunksim.cli", *args, "-n", "3",
@@ -367,9 +649,113 @@ def test_the_cli_runs_the_tier_and_reports_it(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, [
         "run", "--workload", "trace", "--trace",
         "chunksim/data/workloads/mooncake_conversation_sample.jsonl", "-n", "60",
-        "--kv-blocks", "3000", "--kv-offloading-size", "4", "--out", str(tmp_path)])
+        "--kv-blocks", "3000", "--kv-offloading-size", "4",
+        "--kv-offload-write-policy", "write-back", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "summary.json").read_text())
     for key in ("host_cache_hit_rate", "kv_loaded_bytes", "mean_kv_load_wait_ms",
-                "p99_kv_load_wait_ms", "kv_loads"):
+                "p99_kv_load_wait_ms", "kv_loads", "host_blocks_stored"):
         assert key in s
+    assert s["kv_offload_write_policy"] == "write-back"
+
+
+# ------------------------------------------- the same cases on vLLM's own scheduler
+def _vllm_offloading_run(gpu_blocks: int, host_blocks: int, prompts) -> dict:
+    """vLLM 0.32.0's Scheduler with its OffloadingConnector (CPU backend, LRU), a tiny
+    model config, the worker faked: every transfer job completes right after the step
+    that issued it. `prompts`: (request id, block contents) run one after another, each
+    to its end. Returns request id -> [("load", tokens) or ("step", tokens), ...]."""
+    import json
+    import tempfile
+
+    import torch
+    from vllm.config import (
+        CacheConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingWorkerMetadata,
+    )
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    d = tempfile.mkdtemp()
+    with open(d + "/config.json", "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+                   "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 10000,
+                   "max_position_embeddings": 4096, "torch_dtype": "float32"}, f)
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=32,
+                             dtype=torch.float32)  # a 4 KiB page: one aligned host chunk
+    cc = CacheConfig(block_size=16, enable_prefix_caching=True)
+    vc = VllmConfig(
+        model_config=ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=4096,
+                                 dtype="float32"),
+        scheduler_config=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8,
+                                         max_model_len=4096, enable_chunked_prefill=True,
+                                         is_encoder_decoder=False),
+        cache_config=cc,
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="OffloadingConnector", kv_role="kv_both",
+            kv_connector_extra_config={"cpu_bytes_to_use": host_blocks * spec.page_size_bytes}))
+    cc.num_gpu_blocks = gpu_blocks + 1  # vLLM keeps one block as its null block
+    sched = Scheduler(vc, KVCacheConfig(num_blocks=gpu_blocks + 1, kv_cache_tensors=[],
+                                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]),
+                      StructuredOutputManager(vc), block_size=16, log_stats=False)
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(16, hash_fn)
+    seen: dict = {}
+    for rid, contents in prompts:
+        toks = [c * 100 + i for c in contents for i in range(16)]
+        sched.add_request(Request(rid, toks, SamplingParams(max_tokens=1, ignore_eos=True),
+                                  None, arrival_time=0.0, block_hasher=hasher))
+        while rid in sched.requests:
+            out = sched.schedule()
+            meta = out.kv_connector_metadata
+            loads = {job.req_id for job in meta.load_jobs.values()}
+            for r in loads:
+                seen.setdefault(r, []).append(("load", sched.requests[r].num_computed_tokens))
+            ids = list(out.num_scheduled_tokens)
+            for r in ids:
+                seen.setdefault(r, []).append(("step", out.num_scheduled_tokens[r]))
+            reqs = sched.requests
+            sched.update_from_output(out, ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={x: k for k, x in enumerate(ids)},
+                sampled_token_ids=[[7] if reqs[i].num_computed_tokens >= reqs[i].num_tokens
+                                   else [] for i in ids],
+                kv_connector_output=KVConnectorOutput(
+                    finished_recving=loads or None,
+                    kv_connector_worker_meta=OffloadingWorkerMetadata(completed_jobs={
+                        j: 1 for j in (*meta.load_jobs, *meta.store_jobs)}))))
+    return seen
+
+
+@pytest.mark.slow
+def test_vllms_offloading_connector_agrees_where_installed(const_profile):
+    # the issue's third request and the whole-prompt load, on vLLM's own scheduler and
+    # connector (skipped without vLLM) and on chunksim (write-through)
+    pytest.importorskip("vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler")
+    third = _vllm_offloading_run(6, 4, [("A", (1, 2, 3, 4)), ("B", (5, 6, 7, 8)),
+                                        ("C", (1, 2, 3, 4, 9))])
+    assert third["C"] == [("step", 48)]  # no load: 48 tokens computed after a 32 hit
+    whole = _vllm_offloading_run(6, 16, [("A", (1, 2, 3, 4)), ("B", tuple(range(10, 16))),
+                                         ("C", (1, 2, 3, 4))])
+    assert whole["C"] == [("load", 64), ("step", 1)]  # all 4 blocks loaded, 1 token
+    gib = 4 * BLOCK_BYTES / 2**30
+    res, _ = simulate(_wl(THIRD), const_profile,
+                      RunConfig(kv_blocks=7, offload=OffloadConfig(kv_offload_gib=gib)))
+    assert res.requests["computed_tokens"].iloc[2] == 48
+    reqs = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 96, 1, ()), (2.0, 64, 1, (1, 2, 3, 4))]
+    res, s = simulate(_wl(reqs), const_profile, RunConfig(kv_blocks=7, offload=OffloadConfig(
+        kv_offload_gib=16 * BLOCK_BYTES / 2**30)))
+    assert res.requests["computed_tokens"].iloc[2] == 1 and s["kv_loaded_blocks"] == 4

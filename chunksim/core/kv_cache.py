@@ -70,6 +70,12 @@ class KVConfig:
     """Bandwidth of the host-to-GPU link of the offload tier, bytes per second."""
     host_latency_s: float = 0.0
     """Fixed latency of one load over that link, seconds."""
+    host_write_back: bool = False
+    """The CPU tier is filled by GPU evictions (SGLang HiCache's write_back policy)
+    instead of vLLM's write-through (`kv_offload`)."""
+    drop_last_hit_block: bool = False
+    """A prefix hit gives up its last matched block (vLLM with an EAGLE or MTP drafter,
+    `KVCacheManager(use_eagle=True)`): the drafter needs that block's KV recomputed."""
 
     def __post_init__(self) -> None:
         if self.num_blocks < 1:
@@ -87,6 +93,9 @@ class KVCache:
     """Block accounting for the engine. Policies only read it (via `KVLedger`)."""
 
     prefix_caching = False
+    commit_all = False
+    """`commit` wants every scheduled request's steps, not only those of requests with
+    shareable blocks (a write-through CPU tier stores every prompt block)."""
 
     def __init__(self, config: KVConfig) -> None:
         self.num_blocks = config.num_blocks
@@ -194,6 +203,10 @@ class PrefixKVCache(KVCache):
     def __init__(self, config: KVConfig) -> None:
         super().__init__(config)
         self.hash_tokens = config.prefix_block_tokens
+        self.drop_last_hit_block = config.drop_last_hit_block
+        self.landed: dict[int, int] = {}
+        """Request id -> prefix blocks a CPU-tier load brought back, until it is admitted
+        (`kv_offload`; empty here)."""
         self.uncached_free = config.num_blocks  # free blocks holding no cached content
         # cached free blocks, least recently freed first: key -> 1, or group id -> count
         self.lru: OrderedDict[tuple, int] = OrderedDict()
@@ -225,42 +238,53 @@ class PrefixKVCache(KVCache):
     def prefix_hit(self, req: Request, overlay: PlanOverlay | None = None) -> tuple[int, int]:
         if self.carried and req.request_id in self.carried:
             return self.carried_hit(req)
+        # the last token is always recomputed (vLLM: max_cache_hit_length = num_tokens - 1)
+        return self._gpu_hit(req, overlay, (req.num_tokens - 1) // self.block_size)
+
+    def _gpu_hit(self, req: Request, overlay: PlanOverlay | None, max_blocks: int,
+                 drop: bool = True) -> tuple[int, int]:
+        """(tokens, blocks taken from the free pool) of `req`'s longest run of cached
+        leading blocks, at most `max_blocks`, less its last block with an EAGLE/MTP
+        drafter (`KVConfig.drop_last_hit_block`) unless not `drop`."""
         bs = self.block_size
-        max_blocks = (req.num_tokens - 1) // bs  # the last token is always recomputed
         lru, refs = self.lru, self.refs
         hits = in_lru = 0
+        last_free = False  # the last block of the run comes out of the free pool
         keys = self.shareable_keys(req)
-        if overlay is None or not (overlay.held or overlay.gone):
-            for k in keys[:max_blocks]:
-                if k in lru:
-                    in_lru += 1
-                elif k not in refs:
-                    return hits * bs, in_lru
-                hits += 1
-            if req.num_preemptions:  # only its own earlier round can have cached the rest
-                rid = -1 - req.spec.request_id
-                while hits < max_blocks and (rid, hits) in lru:
-                    in_lru += 1
-                    hits += 1
-            return hits * bs, in_lru
-        held, gone = overlay.held, overlay.gone
+        held = gone = ()
+        if overlay is not None and (overlay.held or overlay.gone):
+            held, gone = overlay.held, overlay.gone
         for k in keys[:max_blocks]:
-            if k in held or k in refs:
-                pass
+            if k in refs or k in held:
+                last_free = False
             elif k in lru and k not in gone:
                 in_lru += 1
+                last_free = True
             else:
-                return hits * bs, in_lru
+                break
             hits += 1
-        if req.num_preemptions:
-            rid = -1 - req.spec.request_id
-            while hits < max_blocks and (rid, hits) in lru and (rid, hits) not in gone:
-                in_lru += 1
-                hits += 1
+        else:
+            if req.num_preemptions:  # only its own earlier round can have cached the rest
+                rid = -1 - req.spec.request_id
+                while hits < max_blocks and (rid, hits) in lru and (rid, hits) not in gone:
+                    in_lru += 1
+                    hits += 1
+                    last_free = True
+        if hits and drop and self.drop_last_hit_block:
+            # vLLM (use_eagle): the drafter needs the KV right before the generation
+            # point recomputed, so the last matched block is dropped
+            hits -= 1
+            in_lru -= last_free
         return hits * bs, in_lru
 
     def overlay(self) -> PlanOverlay:
         return PlanOverlay(self)
+
+    def landed_tail(self, req: Request, overlay: PlanOverlay | None = None) -> tuple | None:
+        """The key of the last block of `req`'s whole prompt, when a load brought every
+        block of it back (its admission takes that block too and computes one token;
+        `kv_offload`), else None."""
+        return None
 
     def reachable_tokens(self, req: Request) -> int:
         """Tokens of waiting `req`'s prefix this cache would serve without computing them
@@ -405,11 +429,19 @@ class PlanOverlay:
         kv = self.kv
         cached, _ = kv.prefix_hit(req, self)
         keys = kv.shareable_keys(req)
-        for k in keys[: min(len(keys), cached // kv.block_size)]:
+        held = cached // kv.block_size
+        for k in keys[: min(len(keys), held)]:
             self.held.add(k)
+        if kv.landed:
+            tail = kv.landed_tail(req, self)
+            if tail is not None:
+                # its admission takes this block from its load, not from the free pool:
+                # cancel the allocation the ledger makes for it
+                self.held.add(tail)
+                self.uncached += 1
         if req.num_preemptions:
             rid = -1 - req.spec.request_id
-            for j in range(len(keys), cached // kv.block_size):
+            for j in range(len(keys), held):
                 self.held.add((rid, j))
         return cached
 

@@ -102,12 +102,14 @@ class KVLedger:
         bs = self.kv.block_size
         return -(-(cached + tokens) // bs) - cached // bs + from_free
 
-    def try_admit(self, req: Request, tokens: int, reserve_tokens: int = 0) -> bool:
-        """Reserve what admitting waiting `req` with `tokens` new tokens needs; with
-        `reserve_tokens`, also require room for that many (e.g. its whole prompt)."""
+    def try_admit(self, req: Request, tokens: int, reserve_tokens: int = 0,
+                  lookahead: int = 0) -> bool:
+        """Reserve what admitting waiting `req` with `tokens` new tokens and `lookahead`
+        slots past them needs; with `reserve_tokens`, also require room for that many
+        (e.g. its whole prompt)."""
         if reserve_tokens and self.admit_cost(req, reserve_tokens) > self.free:
             return False
-        cost = self.admit_cost(req, tokens)
+        cost = self.admit_cost(req, tokens + lookahead)
         if cost > self.free:
             return False
         self.free -= cost

@@ -59,8 +59,11 @@ class SchedulerState:
     `running` and not schedulable, but they still count against the seat cap and hold
     their KV blocks until that step's output is processed."""
     lookahead_tokens: int = 0
-    """KV slots a running decode reserves beyond its scheduled tokens (vLLM's
+    """KV slots every scheduled request reserves beyond its tokens (vLLM's
     `num_lookahead_tokens`: speculative decoding with eagle, mtp or a draft model)."""
+    spec_tokens: int = 0
+    """Draft tokens per decode (speculative decoding; 0 = off): an admission with one
+    token left is padded to 1 + this many (vLLM 0.32.0's `pad_spec_decode`)."""
 
 
 class Policy(Protocol):

@@ -8,7 +8,8 @@ more token is sampled, so the step emits m + 1 tokens, and the rejected drafts g
 their computed-token count (`num_computed_tokens -= num_rejected`, vLLM's
 `update_from_output`); their slots are reused by the next step's tokens (the blocks stay
 with the request, as in vLLM). EAGLE, MTP and draft models also reserve `k` lookahead
-slots per running decode (vLLM's `num_lookahead_tokens`); ngram does not.
+slots in every KV allocation (vLLM's `num_lookahead_tokens`); ngram does not. EAGLE and
+MTP prefix-cache hits give up their last matched block (`drops_last_hit_block`).
 
 Acceptance is drawn per request per step from a dedicated seeded stream: `rates[i]` is
 the probability that draft position i + 1 is accepted, i.e. that at least i + 1 drafts
@@ -223,6 +224,13 @@ class SpecConfig:
         if self.spec_acceptance or self.spec_acceptance_rate is None:
             return None
         return per_draft_probability(self.spec_acceptance_rate, self.num_speculative_tokens)
+
+    @property
+    def drops_last_hit_block(self) -> bool:
+        """A prefix-cache hit gives up its last matched block (vLLM's `use_eagle()`:
+        eagle and mtp; the drafter needs the KV right before the generation point
+        recomputed)."""
+        return self.enabled and self.speculative_method in ("eagle", "mtp")
 
     @property
     def position_rates(self) -> tuple[float, ...]:

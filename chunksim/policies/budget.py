@@ -23,9 +23,13 @@ that is not modelled: here the cap is the only effect.)
 
 Speculative decoding (`core.speculative`): a decode schedules 1 + its draft tokens
 (`num_tokens_with_spec - num_computed_tokens`, cut to the budget left, as vLLM cuts it),
-and its KV allocation covers the lookahead slots too (`allocate_slots(...,
-num_lookahead_tokens)`). vLLM also gives lookahead slots to running prefill chunks; here
-only decodes reserve them (a chunk's lookahead would be filled by its own next chunk).
+and every KV allocation covers the lookahead slots too: a decode's, a running prefill
+chunk's and an admission's (`allocate_slots(..., num_lookahead_tokens)` in both of
+vLLM 0.32.0's scheduling loops; a request waiting for a CPU-tier load takes none). An
+admission with one token left (a P/D decode instance's arrival, a prompt loaded whole from
+the CPU tier, a resumed request whose cache holds all but its last token) is padded to
+1 + k tokens when no running prefill chunk is scheduled in the step, as vLLM 0.32.0 pads
+it; its k placeholder drafts are all rejected.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ class TokenBudgetPolicy(PolicyBase):
                 want = self._cap(req, rem, thr) if rem > 1 else 1
                 if want > budget:
                     want = budget
-                grow = want
+                grow = want + lookahead  # vLLM: every running request's lookahead slots
             else:  # a decode: 1 + its drafts (speculative decoding), as the budget allows
                 want = 1 + req.num_spec_tokens
                 if want > budget:
@@ -238,17 +242,29 @@ class TokenBudgetPolicy(PolicyBase):
 
         admitted: list = []
         if not preempted:
+            pad = state.spec_tokens
+            if pad and any(r.num_output_tokens == 0 or r.spec.prompt_tokens
+                           + r.num_output_tokens - r.num_computed_tokens > 1
+                           for r, _ in scheduled):
+                pad = 0  # a running prefill chunk is scheduled: no padding (vLLM)
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, partial,
-                        max_partial, scheduled, admitted, thr)
+                        max_partial, scheduled, admitted, thr, lookahead, pad)
         return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
-               max_partial: int, scheduled: list, admitted: list, thr: int) -> None:
+               max_partial: int, scheduled: list, admitted: list, thr: int,
+               lookahead: int = 0, pad: int = 0) -> None:
         """The waiting loop of `plan`: admit from `waiting` in order while the budget
         left, the seats left, the prefill cap and the KV (`ledger`) allow; `thr` is the
-        step's long-prefill threshold (`_threshold`)."""
+        step's long-prefill threshold (`_threshold`). Each admission also takes
+        `lookahead` KV slots past its tokens (vLLM's `allocate_slots`). With `pad` (k
+        drafts), an admission with one token left schedules 1 + k, its k placeholder
+        drafts all rejected (vLLM 0.32.0's `pad_spec_decode`, which keeps a uniform
+        spec-decode batch for CUDA graphs; not when it would overflow --max-model-len,
+        which is not checked here)."""
         chunked = self.enable_chunked_prefill
+        running_scheduled = bool(scheduled)
         for req in waiting:
             if budget <= 0 or seats <= 0 or partial >= max_partial:
                 break
@@ -256,7 +272,12 @@ class TokenBudgetPolicy(PolicyBase):
             if not chunked and remaining > budget:
                 break  # vLLM 0.32: "we can stop the scheduling here"
             want = min(self._cap(req, remaining, thr), budget)
-            if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0):
+            if pad and remaining == 1 and (running_scheduled or req.num_tokens > 1):
+                if 1 + pad > budget:
+                    break  # vLLM: rather not schedule it than schedule it unpadded
+                want = 1 + pad
+            if not ledger.try_admit(req, want, remaining if self.reserve_full_prompt else 0,
+                                    lookahead):
                 break
             partial += 1
             scheduled.append((req, want))

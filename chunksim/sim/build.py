@@ -174,6 +174,8 @@ def engine_parts(workload: Workload, profile: Profile, cfg: RunConfig) -> Engine
     spec = cfg.engine.speculative
     if spec.enabled:
         latency.drafter = make_drafter(spec, profile, latency)
+        if spec.drops_last_hit_block:
+            kv = replace(kv, drop_last_hit_block=True)
     if cfg.offload.active:
         kv = offload_kv(kv, profile, cfg.offload)
     engine_cfg = cfg.engine
@@ -239,7 +241,8 @@ def offload_kv(kv: KVConfig, profile: Profile, off: OffloadConfig) -> KVConfig:
             f"{block_bytes / 2**30:.3g} GiB, or 0 for no CPU tier")
     bw, lat = off.link
     return replace(kv, host_blocks=off.host_blocks(block_bytes), block_bytes=block_bytes,
-                   host_bytes_per_s=bw, host_latency_s=lat)
+                   host_bytes_per_s=bw, host_latency_s=lat,
+                   host_write_back=off.write_back)
 
 
 def kv_bytes_per_token(profile: Profile, flag: str, why: str) -> float:

@@ -288,7 +288,7 @@ class EngineCore:
         """What the policy sees when it plans: running, `waiting` (those it may see), the
         KV cache, and the step's context."""
         return SchedulerState(self.running, waiting, self.kv, self.last_prefill,
-                              len(self.finishing), self.lookahead)
+                              len(self.finishing), self.lookahead, self.spec_k)
 
     def release_finishing(self) -> None:
         """Free the blocks of requests that finished in the step in flight (async)."""
@@ -393,24 +393,27 @@ class EngineCore:
         chunks = []
         for pos, (req, n) in enumerate(sched[start:] if start else sched, start):
             is_new = pos >= first_new if new is None else req in new
+            padded = False
             if is_new:
                 self.take_hits(req)  # as earlier entries left the cache
-                if n > req.num_remaining:
+                # an admission with one token left may be padded to 1 + k (vLLM pad_spec_decode)
+                padded = n > 1 and n == 1 + self.spec_k and req.num_remaining == 1
+                if n > req.num_remaining and not padded:
                     raise RuntimeError(
                         f"policy {self.policy.name} planned {n} tokens for request "
                         f"{req.request_id}, {req.num_remaining} are left after its prefix "
                         "hit: the plan saw another cache than the engine (a bug)")
             c = req.num_computed_tokens
             # request.is_decode(req, is_new), inlined (tests/test_decode_rule.py)
-            decode = ((req.kv_carried and not req.num_preemptions) if is_new
+            decode = ((padded or req.kv_carried and not req.num_preemptions) if is_new
                       else req.num_output_tokens > 0
                       and c + 1 == req.spec.prompt_tokens + req.num_output_tokens)
-            # a running decode also takes its lookahead slots (vLLM allocate_slots)
-            g = n + lookahead if lookahead and decode and not is_new else n
+            # every entry also takes its lookahead slots (vLLM allocate_slots)
+            g = n + lookahead
             if -(-(c + g) // bs) > req.num_blocks:  # else kv.grow has nothing to do
                 kv.grow(req, g)
-            if caching and req.block_keys != ():  # () : nothing it holds is shareable
-                kv.commit(req, c + n)
+            if caching and (req.block_keys != () or kv.commit_all):  # (): none shareable
+                kv.commit(req, c + 1 if padded else c + n)  # (padding is never cached)
             if decode and n == 1:
                 decodes += 1
                 kv_sum += c
@@ -502,10 +505,12 @@ class EngineCore:
             if k and c > spec.prompt_tokens + out:
                 # verified drafts (scheduled past the request's own tokens): the first m
                 # are accepted, plus the token sampled after them; the rejected ones give
-                # back their computed-token count (vLLM: num_computed_tokens -= rejected)
+                # back their computed-token count (vLLM: num_computed_tokens -= rejected).
+                # A padded admission had no drafts: its placeholders are all rejected and
+                # are not drafts in vLLM's metrics (`strip_speculative_padding`)
                 given_back += c
                 drafts = c - spec.prompt_tokens - req.num_output_tokens
-                m = self.acceptance.draw(drafts)
+                m = self.acceptance.draw(drafts) if req.num_spec_tokens else 0
                 c -= drafts - m
                 out = req.num_output_tokens + m
                 if out >= spec.output_tokens:  # past max_tokens: dropped (vLLM's stop check)

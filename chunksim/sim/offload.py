@@ -1,7 +1,7 @@
 """Loads from the CPU KV tier, as the engine schedules and times them (the block
 accounting is `core.kv_offload`).
 
-vLLM V1 with a KV connector (the OffloadingConnector, LMCache): when the scheduler
+vLLM V1 with a KV connector (the OffloadingConnector): when the scheduler
 reaches a waiting request whose prefix continues on the host after its GPU hit, it
 allocates GPU blocks for those tokens, starts the load and skips the request
 (WAITING_FOR_REMOTE_KVS); later requests are scheduled as if it were not there. The
@@ -10,7 +10,10 @@ each admitted request with a host hit starts its load (if the free blocks left b
 plan's running entries and earlier admissions hold it) and leaves the waiting queue, and
 the policy plans again without it. A load that does not fit stops admission at that
 request, as vLLM's scheduler stops when `allocate_slots` fails: the request keeps its
-place at the head and tries again at the next plan.
+place at the head and tries again at the next plan. A request whose host run reaches a
+block another load is bringing back (write-through) is skipped for the plan, as vLLM's
+connector defers its lookup, and the policy plans again without it. A load takes no
+lookahead slots (vLLM allocates them only once the KV has arrived).
 
 Timing: one link, loads in start order (one copy stream): a load of b blocks starts when
 the link is free and lasts b x block bytes / bandwidth, then the link latency; it
@@ -20,9 +23,8 @@ at the first plan at or after its end.
 
 from __future__ import annotations
 
-from chunksim.core.kv_offload import Load, OffloadKVCache
+from chunksim.core.kv_offload import BUSY, Load, OffloadKVCache
 from chunksim.core.plan import Plan
-from chunksim.core.request import is_decode
 from chunksim.sim.records import KIND_LOAD, KIND_LOADED
 
 
@@ -53,15 +55,22 @@ class Offloads:
             changed = False
             used = 0  # free blocks the plan's entries before this admission consume
             admitted = set(plan.admitted)
+            look = core.lookahead  # every entry also takes its lookahead slots
             for req, n in plan.scheduled:
-                if req not in admitted:  # a running decode also takes its lookahead slots
-                    used += kv.extra_blocks(req, n + core.lookahead if is_decode(req) else n)
+                if req not in admitted:
+                    used += kv.extra_blocks(req, n + look)
                     continue
                 found = kv.find_load(req)
+                if found is BUSY:
+                    # vLLM: a hit block is being loaded already, the request is skipped
+                    # this step and later ones are scheduled (it stays waiting)
+                    changed = True
+                    waiting.remove(req)
+                    break
                 if found is None:
                     cached, from_free = kv.prefix_hit(req)
                     bs = kv.block_size
-                    used += -(-(cached + n) // bs) - cached // bs + from_free
+                    used += -(-(cached + n + look) // bs) - cached // bs + from_free
                     continue
                 gpu_tokens, blocks, need = found
                 changed = True
@@ -145,4 +154,6 @@ def offload_meta(tiers: list[Offloads]) -> dict:
         "mean_kv_load_wait_ms": float(waits.mean()) if len(waits) else None,
         "p99_kv_load_wait_ms": float(np.percentile(waits, 99)) if len(waits) else None,
         "host_blocks_dropped": sum(t.kv.host.dropped for t in tiers),
+        "host_blocks_stored": sum(t.kv.host.stored for t in tiers),
+        "kv_offload_write_policy": "write-back" if kv.write_back else "write-through",
     }
