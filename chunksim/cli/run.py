@@ -52,10 +52,10 @@ def run(
     `sim run --policy whole --workload long-prompt --out runs/whole`.
     """
     from chunksim import atomic
+    from chunksim.cli.memory import check_memory
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.reports.console import print_summary
-    from chunksim.sim.memory import check_memory
     from chunksim.sim.outputs import StepFileWriter, table_names
     from chunksim.sim.rejections import rejection_text
     from chunksim.sim.run import OUTPUT_FILES, nothing_completed, simulate, write_outputs
@@ -126,9 +126,9 @@ def run(
 
 
 def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dict[str, bytes]:
-    """report.html and its figures: the run board (`sim.board`, `reports.run_board`)."""
+    """report.html and its figures: the run board (`reports.board`, `reports.run_board`)."""
+    from chunksim.reports.board import STEP_FIELDS, build_board
     from chunksim.reports.run_board import render_board
-    from chunksim.sim.board import STEP_FIELDS, build_board
     from chunksim.sim.outputs import OutputFormat
     from chunksim.sweep.slos import DEFAULT_SLOS
 
@@ -150,7 +150,7 @@ def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dic
 
 def _too_long(summary: dict) -> str | None:
     """Why the board cannot be drawn for this run (None: it can)."""
-    from chunksim.sim.board import MAX_STEPS
+    from chunksim.reports.board import MAX_STEPS
 
     n = int(summary.get("steps") or 0)
     if n <= MAX_STEPS:

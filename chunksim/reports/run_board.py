@@ -1,15 +1,15 @@
 """`sim run --out D --report`: D/report.html, the operator's board of one simulated
-deployment over the run's time (series from `sim.board`, pure functions of the records):
+deployment over the run's time (series from `reports.board`, pure functions of the records):
 
 - queue: waiting and running requests (window mean, and max), and the requests rejected
   at arrival in each window;
 - KV: blocks in use against the capacity;
 - busy: the share of each window a step was in flight (not a utilisation: small steps
   back to back read 100 %), and beside it the budget use, the tokens the steps scheduled
-  against what the step budget allowed (`sim.board.budget_use`);
+  against what the step budget allowed (`reports.board.budget_use`);
 - tokens: prefill and decode tokens per step against the step budget;
 - TTFT and ITL: P50 and P99 per window, per request class, against the SLOs;
-- the observables: what the series point at (`sim.board.observables`), their windows
+- the observables: what the series point at (`reports.board.observables`), their windows
   shaded on the panels they concern.
 
 Each figure function takes optional `measured` series of the same shape (a bench run's,
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from chunksim.reports import style
 from chunksim.reports.document import Document
-from chunksim.sim.board import Observable
+from chunksim.reports.board import Observable
 
 PANELS = {
     "queue": ("board_queue", "Waiting and running requests"),
