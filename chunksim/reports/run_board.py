@@ -21,8 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from chunksim.reports import style
-from chunksim.reports.document import Document
 from chunksim.reports.board import Observable
+from chunksim.reports.document import Document
+from chunksim.sim.metric_registry import shown
 
 PANELS = {
     "queue": ("board_queue", "Waiting and running requests"),
@@ -225,8 +226,7 @@ def board_document(board: dict, summary: dict, figure_files: dict[str, str]) -> 
         ["peak waiting", f"{board['windows']['waiting_max'].max():.0f}"],
         ["peak KV blocks", f"{board['windows']['kv_blocks_max'].max():.0f}"
          + (f" of {board['kv_capacity']}" if board.get("kv_capacity") else "")],
-        ["P99 TTFT, ms", _fmt(summary.get("p99_ttft_ms"))],
-        ["P99 ITL, ms", _fmt(summary.get("p99_itl_ms"))],
+        *([f"{m.label}, {m.unit}", _fmt(summary.get(m.key))] for m in shown("board")),
     ], numeric=False)
     return doc
 
