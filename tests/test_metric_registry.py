@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from factories import workload
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from chunksim.cli import app
@@ -32,7 +35,7 @@ from chunksim.sim.metric_registry import (
     shown,
     summary_keys,
 )
-from chunksim.sim.metrics import COMPUTE, parse_slos
+from chunksim.sim.metrics import COMPUTE, max_concurrent, parse_slos
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import parse_capacity_slos
@@ -164,3 +167,33 @@ def test_the_parser_reads_what_it_is_given():
     assert bounds == {"a": 1.0, "b": 2.5} and off == {"c"}
     with pytest.raises(ValueError, match=r"--x 'P:d=1': use K=MS"):
         parse_bounds(["d=1"], "--x", ("a",), "K=MS", prefix="P:")
+
+
+def _vllm_max_concurrent(arrival, finish) -> int:
+    """`vllm bench serve`'s loop, as it is written there (benchmarks/serve.py)."""
+    t0 = min(arrival)
+    buckets = [0] * (int(np.ceil(max(finish) - t0)) + 1)
+    for a, f in zip(arrival, finish, strict=True):
+        for second in range(int(a - t0), int(f - t0) + 1):
+            buckets[second] += 1
+    return max(buckets)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.floats(0, 30), st.floats(0, 8)), min_size=1, max_size=40))
+def test_peak_concurrency_counts_as_vllm_does(reqs):
+    arrival = np.array([a for a, _ in reqs])
+    finish = arrival + np.array([d for _, d in reqs])
+    assert max_concurrent(arrival, finish) == _vllm_max_concurrent(arrival, finish)
+
+
+def test_peak_concurrency_in_closed_form():
+    # n requests inside one second: all n; back-to-back in separate seconds: 1
+    assert max_concurrent(np.full(5, 3.2), np.full(5, 3.7)) == 5
+    assert max_concurrent(np.arange(4.0) * 2, np.arange(4.0) * 2 + 0.5) == 1
+    assert max_concurrent(np.zeros(0), np.zeros(0)) == 0
+
+
+def test_peak_concurrency_is_in_the_summary(linear_profile):
+    s = _summary(linear_profile)  # 12 requests arriving within 0.12 s
+    assert s["max_concurrent_requests"] == s["completed"] == 12

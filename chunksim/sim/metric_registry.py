@@ -112,6 +112,10 @@ _BEFORE_FAMILIES: tuple[Metric, ...] = (
            group="throughput"),
     Metric("total_token_throughput", "total tok/s", "", "{:.0f}",
            "(prompt + output) tokens/s over the run.", group="throughput"),
+    Metric("max_concurrent_requests", "peak concurrency", "", "{:.0f}",
+           "the most completed requests in flight within one second of the run, as `vllm "
+           "bench serve` counts them: a request is in every whole second from its arrival's "
+           "to its finish's, counted from the first arrival."),
     Metric("request_goodput", "goodput req/s", "", "{:.2f}",
            "requests/s that meet every --goodput SLO (ttft, tpot, e2el, or itl = the "
            "request's worst gap)."),

@@ -228,6 +228,21 @@ _EMPTY_STEPS = StepTotals()
 """Per-class summaries have no steps of their own (steps are run-wide)."""
 
 
+def max_concurrent(arrival_s: np.ndarray, finish_s: np.ndarray) -> int:
+    """The most requests in any one-second bucket from the first arrival, a request in
+    every bucket from its arrival's to its finish's (`vllm bench serve`'s
+    max_concurrent_requests); 0 for none."""
+    if not len(arrival_s):
+        return 0
+    t0 = arrival_s.min()
+    first = np.floor(arrival_s - t0).astype(np.int64)
+    last = np.floor(finish_s - t0).astype(np.int64)
+    n = int(last.max()) + 2
+    starts = np.bincount(first, minlength=n)
+    ends = np.bincount(last + 1, minlength=n)
+    return int(np.cumsum(starts - ends).max())
+
+
 @dataclass(frozen=True)
 class _Run:
     """What a metric's computation reads: the run's request columns (`cols`; `done`, the
@@ -263,6 +278,8 @@ COMPUTE: dict[str, Callable[[_Run], object]] = {
     "request_throughput": lambda r: r.n_done / r.duration,
     "output_throughput": lambda r: r.out_tok / r.duration,
     "total_token_throughput": lambda r: (r.in_tok + r.out_tok) / r.duration,
+    "max_concurrent_requests": lambda r: max_concurrent(r.done["arrival_s"],
+                                                        r.done["finish_s"]),
     "request_goodput": lambda r: float(r.good.sum()) / r.duration if r.slos else None,
     "goodput_slos_ms": lambda r: {k: v * 1000.0 for k, v in r.slos.items()},
     "max_decode_stall_ms": lambda r: None if r.none else r.itl_s.max * 1000.0,
