@@ -10,7 +10,7 @@ import inspect
 
 from chunksim.cli import COMMANDS
 
-MAX_BODY_LINES = 32
+MAX_BODY_LINES = 30
 """Lines of a command function's body, its docstring and signature aside."""
 NOT_YET = {"profile"}
 """`sim profile` (measure) still carries its flow; `sim profile import` does not."""
