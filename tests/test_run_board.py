@@ -16,8 +16,7 @@ from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim.board import (
-    BOARD_FILES,
+from chunksim.reports.board import (
     budget_use,
     build_board,
     busy_until,
@@ -28,7 +27,7 @@ from chunksim.sim.board import (
     window_size_s,
 )
 from chunksim.sim.records import STEP_COLUMNS
-from chunksim.sim.run import RunConfig, simulate
+from chunksim.sim.run import BOARD_FILES, RunConfig, simulate
 
 RUNNER = CliRunner()
 
@@ -343,7 +342,7 @@ def test_report_refuses_what_it_cannot_draw(extra, message, tmp_path):
 def test_measured_windows_read_a_bench_results_requests_as_the_board_does():
     """A bench result's per-request arrival, TTFT and gap lists give the same windows as
     the records would: token times are arrival + TTFT + the gaps so far."""
-    from chunksim.sim.board import measured_windows
+    from chunksim.reports.board import measured_windows
 
     ttft, itl = measured_windows([0.0, 1.0], [0.5, 0.2], [[0.1, 0.6], [0.05]],
                                  ["a", "b"], 1.0, 3.0)
@@ -404,7 +403,7 @@ def test_fleet_gaps_are_the_fleets_own_gaps(linear_profile, fleet):
 
 
 def test_a_run_too_long_for_the_board_keeps_its_files_and_says_so(tmp_path, monkeypatch):
-    import chunksim.sim.board as board
+    import chunksim.reports.board as board
 
     monkeypatch.setattr(board, "MAX_STEPS", 10)
     out = tmp_path / "long"

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 import chunksim.sim.records as records
 from chunksim.cli import app
+from chunksim.cli.memory import check_memory, estimate_bytes
 from chunksim.core.spec import RequestSpec, SpecTable, Workload
 from chunksim.progress import DelayedProgress, clock_text
-from chunksim.sim.memory import check_memory, estimate_bytes
 from chunksim.sim.outputs import OutputFormat, StepFileWriter, read_table, table_names
 from chunksim.sim.quantiles import REL_ERROR, LogHistogram
 from chunksim.sim.records import StepLog, parse_steps_keep

@@ -5,10 +5,10 @@ import math
 import os
 
 import pytest
+from scenario_checks import long_prompt_effect
 
 from chunksim.latency.profile import load_profile
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.sim.scenario_checks import long_prompt_effect
 from chunksim.workloads import longest_request_id
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.lengths import LogNormal

@@ -280,7 +280,7 @@ def test_profile_on_the_fly(tmp_path):
 
 
 def test_replay_steps_default_follows_the_profile_kind():
-    from chunksim.cli.validate import replay_steps_for
+    from chunksim.reports.validate_flow import replay_steps_for
 
     assert replay_steps_for("whole-step", None) == 180
     assert replay_steps_for("components", None) == 0

@@ -56,7 +56,10 @@ def calibrate(
     llama-3.1-8b-h200 --out h200-calibrated.csv`.
     """
     from chunksim.cli.paths import check_out_file
+    from chunksim.cli.say import say, warn
     from chunksim.latency.profile import load_profile
+    from chunksim.reports.against_report import print_calibration
+    from chunksim.validate.against import profile_warnings
     from chunksim.validate.calibrate import calibrate as fit_runs
     from chunksim.validate.calibrate import parse_fit, write_calibrated
     from chunksim.validate.results import load_results
@@ -66,24 +69,18 @@ def calibrate(
     if out.suffix != ".csv":
         raise ValueError(f"--out {out}: a profile is a .csv file (its provenance is written "
                          "beside it as .json)")
-    say = lambda line: typer.echo(line, err=True)  # noqa: E731
     runs = [load_results(p, results_format, seed=seed, progress=say) for p in against]
     base = load_profile(profile)
-    from chunksim.validate.against import profile_warnings
-
-    for run in runs:
-        for warning in profile_warnings(run, base):
-            typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    for warning in (w for run in runs for w in profile_warnings(run, base)):
+        warn(warning)
     result = fit_runs(runs, base, run_cfg.variant(seed=seed), names, hold_out, tail_fraction,
                       say=say)
     write_calibrated(base, result, runs, out)
     record = {"calibration": result.calibration.as_dict(), **result.provenance(runs)}
     for warning in result.warnings:
-        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+        warn(warning)
     if as_json:
         typer.echo(json.dumps(record, default=float))
         return
-    from chunksim.reports.against_report import print_calibration
-
     print_calibration(record)
     typer.echo(f"wrote {out} and {out.with_suffix('.json')}")

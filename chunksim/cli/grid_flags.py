@@ -66,18 +66,8 @@ RayOpt = Annotated[str | None, typer.Option(
 __all__ = ["ChunksOpt", "DEFAULT_CHUNKS", "DEFAULT_POLICIES", "FleetOpt", "MaxRejectOpt",
            "PoliciesOpt",
            "RayOpt", "SpecTokensOpt",
-           "SeedsOpt", "SloOpt", "WorkersOpt", "check_max_rate", "command_line",
+           "SeedsOpt", "SloOpt", "WorkersOpt", "command_line",
            "resolved_command"]
-
-
-def check_max_rate(max_rate: float, rate: float | None) -> None:
-    """--max-rate caps the capacity search, which starts at --rate (default 1 req/s): a
-    cap at or below 0, or below the start, would be lifted without a word."""
-    start = rate or 1.0
-    if not max_rate > 0 or max_rate < start:
-        raise ValueError(f"--max-rate {max_rate:g}: the capacity search starts at --rate "
-                         f"{start:g} req/s, so its cap must be at least that; raise "
-                         "--max-rate or lower --rate")
 
 
 def command_line() -> str | None:

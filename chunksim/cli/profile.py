@@ -390,73 +390,18 @@ def profile_import(
 ) -> None:
     """Build a component profile from timings measured elsewhere: a folder of per-component
     CSVs, or NVIDIA AIConfigurator's kernel database (--from aiconfigurator)."""
+    from chunksim.cli.paths import check_out_file
+    from chunksim.cli.say import say
+    from chunksim.profiler.import_flow import import_profile
+
     if step_overhead_ms is not None:
-        typer.echo("note: --step-overhead-ms is now --framework-ms", err=True)
+        say("note: --step-overhead-ms is now --framework-ms")
         if framework_ms is not None:
             raise ValueError("give --framework-ms once (--step-overhead-ms is its old name)")
         framework_ms = step_overhead_ms
-    if framework_ms is not None and not framework_ms >= 0:
-        raise ValueError(f"--framework-ms {framework_ms}: give a time >= 0")
-    framework_s = None if framework_ms is None else framework_ms / 1e3
-    if source is SourceName.aiconfigurator:
-        given = [f for f, v in (("DIR", folder), ("--hf-config", hf_config),
-                                ("--device-name", device_name),
-                                ("--device-memory-gib", device_memory_gib),
-                                ("--dtype", dtype is not DtypeName.bfloat16)) if v]
-        if given:
-            raise ValueError(f"{', '.join(given)} apply to --from csv; the database names "
-                             f"the model, device and memory (--system, --model)")
-        if system is None or model is None:
-            raise ValueError("--from aiconfigurator needs --system (e.g. h200_sxm) and "
-                             "--model (a Hugging Face id, e.g. meta-llama/Meta-Llama-3.1-8B)")
-        from chunksim.cli.paths import check_out_file
-        from chunksim.profiler.aiconfigurator import import_aiconfigurator
-
-        check_out_file(out)
-        meta = import_aiconfigurator(out, system, backend, model, tp, ep, quant,
-                                     backend_version, framework_s)
-        src = meta["source"]
-        typer.echo(f"wrote {out} ({meta['points']} component points from {src['package']} "
-                   f"{src['package_version']}, {backend} {src['data_version']} kernel data on "
-                   f"{system}, {meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
-        typer.echo("measured on the GPU: " + ", ".join(f"{k} {v}" for k, v in
-                                                         src["measured"].items()))
-        return
-    given = [f for f, v in (("--system", system), ("--backend-version", backend_version),
-                            ("--ep", ep != 1), ("--quant", quant),
-                            ("--backend", backend != "vllm")) if v]
-    if given:
-        raise ValueError(f"{', '.join(given)} apply to --from aiconfigurator only")
-    if folder is None:
-        raise ValueError("sim profile import: give the folder of per-component CSVs (DIR), "
-                         "or --from aiconfigurator")
-    if device_name is None:
-        raise ValueError("--from csv needs --device-name: the device the timings were "
-                         "measured on")
-    if device_memory_gib is not None and not device_memory_gib > 0:
-        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0")
-    from chunksim.decoder.config import load_hf_config, preset_config
-    from chunksim.profiler.importer import import_components
-
-    if hf_config is None and model is None and (folder / "config.json").is_file():
-        hf_config = folder / "config.json"
-    if hf_config is not None and model is not None:
-        raise ValueError("give --model or --hf-config, not both")
-    if hf_config is None and model is None:
-        raise ValueError(f"sim profile import {folder}: say which model the timings are of: "
-                         f"--model PRESET ({', '.join(m.value for m in ModelName)}), "
-                         f"--hf-config PATH, or a config.json in the folder")
-    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
-    meta = import_components(folder, out, cfg, dtype.value, device_name,
-                             None if device_memory_gib is None else int(device_memory_gib * 2**30),
-                             tp, framework_s or 0.0)
-    typer.echo(f"wrote {out} ({meta['points']} component points) and "
-               f"{out.with_suffix('.json')}")
-    for note in meta.get("import_notes", []):
-        typer.echo(f"note: {note}", err=True)
-    if device_memory_gib is None:
-        typer.echo("note: no --device-memory-gib: give sim run --kv-blocks with this profile",
-                   err=True)
+    import_profile(folder, out, source.value, model, hf_config, dtype.value, device_name,
+                   device_memory_gib, tp, framework_ms, system, backend, backend_version, ep,
+                   quant, [m.value for m in ModelName], check_out_file, typer.echo, say)
 
 
 profile_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

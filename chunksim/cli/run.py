@@ -14,7 +14,6 @@ from chunksim.cli.options import (
     with_run_options,
     with_workload_options,
 )
-from chunksim.progress import DelayedProgress
 from chunksim.sim.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions, build_workload
@@ -51,109 +50,27 @@ def run(
     Examples: `sim run --policy budget --chunk 512`;
     `sim run --policy whole --workload long-prompt --out runs/whole`.
     """
-    from chunksim import atomic
+    from chunksim.cli.memory import check_memory
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
+    from chunksim.cli.say import warn
+    from chunksim.reports import run_flow
     from chunksim.reports.console import print_summary
-    from chunksim.sim.memory import check_memory
-    from chunksim.sim.outputs import StepFileWriter, table_names
-    from chunksim.sim.rejections import rejection_text
-    from chunksim.sim.run import OUTPUT_FILES, nothing_completed, simulate, write_outputs
 
-    if schedule_log and out is None:
-        raise ValueError("--schedule-log writes the schedule table into the --out directory; "
-                         "give --out DIR")
-    if out is None and output_cfg.given():
-        given = output_cfg.given()
-        raise ValueError(f"{' and '.join(given)} only {'shape' if len(given) > 1 else 'shapes'}"
-                         " what --out writes; "
-                         "give --out DIR (a run without --out writes no tables)")
-    if report and out is None:
-        raise ValueError("--report writes report.html into the --out directory; give --out "
-                         "DIR")
-    if report and output_cfg.keep != 1:
-        from chunksim.sim.records import steps_keep_label
-
-        raise ValueError(f"--report reads every step; drop --steps "
-                         f"{steps_keep_label(output_cfg.keep)}")
+    run_flow.check_run_flags(out, output_cfg, schedule_log, report)
     check_out_dir(out, replace=True)
-    foreign = atomic.foreign_entries(out, OUTPUT_FILES) if out is not None else []
-    if foreign:
-        raise ValueError(f"--out {out} holds {', '.join(foreign[:5])}, which a run's output "
-                         "(summary.json, requests, steps, schedule tables) would replace; "
-                         "give a new or empty directory")
+    run_flow.refuse_foreign_run(out)
     profile = load_run_profile(profile, run_cfg)
     workload = build_workload(workload_opts)
-    # steps stream to --out as they are recorded; without --out nothing reads them
-    keep = output_cfg.keep if out is not None else 0
     check_memory(len(workload), 0, engines=run_cfg.fleet.engine_count)
-    staged = (atomic.staging_file(out, "steps") if out is not None and keep else None)
-    try:
-        writer = StepFileWriter(staged, output_cfg.table_format) if staged is not None else None
-        with DelayedProgress("simulating") as progress:
-            result, summary = simulate(workload, profile,
-                                       run_cfg.variant(seed=workload_opts.seed),
-                                       schedule_log, progress=progress, steps_keep=keep,
-                                       steps_sink=writer)
-        if writer is not None:
-            writer.close()
-        board = (_board(result, summary, run_cfg, staged, output_cfg)
-                 if report and summary["completed"] and not _too_long(summary) else None)
-        if out is not None:
-            written = write_outputs(out, result, summary, output_cfg.table_format,
-                                    steps=bool(keep), steps_file=staged, extra=board)
-    finally:
-        if staged is not None:
-            staged.unlink(missing_ok=True)
-    if report and _too_long(summary):
-        raise ValueError(_too_long(summary) + (f"; the run's files are in {out}"))
-    failed = nothing_completed(result, summary)
-    if failed:
-        where = (f" (records in {out}/{table_names(output_cfg.table_format)[0]})"
-                 if out is not None else "")
-        raise ValueError(failed + where)
-    rejected = rejection_text(summary, result.rejected_examples)
-    if rejected:  # the latencies below cover only the requests that completed
-        typer.secho(f"warning: {rejected}", err=True, fg=typer.colors.YELLOW)
-    for warning in summary["warnings"]:
-        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
+    result, summary, written = run_flow.simulate_to(
+        out, workload, profile, run_cfg.variant(seed=workload_opts.seed), output_cfg,
+        schedule_log, report)
+    for warning in run_flow.run_warnings(result, summary, out, output_cfg, report):
+        warn(warning)
     if not as_json:
         print_summary(summary)
         if out is not None:
             typer.echo(f"wrote {out}/{', '.join(written)}")
     else:
         typer.echo(json.dumps(summary, default=str))
-
-
-def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dict[str, bytes]:
-    """report.html and its figures: the run board (`sim.board`, `reports.run_board`)."""
-    from chunksim.reports.run_board import render_board
-    from chunksim.sim.board import STEP_FIELDS, build_board
-    from chunksim.sim.outputs import OutputFormat
-    from chunksim.sweep.slos import DEFAULT_SLOS
-
-    steps = result.steps
-    if staged is not None:  # streamed to the staged file while the run went
-        import pandas as pd
-
-        if output_cfg.table_format is OutputFormat.CSV:
-            steps = pd.read_csv(staged, usecols=lambda c: c in STEP_FIELDS)
-        else:
-            import pyarrow.parquet as pq
-
-            names = pq.read_schema(staged).names
-            steps = pd.read_parquet(staged, columns=[c for c in STEP_FIELDS if c in names])
-    slos = dict(run_cfg.slos_s) or {"ttft": DEFAULT_SLOS["p99_ttft_ms"] / 1000.0,
-                                    "itl": DEFAULT_SLOS["p99_itl_ms"] / 1000.0}
-    return render_board(build_board(result.requests, steps, summary, slos), summary)
-
-
-def _too_long(summary: dict) -> str | None:
-    """Why the board cannot be drawn for this run (None: it can)."""
-    from chunksim.sim.board import MAX_STEPS
-
-    n = int(summary.get("steps") or 0)
-    if n <= MAX_STEPS:
-        return None
-    return (f"--report reads every step into memory and this run has {n:,} (most "
-            f"{MAX_STEPS:,}); shorten it (--duration, --num-requests) for the board")

@@ -53,46 +53,15 @@ def sweep(
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_file
     from chunksim.progress import ProgressBar
-    from chunksim.sweep.configs import (
-        make_configs,
-        parse_floats,
-        parse_ints,
-        parse_policies,
-        parse_spec_tokens,
-        refuse_unused_knobs,
-        with_spec_tokens,
-    )
-    from chunksim.sweep.grid import (
-        KEY_COLUMNS,
-        grid_points,
-        parse_workloads,
-        row_sort_key,
-        run_sweep,
-    )
+    from chunksim.sweep.grid import KEY_COLUMNS, row_sort_key, run_sweep
+    from chunksim.sweep.grid_plan import sweep_points
     from chunksim.sweep.runner import Runner
     from chunksim.sweep.table import ResultTable
-    from chunksim.workloads.options import build_workload
 
     check_out_file(out)
-    specs = parse_policies(policies)
-    refuse_unused_knobs(specs, run_cfg.knobs)
-    ks = parse_spec_tokens(spec_tokens, run_cfg)
-    if ks is not None:  # a setting here, not an axis (the table's keys have no column)
-        if len(ks) > 1:
-            raise ValueError(f"--num-speculative-tokens {spec_tokens}: sim sweep takes one "
-                             "value (sim compare and sim capacity take a list)")
-        run_cfg = with_spec_tokens(run_cfg, ks[0])
-    configs = make_configs(specs, parse_ints(chunks, "--chunks"))
-    rate_list = parse_floats(rates, "--rates") if rates is not None else [workload_opts.rate]
-    seed_list = (parse_ints(seeds, "--seeds", minimum=0, example="0,1,2") if seeds is not None
-                 else [workload_opts.seed])
-    kinds = parse_workloads(workloads, workload_opts)
-    profile = load_run_profile(profile, run_cfg)
-    points = grid_points(workload_opts, run_cfg, profile.sha256, kinds, configs, rate_list,
-                         seed_list)
-    for kind in kinds:  # bad workload flags fail here, once, not in every worker
-        build_workload(next(p.job.workload for p in points
-                            if p.key["workload_kind"] == kind.value))
+    profile, points = sweep_points(policies, chunks, spec_tokens, rates, seeds, workloads,
+                                   run_cfg, workload_opts,
+                                   lambda cfg: load_run_profile(profile, cfg))
     table = ResultTable(out, KEY_COLUMNS, row_sort_key)
     if table.dropped:
         typer.secho(f"note: {out} line(s) {', '.join(map(str, table.dropped))} are incomplete "

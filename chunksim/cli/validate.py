@@ -11,7 +11,7 @@ import typer
 
 from chunksim.cli.options import ProfileOpt, with_run_options, with_workload_options
 from chunksim.sim.run import RunConfig
-from chunksim.workloads.options import WorkloadOptions, build_workload
+from chunksim.workloads.options import WorkloadOptions
 
 _V = "Validation"
 
@@ -82,115 +82,50 @@ def validate(
     `sim validate --against result.json --profile llama-3.1-8b-h200 --out v` (a vLLM
     benchmark's results).
     """
-    if against is not None:
-        live_only = {"--model": (model, "tiny"), "--device": (device, "auto"),
-                     "--dtype": (dtype, None), "--grid": (grid, "quick"),
-                     "--passes": (passes, 1), "--threads": (threads, None),
-                     "--idle-wait": (idle_wait, "sleep"), "--replay-steps": (replay_steps, None),
-                     "--live-runs": (live_runs, 1)}
-        given = [flag for flag, (v, default) in live_only.items() if v != default]
-        if given:
-            raise ValueError(f"{', '.join(given)} set(s) up the live loop, which --against "
-                             "does not run; drop them or --against")
-        _validate_against(against, results_format, run_index, run_cfg, workload_opts, out,
-                          profile, plot, as_json)
-        return
     from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
-    from chunksim.live.settings import LiveSettings
+    from chunksim.cli.say import say, warn
+    from chunksim.reports import validate_flow as flow
 
-    if run_cfg.fleet.active:
-        raise ValueError("sim validate serves one live engine; drop --replicas / --pd / "
-                         "--replica-groups (validate a fleet's policy on one engine)")
-    check_out_dir(out)
-    from chunksim.validate.output import write_validation
-    from chunksim.validate.run import validate as run_validation
+    if against is not None:
+        flow.refuse_live_flags({
+            "--model": (model, "tiny"), "--device": (device, "auto"), "--dtype": (dtype, None),
+            "--grid": (grid, "quick"), "--passes": (passes, 1), "--threads": (threads, None),
+            "--idle-wait": (idle_wait, "sleep"), "--replay-steps": (replay_steps, None),
+            "--live-runs": (live_runs, 1)})
+        check_out_dir(out)
+        done = flow.validate_against(against, results_format, run_index, run_cfg,
+                                     workload_opts, out, profile, plot, say, warn)
+    else:
+        if run_cfg.fleet.active:
+            raise ValueError("sim validate serves one live engine; drop --replicas / --pd / "
+                             "--replica-groups (validate a fleet's policy on one engine)")
+        check_out_dir(out)
+        done = flow.validate_live(_live_profile(profile, passes, model, grid, device, dtype,
+                                                threads, workload_opts.seed, out),
+                                  live_runs, replay_steps, threads, idle_wait, run_cfg,
+                                  workload_opts, out, plot, say)
+    if as_json:
+        typer.echo(json.dumps(done.report, default=str))
+        return
+    done.show(done.report)
+    typer.echo(done.wrote)
 
+
+def _live_profile(profile: str | None, passes: int, model: str, grid: str, device: str,
+                  dtype: str | None, threads: int | None, seed: int, out: Path):
+    """--profile loaded, or without it one profiled now into --out."""
     if profile is not None:
         if passes > 1:
             raise typer.BadParameter(
                 f"--passes {passes} applies only when profiling on the fly; drop --profile "
                 f"{profile} or --passes", param_hint="--passes")
         from chunksim.cli.options import say_calibration
+        from chunksim.latency.profile import load_profile
 
-        profile = say_calibration(load_profile(profile))
-    else:
-        from chunksim.validate.profiling import profile_now
+        return say_calibration(load_profile(profile))
+    from chunksim.validate.profiling import profile_now
 
-        typer.echo(f"profiling {model} ({grid} grid) into {out}/profile.csv ...", err=True)
-        profile = profile_now(out / "profile.csv", model=model, device=device, dtype=dtype,
-                              threads=threads or 1, grid=grid, seed=workload_opts.seed,
-                              passes=passes)
-    replay_steps = replay_steps_for(profile.kind, replay_steps)
-    if profile.kind == "components" and replay_steps == 0:
-        typer.echo("component profile: the step-error decomposition (--replay-steps) is "
-                   "skipped", err=True)
-    settings = LiveSettings.from_profile(profile.provenance, threads=threads,
-                                         seed=workload_opts.seed, idle_wait=idle_wait)
-    workload = build_workload(workload_opts)
-    times = f", {live_runs} times" if live_runs > 1 else ""
-    typer.echo(f"running {len(workload.requests)} requests live "
-               f"(~{workload.duration_s:.0f} s of arrivals{times}) ...", err=True)
-    v = run_validation(workload, profile, run_cfg.variant(seed=workload_opts.seed), settings,
-                       replay_steps=replay_steps, live_runs=live_runs)
-    from chunksim.reports.validation_plot import plot_validation
-
-    write_validation(out, v, plot=plot_validation if plot else None)
-    if as_json:
-        typer.echo(json.dumps(v.report, default=str))
-        return
-    from chunksim.reports.validation_table import print_validation
-
-    print_validation(v.report)
-    typer.echo(f"wrote {out}/validation.json and the records next to it")
-
-
-def replay_steps_for(profile_kind: str, given: int | None) -> int:
-    """--replay-steps as given, else 180 for a whole-step profile and 0 for a component
-    profile (an explicit count with a component profile is refused by `validate`)."""
-    if given is not None:
-        return given
-    return 0 if profile_kind == "components" else 180
-
-
-def _validate_against(against: Path, results_format: str | None, run_index: int | None,
-                      run_cfg: RunConfig, workload_opts: WorkloadOptions, out: Path,
-                      profile: str | None, plot: bool, as_json: bool) -> None:
-    """`--against`: replay the results file's requests and compare (no live loop)."""
-    from dataclasses import replace
-
-    from chunksim.cli.paths import check_out_dir
-    from chunksim.latency.profile import load_profile
-    from chunksim.validate.against import validate_against, write_against
-    from chunksim.validate.results import load_results
-
-    given = replace(workload_opts, seed=0) != WorkloadOptions()
-    if given:
-        raise ValueError("--against replays the results file's own requests; drop the "
-                         "workload flags (--rate, --workload, --trace, ...); --seed stays: "
-                         "it is the seed the bench tool ran with")
-    from chunksim.progress import DelayedProgress
-    from chunksim.validate.against import profile_warnings
-
-    check_out_dir(out)
-    say = lambda line: typer.echo(line, err=True)  # noqa: E731
-    run = load_results(against, results_format, seed=workload_opts.seed, run=run_index,
-                       progress=say)
-    prof = load_profile(profile)
-    for warning in profile_warnings(run, prof):
-        typer.secho(f"warning: {warning}", err=True, fg=typer.colors.YELLOW)
-    with DelayedProgress(f"replaying {len(run):,} requests") as replay:
-        v = validate_against(run, prof, run_cfg.variant(seed=workload_opts.seed), replay)
-    draw = None
-    if plot:
-        from chunksim.reports.against_report import plot_against
-
-        draw = plot_against
-    write_against(out, v, draw)
-    if as_json:
-        typer.echo(json.dumps(v.report, default=str))
-        return
-    from chunksim.reports.against_report import print_against
-
-    print_against(v.report)
-    typer.echo(f"wrote {out}/validation.json, validation.html and the records next to it")
+    typer.echo(f"profiling {model} ({grid} grid) into {out}/profile.csv ...", err=True)
+    return profile_now(out / "profile.csv", model=model, device=device, dtype=dtype,
+                       threads=threads or 1, grid=grid, seed=seed,
+                       passes=passes)

@@ -136,19 +136,17 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
 
 
 def class_table(by_class: dict) -> Table:
-    """Per request-class latency and goodput."""
+    """Per request-class latency and goodput (the `console_classes` view of
+    `sim.metric_registry`)."""
     t = Table(title="per request class", title_justify="left", show_edge=False,
               pad_edge=False)
-    for col in ("class", "done", "mean TTFT", "p99 TTFT", "p99 ITL", "mean TPOT",
-                "goodput req/s"):
-        t.add_column(col, justify="left" if col == "class" else "right")
-    def f(key: str, spec: str) -> str:  # None: the class completed nothing
-        return "-" if s.get(key) is None else spec.format(s[key])
-
-    for cls, s in by_class.items():
-        t.add_row(cls, str(s["completed"]), f("mean_ttft_ms", "{:.1f}"),
-                  f("p99_ttft_ms", "{:.1f}"), f("p99_itl_ms", "{:.1f}"),
-                  f("mean_tpot_ms", "{:.2f}"), f("request_goodput", "{:.2f}"))
+    columns = shown("console_classes")
+    t.add_column("class", justify="left")
+    for m in columns:
+        t.add_column(m.label, justify="right")
+    for cls, s in by_class.items():  # None: the class completed nothing
+        t.add_row(cls, *("-" if s.get(m.key) is None else m.fmt.format(s[m.key])
+                         for m in columns))
     return t
 
 

@@ -1,15 +1,15 @@
 """`sim run --out D --report`: D/report.html, the operator's board of one simulated
-deployment over the run's time (series from `sim.board`, pure functions of the records):
+deployment over the run's time (series from `reports.board`, pure functions of the records):
 
 - queue: waiting and running requests (window mean, and max), and the requests rejected
   at arrival in each window;
 - KV: blocks in use against the capacity;
 - busy: the share of each window a step was in flight (not a utilisation: small steps
   back to back read 100 %), and beside it the budget use, the tokens the steps scheduled
-  against what the step budget allowed (`sim.board.budget_use`);
+  against what the step budget allowed (`reports.board.budget_use`);
 - tokens: prefill and decode tokens per step against the step budget;
 - TTFT and ITL: P50 and P99 per window, per request class, against the SLOs;
-- the observables: what the series point at (`sim.board.observables`), their windows
+- the observables: what the series point at (`reports.board.observables`), their windows
   shaded on the panels they concern.
 
 Each figure function takes optional `measured` series of the same shape (a bench run's,
@@ -21,8 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from chunksim.reports import style
+from chunksim.reports.board import Observable
 from chunksim.reports.document import Document
-from chunksim.sim.board import Observable
+from chunksim.sim.metric_registry import shown
 
 PANELS = {
     "queue": ("board_queue", "Waiting and running requests"),
@@ -225,8 +226,7 @@ def board_document(board: dict, summary: dict, figure_files: dict[str, str]) -> 
         ["peak waiting", f"{board['windows']['waiting_max'].max():.0f}"],
         ["peak KV blocks", f"{board['windows']['kv_blocks_max'].max():.0f}"
          + (f" of {board['kv_capacity']}" if board.get("kv_capacity") else "")],
-        ["P99 TTFT, ms", _fmt(summary.get("p99_ttft_ms"))],
-        ["P99 ITL, ms", _fmt(summary.get("p99_itl_ms"))],
+        *([f"{m.label}, {m.unit}", _fmt(summary.get(m.key))] for m in shown("board")),
     ], numeric=False)
     return doc
 

@@ -13,41 +13,36 @@ still divides by tokens; the engine records gaps so (`EngineCore.end_step`).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
-from chunksim.sim.metric_registry import FAMILIES, PERCENTILES
+from chunksim.sim.metric_registry import (
+    GOODPUT_FAMILIES,
+    PERCENTILES,
+    SUMMARY,
+    Family,
+    parse_bounds,
+)
 from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepTotals
 
-SLO_METRICS = ("ttft", "tpot", "e2el", "itl")
+SLO_METRICS = GOODPUT_FAMILIES
 """Goodput SLOs are per request: ttft, tpot, e2el, and itl (the request's worst gap)."""
 
 
 def parse_slos(items: list[str] | None, flag: str = "--goodput",
                prefix: str = "") -> dict[str, float]:
     """`["ttft=500", "tpot:50"]` (ms) -> {"ttft": 0.5, "tpot": 0.05} (seconds); errors
-    name `flag` and show each value after `prefix` (`--class-slo` passes its CLASS:)."""
-    slos: dict[str, float] = {}
-    for item in items or []:
-        for bare in item.replace(",", " ").split():
-            part = prefix + bare
-            key, sep, val = bare.replace(":", "=").partition("=")
-            key = key.strip().lower().removesuffix("_ms")
-            if not sep or key not in SLO_METRICS:
-                raise ValueError(
-                    f"{flag} {part!r}: use METRIC=MS with METRIC one of {', '.join(SLO_METRICS)}"
-                    f" (e.g. {flag} {prefix}ttft=500)")
-            try:
-                ms = float(val)
-            except ValueError:
-                raise ValueError(f"{flag} {part!r}: {val!r} is not a number of ms") from None
-            if not (ms > 0 and math.isfinite(ms)):
-                raise ValueError(f"{flag} {part!r}: the SLO must be a finite number > 0 ms")
-            slos[key] = ms / 1000.0
-    return slos
+    name `flag` and show each value after `prefix` (`--class-slo` passes its CLASS:).
+    The spelling is `--slo`'s (`metric_registry.parse_bounds`), over the per-request
+    families."""
+    ms, _ = parse_bounds(
+        items, flag, SLO_METRICS,
+        f"METRIC=MS with METRIC one of {', '.join(SLO_METRICS)} (e.g. {flag} {prefix}ttft=500)",
+        prefix, normalize=lambda k: k.removesuffix("_ms"), what="the SLO")
+    return {k: v / 1000.0 for k, v in ms.items()}
 
 
 def parse_class_slos(items: list[str] | None) -> dict[str, dict[str, float]]:
@@ -162,7 +157,9 @@ def summarize(requests, steps: StepTotals, itl_s: Samples,
 
 def _summarize(cols: dict[str, np.ndarray], steps: StepTotals, itl_s: Samples,
                slos: Mapping[str, float] | None, meta: Mapping | None,
-               duration_s: float | None) -> dict:
+               duration_s: float | None, by_class: bool = False) -> dict:
+    """The summary of `cols`; `by_class`: a class's section, without the run-wide
+    metrics (`Metric.run_wide`)."""
     slos = dict(slos or {})
     done = _completed(cols)
     m = _per_request(done)
@@ -181,33 +178,16 @@ def _summarize(cols: dict[str, np.ndarray], steps: StepTotals, itl_s: Samples,
         else:
             ok = {"ttft": m["ttft"], "e2el": m["e2el"], "itl": m["max_itl"]}[key] <= limit
         good &= ok
-    n_steps, busy, extrapolated, peak_kv = step_facts(steps)
-    summary: dict = {
-        "completed": n_done,
-        "rejected": int(cols["rejected"].sum()),
-        "total_input_tokens": in_tok,
-        "total_output_tokens": out_tok,
-        "duration": None if none else duration,
-        "request_throughput": n_done / duration,
-        "output_throughput": out_tok / duration,
-        "total_token_throughput": (in_tok + out_tok) / duration,
-        "request_goodput": float(good.sum()) / duration if slos else None,
-        "goodput_slos_ms": {k: v * 1000.0 for k, v in slos.items()},
-    }
+    run = _Run(cols, done, m, n_done, duration, none, in_tok, out_tok, slos, good, itl_s,
+               *step_facts(steps))
     values = {"ttft": Samples(m["ttft"]), "tpot": Samples(m["tpot"]), "itl": itl_s,
               "e2el": Samples(m["e2el"]), "sched_delay": Samples(m["sched"])}
-    for family in FAMILIES:  # `sim.metric_registry`
-        summary.update(_stats(family.name, values[family.name], none))
-    summary.update({
-        "max_decode_stall_ms": None if none else itl_s.max * 1000.0,
-        "preemptions": int(cols["preemptions"].sum()),
-        "recomputed_tokens": int(cols["recomputed_tokens"].sum()),
-        "steps": n_steps,
-        "extrapolated_steps": extrapolated,
-        "busy_fraction": None if none else busy / duration,
-        "mean_step_ms": busy / max(n_steps, 1) * 1000.0,
-        "peak_kv_blocks_used": peak_kv,
-    })
+    summary: dict = {}
+    for entry in SUMMARY:  # `sim.metric_registry`: the schema, in summary.json's order
+        if isinstance(entry, Family):
+            summary.update(_stats(entry.name, values[entry.name], none))
+        elif not (by_class and entry.run_wide):
+            summary[entry.key] = COMPUTE[entry.key](run)
     if meta:
         summary.update(meta)
     return summary
@@ -238,15 +218,77 @@ def summarize_classes(requests, itl_by_class: Mapping[str, Samples],
     out = {}
     for cls in names:
         merged = {**(slos or {}), **class_slos.get(cls, {})}
-        s = _summarize(_rows(cols, classes == cls), steps0,
-                       itl_by_class.get(cls, Samples(np.zeros(0))), merged, None, run_s)
-        out[str(cls)] = {k: v for k, v in s.items() if k not in _RUN_WIDE}
+        out[str(cls)] = _summarize(_rows(cols, classes == cls), steps0,
+                                   itl_by_class.get(cls, Samples(np.zeros(0))), merged, None,
+                                   run_s, by_class=True)
     return out
-
-
-_RUN_WIDE = {"steps", "extrapolated_steps", "busy_fraction", "mean_step_ms",
-             "peak_kv_blocks_used"}
 
 
 _EMPTY_STEPS = StepTotals()
 """Per-class summaries have no steps of their own (steps are run-wide)."""
+
+
+def max_concurrent(arrival_s: np.ndarray, finish_s: np.ndarray) -> int:
+    """The most requests in any one-second bucket from the first arrival, a request in
+    every bucket from its arrival's to its finish's (`vllm bench serve`'s
+    max_concurrent_requests); 0 for none."""
+    if not len(arrival_s):
+        return 0
+    t0 = arrival_s.min()
+    first = np.floor(arrival_s - t0).astype(np.int64)
+    last = np.floor(finish_s - t0).astype(np.int64)
+    n = int(last.max()) + 2
+    starts = np.bincount(first, minlength=n)
+    ends = np.bincount(last + 1, minlength=n)
+    return int(np.cumsum(starts - ends).max())
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a metric's computation reads: the run's request columns (`cols`; `done`, the
+    completed requests'), their per-request latencies (`per`, `_per_request`), and the
+    step totals."""
+
+    cols: dict[str, np.ndarray]
+    done: dict[str, np.ndarray]
+    per: dict[str, np.ndarray]
+    n_done: int
+    duration: float
+    """Seconds the throughputs divide by (> 0)."""
+    none: bool
+    """No request completed: there is no latency, duration or busy fraction."""
+    in_tok: int
+    out_tok: int
+    slos: dict[str, float]
+    good: np.ndarray
+    """Per completed request: whether it met every goodput SLO."""
+    itl_s: Samples
+    n_steps: int
+    busy_s: float
+    extrapolated: int
+    peak_kv: int
+
+
+COMPUTE: dict[str, Callable[[_Run], object]] = {
+    "completed": lambda r: r.n_done,
+    "rejected": lambda r: int(r.cols["rejected"].sum()),
+    "total_input_tokens": lambda r: r.in_tok,
+    "total_output_tokens": lambda r: r.out_tok,
+    "duration": lambda r: None if r.none else r.duration,
+    "request_throughput": lambda r: r.n_done / r.duration,
+    "output_throughput": lambda r: r.out_tok / r.duration,
+    "total_token_throughput": lambda r: (r.in_tok + r.out_tok) / r.duration,
+    "max_concurrent_requests": lambda r: max_concurrent(r.done["arrival_s"],
+                                                        r.done["finish_s"]),
+    "request_goodput": lambda r: float(r.good.sum()) / r.duration if r.slos else None,
+    "goodput_slos_ms": lambda r: {k: v * 1000.0 for k, v in r.slos.items()},
+    "max_decode_stall_ms": lambda r: None if r.none else r.itl_s.max * 1000.0,
+    "preemptions": lambda r: int(r.cols["preemptions"].sum()),
+    "recomputed_tokens": lambda r: int(r.cols["recomputed_tokens"].sum()),
+    "steps": lambda r: r.n_steps,
+    "extrapolated_steps": lambda r: r.extrapolated,
+    "busy_fraction": lambda r: None if r.none else r.busy_s / r.duration,
+    "mean_step_ms": lambda r: r.busy_s / max(r.n_steps, 1) * 1000.0,
+    "peak_kv_blocks_used": lambda r: r.peak_kv,
+}
+"""Each summary metric's computation (`sim.metric_registry.SUMMARY` declares it), by key."""

@@ -13,7 +13,6 @@ import numpy as np
 from chunksim import atomic
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
-from chunksim.sim.board import BOARD_FILES
 from chunksim.sim.build import RunConfig, build_engine, engine_parts
 from chunksim.sim.coverage import describe_ranges, profile_ranges
 from chunksim.sim.engine import SimResult
@@ -112,10 +111,14 @@ def nothing_completed(result: SimResult, summary: dict) -> str | None:
             f": {'; '.join(parts) or 'no reason recorded'}")
 
 
+BOARD_FILES = ("report.html", "board_queue.png", "board_kv.png", "board_busy.png",
+               "board_tokens.png", "board_ttft.png", "board_itl.png")
+"""What `sim run --out D --report` adds to D."""
+
 OUTPUT_FILES = ("summary.json", *(name for fmt in OutputFormat for name in table_names(fmt)),
                 *BOARD_FILES)
 """What `write_outputs` may write: the run's whole output directory (with --report, the
-run board, `sim.board`)."""
+run board, `reports.run_board`)."""
 
 
 def write_outputs(out_dir: str | Path, result: SimResult, summary: dict,

@@ -323,3 +323,13 @@ def recommend(entries: list[CapacityEntry]) -> CapacityEntry | None:
     if not ok:
         return None
     return min(ok, key=lambda e: (-e.max_rate, e.at_max["p99_ttft_ms"], e.config.sort_key))
+
+
+def check_max_rate(max_rate: float, rate: float | None) -> None:
+    """--max-rate caps the capacity search, which starts at --rate (default 1 req/s): a
+    cap at or below 0, or below the start, would be lifted without a word."""
+    start = rate or 1.0
+    if not max_rate > 0 or max_rate < start:
+        raise ValueError(f"--max-rate {max_rate:g}: the capacity search starts at --rate "
+                         f"{start:g} req/s, so its cap must be at least that; raise "
+                         "--max-rate or lower --rate")

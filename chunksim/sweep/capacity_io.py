@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from chunksim.latency.profile import Profile
+from chunksim.sim.metric_registry import view
 from chunksim.sweep.capacity import CapacityEntry, SearchParams
 from chunksim.sweep.compare import config_keys
 from chunksim.sweep.probes import deferred
@@ -13,8 +14,7 @@ from chunksim.sweep.table import cell, columns_of, csv_text, flatten
 from chunksim.sweep.verdict import Verdict
 from chunksim.workloads.options import WorkloadOptions
 
-_PROBE_KEYS = ("completed", "rejected", "p99_itl_ms", "p99_ttft_ms", "median_sched_delay_ms",
-               "max_decode_stall_ms", "request_throughput")
+_PROBE_KEYS = view("probe")  # `sim.metric_registry`
 
 
 def _seed_run(s: dict, slos: dict[str, float], max_reject_pct: float | None) -> dict:

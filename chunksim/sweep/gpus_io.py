@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+from chunksim.sim.metric_registry import view
 from chunksim.sweep.capacity import CapacityEntry
 from chunksim.sweep.capacity_io import entry_document
 from chunksim.sweep.compare import config_keys
 from chunksim.sweep.gpus import GpuSearch
 from chunksim.sweep.table import csv_text
 
+_METRICS = view("splits")  # `sim.metric_registry`
 SPLIT_COLUMNS = ("rank", "config", "policy", "chunk", "fleet_layout", "gpus", "max_rate",
-                 "capped", "max_rate_per_gpu", "p99_ttft_ms", "p99_itl_ms",
-                 "median_sched_delay_ms", "served_rate", "rejected_pct")
+                 "capped", "max_rate_per_gpu", *_METRICS, "served_rate", "rejected_pct")
 """max_rate is the rate offered; served_rate (requests completed per second on the median
 seed) and rejected_pct (worst seed) are filled where requests were rejected at it."""
-_METRICS = ("p99_ttft_ms", "p99_itl_ms", "median_sched_delay_ms")
-
 
 def split_rows(ranked: list[CapacityEntry], devices: int = 1) -> list[dict]:
     """One row per configuration, best first (`gpus.split_ranking`): its capacity, that

@@ -5,7 +5,7 @@ Each run is one record appended to `RESUME_FILE` as it finishes: the key of its 
 digest of the job's every setting and of the profile's content) and its summary. A
 record cut short by the stop is ignored when the file is read back. The file is the
 user's own output, read back only by the command that wrote it; the answer's file set,
-swapped in whole when the search completes, replaces it (`cli.answer_files`)."""
+swapped in whole when the search completes, replaces it (`reports.answer_files`)."""
 
 from __future__ import annotations
 

@@ -8,10 +8,9 @@ searches use `DEFAULT_SLOS`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-from chunksim.sim.metrics import PERCENTILES
+from chunksim.sim.metric_registry import ms_keys, parse_bounds
 from chunksim.sim.rejections import reject_pct
 from chunksim.sim.settle import REJECTED_KEY
 
@@ -22,44 +21,26 @@ DEFAULT_SLOS: dict[str, float] = {"p99_itl_ms": 100.0, "p99_ttft_ms": 2000.0,
                                   SCHED_DELAY_KEY: DEFAULT_SCHED_DELAY_MS}
 """Bounds used when none are given: P99 ITL <= 100 ms (a stall a reader notices),
 P99 TTFT <= 2 s, and Sarathi-Serve's median scheduling delay <= 2 s."""
-_SERIES = ("ttft", "tpot", "itl", "e2el", "sched_delay")
-_STATS = ("mean", "median", "std", *(f"p{p}" for p in PERCENTILES))
 
 
 def slo_keys() -> list[str]:
-    """Every numeric summary key in ms (the names `summarize` writes)."""
-    keys = [f"{s}_{m}_ms" for m in _SERIES for s in _STATS]
-    return keys + ["max_decode_stall_ms", "mean_step_ms"]
+    """Every numeric summary key in ms (`metric_registry.ms_keys`)."""
+    return list(ms_keys())
 
 
 def parse_capacity_slos(items: list[str] | None,
                         sched_delay_ms: float | None = DEFAULT_SCHED_DELAY_MS) -> dict[str, float]:
     """`["p99_itl_ms=100", "p99_ttft_ms:2000"]` -> {key: bound_ms}; adds the median
     scheduling-delay bound unless given (a value of `off` drops it). No items at all ->
-    `DEFAULT_SLOS`."""
+    `DEFAULT_SLOS`. The spelling is `--goodput`'s (`metric_registry.parse_bounds`), over
+    every summary key in ms."""
     if not items:
         return dict(DEFAULT_SLOS)
     valid = slo_keys()
-    slos: dict[str, float] = {}
-    off: set[str] = set()
-    for item in items or []:
-        for part in item.replace(",", " ").split():
-            key, sep, val = part.replace(":", "=").partition("=")
-            key = key.strip().lower()
-            if not sep or key not in valid:
-                raise ValueError(
-                    f"--slo {part!r}: use KEY=MS with KEY a summary key in ms, one of: "
-                    f"{', '.join(valid)} (e.g. --slo p99_itl_ms=100 --slo p99_ttft_ms=2000)")
-            if val.strip().lower() in ("off", "none", "inf"):
-                off.add(key)
-                continue
-            try:
-                ms = float(val)
-            except ValueError:
-                raise ValueError(f"--slo {part!r}: {val!r} is not a number of ms") from None
-            if not (ms > 0 and math.isfinite(ms)):
-                raise ValueError(f"--slo {part!r}: the bound must be a finite number > 0 ms")
-            slos[key] = ms
+    slos, off = parse_bounds(
+        items, "--slo", tuple(valid),
+        f"KEY=MS with KEY a summary key in ms, one of: {', '.join(valid)} (e.g. --slo "
+        "p99_itl_ms=100 --slo p99_ttft_ms=2000)", off=True)
     if sched_delay_ms is not None and SCHED_DELAY_KEY not in slos and SCHED_DELAY_KEY not in off:
         slos[SCHED_DELAY_KEY] = sched_delay_ms
     for key in off:

@@ -20,6 +20,7 @@ import pandas as pd
 
 from chunksim.core.spec import SpecTable, Workload
 from chunksim.latency.profile import Profile
+from chunksim.sim.metric_registry import group, view
 from chunksim.sim.metrics import summarize
 from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepTotals
@@ -29,9 +30,7 @@ from chunksim.validate.match import calibration_note, mismatches
 from chunksim.validate.results import MeasuredRun
 
 FORMAT = "chunksim-validation-against/1"
-LATENCY = ("ttft", "itl", "tpot", "e2el")
-STATS = ("mean", "median", "p90", "p99")
-THROUGHPUT = ("request_throughput", "output_throughput", "total_token_throughput")
+THROUGHPUT = group("throughput")
 
 
 CLIENT_SIDE = {
@@ -56,7 +55,7 @@ def profile_warnings(run: MeasuredRun, profile: Profile) -> list[str]:
 
 def table_keys() -> list[str]:
     """Every compared key: latency stats, then throughputs."""
-    return [f"{s}_{m}_ms" for m in LATENCY for s in STATS] + list(THROUGHPUT)
+    return list(view("validate"))  # `sim.metric_registry`
 
 
 def workload_of(run: MeasuredRun, name: str | None = None) -> Workload:

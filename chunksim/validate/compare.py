@@ -16,15 +16,12 @@ import numpy as np
 
 from chunksim.core.shape import StepShape
 from chunksim.latency.base import StepCosts
+from chunksim.sim.metric_registry import group, view
 
-LATENCY_METRICS = ("ttft", "itl", "tpot", "e2el")
-STATS = ("mean", "median", "p90", "p99")
-"""median is P50 (vLLM bench's name for it)."""
-THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput")
-TARGET_KEYS = tuple(f"{s}_{m}_ms" for m in ("ttft", "itl", "tpot") for s in ("mean", "p99"))
+THROUGHPUT_KEYS = group("throughput")
+TARGET_KEYS = view("validate_target")
 """The figures the fidelity target (<= 5 % error) applies to."""
-COUNT_KEYS = ("completed", "rejected", "steps", "preemptions", "recomputed_tokens",
-              "busy_fraction", "mean_step_ms", "peak_kv_blocks_used", "duration")
+COUNT_KEYS = view("validate_counts")
 
 
 def rel_error_pct(predicted: float, measured: float) -> float | None:
@@ -36,7 +33,7 @@ def rel_error_pct(predicted: float, measured: float) -> float | None:
 
 def metric_keys() -> list[str]:
     """Every compared summary key, latency stats first, then throughput."""
-    return [f"{s}_{m}_ms" for m in LATENCY_METRICS for s in STATS] + list(THROUGHPUT_KEYS)
+    return list(view("validate"))  # `sim.metric_registry`
 
 
 def compare_summaries(predicted: Mapping, measured: Mapping) -> dict[str, dict]:

@@ -4,6 +4,8 @@ mixes two runs (no `replica_load.png` of an earlier fleet compare beside a new r
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from chunksim import atomic
@@ -30,3 +32,12 @@ def refuse_foreign(out: Path) -> None:
         raise ValueError(f"--out {out} holds {', '.join(foreign[:5])}"
                          f"{' ...' if len(foreign) > 5 else ''}, which the answer's file set "
                          "would replace; give a new or empty directory")
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """The staging directory of --out `out`: what the block writes there is swapped in
+    whole when it ends (an exception leaves it staged, removed by the next run)."""
+    stage = atomic.staging_dir(out)
+    yield stage
+    atomic.swap_in(stage, out, answer_files())

@@ -25,10 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BOARD_FILES = ("report.html", "board_queue.png", "board_kv.png", "board_busy.png",
-               "board_tokens.png", "board_ttft.png", "board_itl.png")
-"""What `sim run --out D --report` adds to D."""
-
 MAX_GAPS = 2_000_000
 """Most token gaps the board keeps: past it, every k-th completed request is read (the
 board says so)."""
