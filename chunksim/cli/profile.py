@@ -265,17 +265,19 @@ class SourceName(str, Enum):
 
     csv = "csv"
     aiconfigurator = "aiconfigurator"
+    vllm_log = "vllm-log"
 
 
 def profile_import(
     folder: Path | None = typer.Argument(
         None, help="--from csv: folder of per-component CSVs (docs/profile-format.md, "
-        "Importing)."),
+        "Importing). --from vllm-log: the server log (LOG)."),
     out: Path = typer.Option(..., "--out", help="CSV path of the profile (JSON next to it)."),
     source: SourceName = typer.Option(
         SourceName.csv, "--from", help="csv: a folder of per-component CSVs. "
         "aiconfigurator: NVIDIA AIConfigurator's measured kernel database (pip install "
-        "'chunksim[aic]')."),
+        "'chunksim[aic]'). vllm-log: fit step costs to a `vllm serve "
+        "--enable-logging-iteration-details` log."),
     model: str | None = typer.Option(
         None, "--model", help="Model the timings are of: a preset (--from csv; or "
         "--hf-config, or a config.json in the folder) or a Hugging Face id "
@@ -317,6 +319,13 @@ def profile_import(
     if framework_ms is not None and not framework_ms >= 0:
         raise ValueError(f"--framework-ms {framework_ms}: give a time >= 0")
     framework_s = None if framework_ms is None else framework_ms / 1e3
+    if source is SourceName.vllm_log:
+        _import_vllm_log(folder, out, model, hf_config, dtype, device_name,
+                         device_memory_gib, dict(framework_ms=framework_ms, tp=tp != 1,
+                                                 system=system, backend=backend != "vllm",
+                                                 backend_version=backend_version,
+                                                 ep=ep != 1, quant=quant))
+        return
     if source is SourceName.aiconfigurator:
         given = [f for f, v in (("DIR", folder), ("--hf-config", hf_config),
                                 ("--device-name", device_name),
@@ -376,6 +385,54 @@ def profile_import(
     if device_memory_gib is None:
         typer.echo("note: no --device-memory-gib: give sim run --kv-blocks with this profile",
                    err=True)
+
+
+def _import_vllm_log(log_path: Path | None, out: Path, model: str | None,
+                     hf_config: Path | None, dtype: DtypeName, device_name: str | None,
+                     device_memory_gib: float | None, other: dict) -> None:
+    """`--from vllm-log LOG`: fit a component profile to a server log's engine steps."""
+    given = [f"--{k.replace('_', '-')}" for k, v in other.items() if v]
+    if given:
+        raise ValueError(f"{', '.join(given)} do not apply to --from vllm-log (the log's "
+                         f"step times give the framework time)")
+    if log_path is None:
+        raise ValueError("--from vllm-log needs the server log: sim profile import --from "
+                         "vllm-log LOG --out P.csv")
+    if device_memory_gib is not None and not device_memory_gib > 0:
+        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0")
+    if hf_config is not None and model is not None:
+        raise ValueError("give --model or --hf-config, not both")
+    from chunksim.cli.paths import check_out_file
+    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.profiler.vllm_log import read_server_log
+    from chunksim.profiler.vllm_log_import import fit_lines, import_vllm_log
+
+    check_out_file(out)
+    log = read_server_log(log_path)
+    served = log.settings.get("model")
+    if hf_config is None and model is None and served and (Path(served) / "config.json").is_file():
+        hf_config = Path(served) / "config.json"
+    if hf_config is None and model is None:
+        raise ValueError(f"{log_path}: say which model the server ran: --model PRESET, or "
+                         f"--hf-config PATH (the log's model {served!r} has no local "
+                         f"config.json)")
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
+    log_dtype = log.settings.get("dtype")
+    if dtype is DtypeName.bfloat16 and log_dtype in {d.value for d in DtypeName}:
+        dtype = DtypeName(log_dtype)
+    meta = import_vllm_log(log, out, cfg, dtype.value, device_name,
+                           None if device_memory_gib is None
+                           else int(device_memory_gib * 2**30))
+    typer.echo(f"wrote {out} ({meta['points']} component points fitted to "
+               f"{len(log.steps)} engine steps) and {out.with_suffix('.json')}")
+    typer.echo("\n".join(fit_lines(meta["fit_obj"])))
+    block = log.settings.get("block_size")
+    if device_memory_gib is None:
+        kv = (f"; the server's KV cache held {log.kv_cache_tokens} tokens: sim run "
+              f"--kv-blocks {log.kv_cache_tokens // block} --block-size {block}"
+              if log.kv_cache_tokens and block else "")
+        typer.echo(f"note: no --device-memory-gib: give sim run --kv-blocks with this "
+                   f"profile{kv}", err=True)
 
 
 profile_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
