@@ -13,7 +13,8 @@ request prefilling again). The elapsed time is the engine core's: the forward pa
 sampling, without scheduling and the output update. A data-parallel dummy step is marked
 " (dummy)" and carries no work.
 
-The server states its settings near the top of the log: `version X` in the banner,
+The server states its settings near the top of the log: `version X` in the banner (or
+`vLLM server version X` under a logging config of one's own),
 `non-default args: {...}` (a Python dict literal of the flags given) and `Chunked prefill
 is enabled with max_num_batched_tokens=N`. Whatever the log does not state is left out
 (None), never guessed.
@@ -36,7 +37,7 @@ ITERATION = re.compile(
 
 _MARK = "Iteration("
 _ARGS = re.compile(r"non-default args: (\{.*\})\s*$")
-_VERSION = re.compile(r"\bversion (\d+\.\d+\S*)")
+_VERSION = re.compile(r"(?:vLLM server version|█ +version) (\d+\.\d+[^\s,]*)")
 _ENGINE_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)]+)\)")
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
@@ -151,6 +152,6 @@ def _settings_line(raw: str, log: ServerLog) -> None:
         log.kv_cache_tokens = int(m.group(1).replace(",", ""))
         return
     if log.version is None:
-        m = _ENGINE_VERSION.search(raw) or (_VERSION.search(raw) if "█" in raw else None)
+        m = _ENGINE_VERSION.search(raw) or _VERSION.search(raw)
         if m:
             log.version = m.group(1)

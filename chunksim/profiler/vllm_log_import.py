@@ -85,20 +85,33 @@ def joint_axes(p: float, d: float, x: float, axes: dict[str, list[int]]
 
 def import_vllm_log(log: ServerLog, out_csv: Path, model: ModelConfig, dtype: str,
                     device_name: str | None, device_memory_bytes: int | None) -> dict:
-    """Fit `log`'s steps, write `out_csv` + JSON; returns the JSON written, with `fit`."""
-    from chunksim.latency.profile import load_profile
-    from chunksim.profiler.component_write import _model_entry, write_components
-
+    """Fit `log`'s steps, write `out_csv` + JSON; returns the JSON written, with `fit_obj`."""
     if out_csv.suffix != ".csv":
         raise ValueError(f"--out {str(out_csv)!r}: give the CSV path, ending in .csv")
     fit = fit_steps(log.steps, log.path)
-    axes = axes_of(log, model)
-    rows = component_rows(fit, model.n_layers, axes)
     version = log.version or "(version not in the log)"
+    source = {"kind": "vllm-log", "log": log.path, "vllm_version": log.version,
+              "server": log.settings, "kv_cache_tokens": log.kv_cache_tokens,
+              "kv_cache_device": log.device, "steps": len(log.steps),
+              "dummy_steps": log.dummy_steps, "fit": fit_entry(fit)}
+    meta = write_fit_profile(fit, out_csv, model, dtype,
+                             device_name or f"vLLM {version} on {log.device or 'its device'}",
+                             device_memory_bytes, axes_of(log, model), source)
+    return {**meta, "fit_obj": fit}
+
+
+def write_fit_profile(fit: StepFit, out_csv: Path, model: ModelConfig, dtype: str,
+                      device_name: str, device_memory_bytes: int | None,
+                      axes: dict[str, list[int]], source: dict) -> dict:
+    """Write the component profile whose composition is `fit` (CSV + JSON, atomically);
+    returns the JSON written."""
+    from chunksim.latency.profile import load_profile
+    from chunksim.profiler.component_write import _model_entry, write_components
+
+    rows = component_rows(fit, model.n_layers, axes)
     meta = {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": "imported",
-        "device_name": device_name or f"vLLM {version} on {log.device or 'its device'}",
+        "device": "imported", "device_name": device_name,
         "device_memory_bytes": device_memory_bytes, "dtype": dtype, "threads": None,
         "model": _model_entry(model), "weights_bytes": model.weights_bytes(dtype),
         "kv_bytes_per_token": model.kv_bytes_per_token(dtype),
@@ -117,11 +130,8 @@ def import_vllm_log(log: ServerLog, out_csv: Path, model: ModelConfig, dtype: st
                                  "dense, embed, head, fixed": "inside the per-token costs "
                                  "and the framework time"}},
         "calibration": None,
-        "imported_from": log.path,
-        "source": {"kind": "vllm-log", "log": log.path, "vllm_version": log.version,
-                   "server": log.settings, "kv_cache_tokens": log.kv_cache_tokens,
-                   "kv_cache_device": log.device, "steps": len(log.steps),
-                   "dummy_steps": log.dummy_steps, "fit": fit_entry(fit)},
+        "imported_from": source.get("log"),
+        "source": source,
     }
     meta = write_components(out_csv, rows, meta)
     try:
@@ -129,8 +139,8 @@ def import_vllm_log(log: ServerLog, out_csv: Path, model: ModelConfig, dtype: st
     except ValueError as exc:  # pragma: no cover - the rows above fill their grids
         out_csv.unlink(missing_ok=True)
         out_csv.with_suffix(".json").unlink(missing_ok=True)
-        raise ValueError(f"sim profile import --from vllm-log {log.path}: {exc}") from None
-    return {**meta, "fit_obj": fit}
+        raise ValueError(f"{out_csv}: {exc}") from None
+    return meta
 
 
 def fit_entry(fit: StepFit) -> dict:
