@@ -15,8 +15,9 @@ traces with shared prefixes into it with `vllm bench serve --dataset-name timed_
   so arrival timing cannot matter.
 - **request by request**: `sim validate --against` on each bench result, with a profile
   that `sim profile import --from vllm-log` fitted to another run's log (the training
-  run); beside it the floor, the same comparison between two real runs of the same trace
-  back to back.
+  run) and one that `sim profile --engine vllm` measured from vLLM's own steps (after
+  the server stopped); beside them the floor, the same comparison between two real runs
+  of the same trace back to back.
 
     python benchmarks/vllm_cpu.py                 # about 6 minutes
     python benchmarks/vllm_cpu.py --quick         # about 3 minutes
@@ -481,6 +482,9 @@ def main() -> None:
                          "temporary one, removed after)")
     ap.add_argument("--port", type=int, default=8123)
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    ap.add_argument("--no-engine-profile", dest="engine_profile", action="store_false",
+                    help="skip `sim profile --engine vllm` (request by request with the "
+                         "log-fitted profile only)")
     ap.add_argument("--max-num-seqs", type=int, default=Engine.max_num_seqs)
     ap.add_argument("--max-num-batched-tokens", type=int,
                     default=Engine.max_num_batched_tokens)
@@ -498,7 +502,8 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     try:
-        summary = run_all(work, n, rates, engine, args.port, args.threads)
+        summary = run_all(work, n, rates, engine, args.port, args.threads,
+                          args.engine_profile and _has_engine_profiler())
     finally:
         if temp:
             shutil.rmtree(work, ignore_errors=True)
@@ -507,7 +512,7 @@ def main() -> None:
 
 
 def run_all(work: Path, n: int, rates: list[float], engine: Engine, port: int,
-            threads: int) -> dict:
+            threads: int, engine_profile: bool) -> dict:
     from chunksim.profiler.vllm_log import read_server_log
 
     model = work / "model"
@@ -570,28 +575,53 @@ def run_all(work: Path, n: int, rates: list[float], engine: Engine, port: int,
                str(fitted), "--hf-config", str(model / "config.json")])
     print("\n" + imp.stdout.strip())
     fit = json.loads(fitted.with_suffix(".json").read_text())["source"]["fit"]
-    val_rows = {}
+    profiles = {"log_fit": fitted}
+    if engine_profile:
+        prof = work / "engine-steps.csv"
+        t1 = time.perf_counter()
+        sim(["profile", "--engine", "vllm", "--model", str(model), "--out", str(prof),
+             "--block-size", str(engine.block_size), "--threads", str(threads), "--quiet"])
+        print(f"\nsim profile --engine vllm: {time.perf_counter() - t1:.0f} s")
+        profiles["engine"] = prof
+    val_rows: dict[str, dict] = {}
     for rate in rates:
         name = f"rate-{rate:g}"
-        v = validate(work, name, results[name], fitted, engine, kv_blocks)
         fl = floor_errors(results[name], results[f"{name}-again"])
-        val_rows[name] = {k: {"measured": v["metrics"][k]["measured"],
-                              "predicted": v["metrics"][k]["predicted"],
-                              "error_pct": v["metrics"][k]["error_pct"],
+        got = {label: validate(work, f"{name}-{label}", results[name],
+                               path, engine, kv_blocks)["metrics"]
+               for label, path in profiles.items()}
+        first = next(iter(got.values()))
+        val_rows[name] = {k: {"measured": first[k]["measured"],
+                              **{f"{label}_error_pct": m[k]["error_pct"]
+                                 for label, m in got.items()},
                               "floor_pct": fl[k]["error_pct"]} for k in KEYS}
-    print("\nrequest by request (sim validate --against, profile fitted to the training "
-          "run; floor: the same trace's second real run against its first), error %:")
-    print(f"{'run':<12}" + "".join(f"{k:>22}" for k in KEYS))
+    print("\nrequest by request: sim validate --against each run, error % of the "
+          "prediction\n(log_fit: sim profile import --from vllm-log on the training run; "
+          "engine: sim profile --engine vllm;\nfloor: the same trace's second real run "
+          "against its first)")
+    labels = list(profiles)
+    print(f"{'run':<11}{'metric':<19}{'measured':>10}" + "".join(f"{x:>10}" for x in labels)
+          + f"{'floor':>10}")
     for name, row in val_rows.items():
-        print(f"{name:<12}" + "".join(
-            f"{_pct(row[k]['error_pct']):>12} ({_pct(row[k]['floor_pct'])})".rjust(22)
-            for k in KEYS))
+        for k in KEYS:
+            r = row[k]
+            print(f"{name:<11}{k:<19}{r['measured']:>10.2f}"
+                  + "".join(f"{_pct(r[f'{x}_error_pct']):>10}" for x in labels)
+                  + f"{_pct(r['floor_pct']):>10}")
     burst = step_rows["burst"]
     return {"benchmark": "vllm_cpu", "requests_per_run": n, "rates": rates,
             "engine": engine.__dict__, "kv_blocks": kv_blocks,
             "burst_same_steps_pct": round(burst["same_pct"], 2),
             "burst_ok": burst["same_pct"] >= 99.0,
             "steps": step_rows, "fit": fit, "validate": val_rows}
+
+
+def _has_engine_profiler() -> bool:
+    try:
+        from chunksim.profiler import vllm_profile  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _pct(v) -> str:
