@@ -340,25 +340,12 @@ def engine_arrivals(text: str, rows: list[dict], steps: list[tuple[int, int]],
     for _, d in steps:
         decoded.append(decoded[-1] + d)
     owed = 0  # decode tokens of the requests added so far
-    by_out = {r["output_length"]: i for i, r in enumerate(rows)}
-    ids: dict[str, int] = {}
-    added = []
+    got = []
     woke: dict[int, float] = {}
-    for line in text.splitlines():
-        m = _RECEIVED.search(line)
-        if m:
-            ids[m.group(1)] = by_out[int(m.group(2))]
-            continue
-        m = _ADDED.match(line)
-        if not m:
-            continue
-        rid = m.group(2)
-        row = next((ids[k] for k in ids if rid == k or rid.startswith(k + "-")), None)
-        if row is None:
-            raise SystemExit(f"server log: added request {rid} was never received")
-        t = float(m.group(1)) + IPC_S
+    for row, t in added(text, rows):
+        t += IPC_S
         if paused:
-            added.append((row, 0))
+            got.append((row, 0))
             continue
         k = sum(1 for _, end in spans if end < t)  # the step running at t, or the next
         idle = k in woke or decoded[k] >= owed
@@ -370,10 +357,45 @@ def engine_arrivals(text: str, rows: list[dict], steps: list[tuple[int, int]],
             step = k
         else:
             step = k if t - woke[k] <= WAKE_S else k + 1
-        added.append((row, step))
-    if len(added) != len(rows):
-        raise SystemExit(f"server log: {len(added)} requests added, the trace has {len(rows)}")
-    return added
+        got.append((row, step))
+    if len(got) != len(rows):
+        raise SystemExit(f"server log: {len(got)} requests added, the trace has {len(rows)}")
+    return got
+
+
+def added(text: str, rows: list[dict]) -> list[tuple[int, float]]:
+    """The requests in the order the server added them: (row index, log time). A request
+    is known by its output length (distinct in the trace), which its `Received request`
+    line states; the engine's id extends the received one."""
+    by_out = {r["output_length"]: i for i, r in enumerate(rows)}
+    ids: dict[str, int] = {}
+    got = []
+    for line in text.splitlines():
+        m = _RECEIVED.search(line)
+        if m:
+            ids[m.group(1)] = by_out[int(m.group(2))]
+            continue
+        m = _ADDED.match(line)
+        if m:
+            rid = m.group(2)
+            row = next((ids[k] for k in ids if rid == k or rid.startswith(k + "-")), None)
+            if row is None:
+                raise SystemExit(f"server log: added request {rid} was never received")
+            got.append((row, float(m.group(1))))
+    return got
+
+
+def intake_ms(text: str, rows: list[dict], result: Path) -> dict:
+    """How long the API server took to hand each request to the engine after the bench
+    sent it (HTTP, tokenization; what `sim validate --against` cannot price): the bench
+    records send times on its own clock, so each delay is counted from the quickest one
+    (mean and max, ms)."""
+    doc = json.loads(result.read_text())
+    at = dict(added(text, rows))
+    raw = [at[i] - t for i, t in enumerate(doc["start_times"]) if i in at]
+    low = min(raw)
+    d = [(x - low) * 1e3 for x in raw]
+    return {"mean": sum(d) / len(d), "max": max(d)}
 
 
 def sim_trace(path: Path, rows: list[dict], arrivals: list[tuple]) -> None:
@@ -595,6 +617,7 @@ def run_all(work: Path, n: int, rates: list[float], engine: Engine, port: int,
                               **{f"{label}_error_pct": m[k]["error_pct"]
                                  for label, m in got.items()},
                               "floor_pct": fl[k]["error_pct"]} for k in KEYS}
+        val_rows[name]["intake_ms"] = intake_ms(logs[name], traces[name], results[name])
     print("\nrequest by request: sim validate --against each run, error % of the "
           "prediction\n(log_fit: sim profile import --from vllm-log on the training run; "
           "engine: sim profile --engine vllm;\nfloor: the same trace's second real run "
@@ -608,6 +631,11 @@ def run_all(work: Path, n: int, rates: list[float], engine: Engine, port: int,
             print(f"{name:<11}{k:<19}{r['measured']:>10.2f}"
                   + "".join(f"{_pct(r[f'{x}_error_pct']):>10}" for x in labels)
                   + f"{_pct(r['floor_pct']):>10}")
+    print("\nserver intake (bench send to engine add: HTTP and tokenization, in the measured "
+          "TTFT and not in the prediction), ms:")
+    for name, row in val_rows.items():
+        print(f"{name:<11}mean {row['intake_ms']['mean']:>7.1f}   max "
+              f"{row['intake_ms']['max']:>7.1f}")
     burst = step_rows["burst"]
     return {"benchmark": "vllm_cpu", "requests_per_run": n, "rates": rates,
             "engine": engine.__dict__, "kv_blocks": kv_blocks,

@@ -106,3 +106,13 @@ def test_the_step_clock_replay_shows_a_request_at_its_engine_step(tmp_path):
     assert steps[7][0] == 70 and steps[6][0] == 0  # request 2 alone, at step 7, whole
     assert sum(c for c, _ in steps) <= 300 + 90 + 70
     assert sum(d for _, d in steps) == 20 + 30 + 12 - 3  # the first token comes with prefill
+
+
+def test_intake_counts_each_request_from_the_quickest_handover(tmp_path):
+    rows = [{"output_length": 9}, {"output_length": 3}]
+    log = "\n".join([received(100.010, "cmpl-b-0-0", 9), added(100.012, "cmpl-b-0-0"),
+                     received(100.030, "cmpl-b-1-0", 3), added(100.062, "cmpl-b-1-0")])
+    result = tmp_path / "r.json"
+    result.write_text('{"start_times": [5.000, 5.020]}')  # the bench's own clock
+    got = bench.intake_ms(log, rows, result)
+    assert got["max"] == pytest.approx(30.0) and got["mean"] == pytest.approx(15.0)
