@@ -300,6 +300,22 @@ def engine_steps(text: str) -> tuple[list[tuple[int, int]], list[tuple[float, fl
     return steps, step_spans(logged, elapsed)
 
 
+def wall_over_elapsed(text: str) -> float:
+    """The engine's busy wall time over the sum of its steps' logged elapsed times: what
+    scheduling, the output update and the wait between steps add (busy stretches only: a
+    gap longer than 50 ms between two step lines is idle time and left out)."""
+    logged, elapsed = [], []
+    for line in text.splitlines():
+        m = _ITER.match(line)
+        if m:
+            logged.append(float(m.group(1)))
+            elapsed.append(float(m.group(4)) / 1e3)
+    wall = elapsed[0] if elapsed else 0.0
+    for a, b, e in zip(logged, logged[1:], elapsed[1:], strict=False):
+        wall += b - a if b - a < 0.05 else e
+    return wall / sum(elapsed) if elapsed else 0.0
+
+
 def step_spans(logged: list[float], elapsed: list[float]) -> list[tuple[float, float]]:
     """When each step ran, at the latest. The API server logs a step when it gets its
     output: after the step ended, and often late (it handles outputs in bursts). A step
@@ -577,17 +593,19 @@ def run_all(work: Path, n: int, rates: list[float], engine: Engine, port: int,
         sim_trace(st, traces[name], arrivals)
         step_rows[name] = compare_steps(steps, sim_steps(work, name, st, clock, engine,
                                                          kv_blocks))
+        step_rows[name]["wall_over_elapsed"] = wall_over_elapsed(text)
     print(f"\nstep by step (engine step k against chunksim step k; block {BLOCK}, "
           f"max_num_seqs {engine.max_num_seqs}, max_num_batched_tokens "
           f"{engine.max_num_batched_tokens}, prefix caching on):")
-    print(f"{'run':<18}{'engine steps':>13}{'sim steps':>10}{'same %':>8}  first difference")
+    print(f"{'run':<18}{'engine steps':>13}{'sim steps':>10}{'same %':>8}{'wall/elapsed':>13}"
+          f"  first difference")
     for name, r in step_rows.items():
         d = r["first_difference"]
         diff = ("none" if d is None else
                 f"step {d['step']}: engine {tuple(d['engine'])}, sim "
                 f"{tuple(d['sim']) if d['sim'] else '(ended)'}")
         print(f"{name:<18}{r['engine_steps']:>13}{r['sim_steps']:>10}{r['same_pct']:>8.2f}"
-              f"  {diff}")
+              f"{r['wall_over_elapsed']:>13.2f}  {diff}")
 
     # request by request: a profile fitted to the training run's log
     train_log = work / "train.log"

@@ -116,3 +116,10 @@ def test_intake_counts_each_request_from_the_quickest_handover(tmp_path):
     result.write_text('{"start_times": [5.000, 5.020]}')  # the bench's own clock
     got = bench.intake_ms(log, rows, result)
     assert got["max"] == pytest.approx(30.0) and got["mean"] == pytest.approx(15.0)
+
+
+def test_wall_over_elapsed_counts_busy_stretches_only():
+    # three 10 ms steps 12 ms apart, an idle second, two more 12 ms apart
+    log = "\n".join([it(1.000, 0, 64, 0, 10), it(1.012, 1, 0, 1, 10), it(1.024, 2, 0, 1, 10),
+                     it(2.024, 3, 64, 0, 10), it(2.036, 4, 0, 1, 10)])
+    assert bench.wall_over_elapsed(log) == pytest.approx((0.010 + 0.012 * 3 + 0.010) / 0.05)
