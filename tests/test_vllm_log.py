@@ -266,6 +266,10 @@ def test_the_command_needs_the_model_and_refuses_foreign_flags(tmp_path):
                                    "--out", str(tmp_path / "p.csv"), "--model", "tiny",
                                    "--framework-ms", "1"])
     assert res.exit_code != 0 and "--framework-ms" in str(res.exception)
+    res = CliRunner().invoke(app, ["profile", "import", "--from", "vllm-log", str(log),
+                                   "--out", str(tmp_path / "p.csv"), "--model", "tiny",
+                                   "--dtype", "float16"])  # the log says float32
+    assert res.exit_code != 0 and "the server ran float32" in str(res.exception)
 
 
 def test_the_real_excerpt_imports_and_prints_its_residuals(tmp_path):

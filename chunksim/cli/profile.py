@@ -359,7 +359,8 @@ def profile_import(
         "(--from aiconfigurator, e.g. meta-llama/Meta-Llama-3.1-8B)."),
     hf_config: Path | None = typer.Option(None, "--hf-config", help="--from csv: local "
                                           "config.json (instead of --model)."),
-    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype", help="--from csv."),
+    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype", help="--from csv; --from "
+                                    "vllm-log: the log's dtype where it states one."),
     device_name: str | None = typer.Option(None, "--device-name", help="--from csv: the "
                                            "device measured, e.g. 'NVIDIA H100 80GB HBM3'."),
     device_memory_gib: float | None = typer.Option(
@@ -469,7 +470,7 @@ def _import_vllm_log(log_path: Path | None, out: Path, model: str | None,
     given = [f"--{k.replace('_', '-')}" for k, v in other.items() if v]
     if given:
         raise ValueError(f"{', '.join(given)} do not apply to --from vllm-log (the log's "
-                         f"step times give the framework time)")
+                         f"steps give the step costs, framework time included)")
     if log_path is None:
         raise ValueError("--from vllm-log needs the server log: sim profile import --from "
                          "vllm-log LOG --out P.csv")
@@ -493,7 +494,10 @@ def _import_vllm_log(log_path: Path | None, out: Path, model: str | None,
                          f"config.json)")
     cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
     log_dtype = log.settings.get("dtype")
-    if dtype is DtypeName.bfloat16 and log_dtype in {d.value for d in DtypeName}:
+    if log_dtype in {d.value for d in DtypeName} and dtype.value != log_dtype:
+        if dtype is not DtypeName.bfloat16:  # given on the command line
+            raise ValueError(f"--dtype {dtype.value}: {log_path} says the server ran "
+                             f"{log_dtype}; drop --dtype")
         dtype = DtypeName(log_dtype)
     meta = import_vllm_log(log, out, cfg, dtype.value, device_name,
                            None if device_memory_gib is None
