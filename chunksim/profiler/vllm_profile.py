@@ -26,21 +26,26 @@ prefill figure (its tokens' share of the projections included).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from chunksim.atomic import write_bytes
 from chunksim.decoder.config import ModelConfig, load_hf_config
 from chunksim.latency.component_table import COLUMNS
 from chunksim.profiler import vllm_compat
-from chunksim.profiler.vllm_points import EngineGrid, Point
+from chunksim.profiler.vllm_points import EngineGrid, Point, held_out
 
+HELD_OUT_PER_KIND = 4
+"""Held-out steps of each kind (prefill, decode, mixed) timed off the grid."""
 WIDE = 1 << 20
 """Far end of the axes of the zero components (dense, embed, head), so that no step
 reads them as extrapolated: they are 0 at every size."""
@@ -58,6 +63,8 @@ class VllmProfileSettings:
     device: str
     """auto, cpu or cuda: what the user asked; vLLM's platform decides, and a mismatch is
     refused."""
+    clock: str | None = None
+    """wall or thread-cpu (None: thread-cpu on a CPU with one thread, else wall)."""
 
 
 def resolve_model(model: str) -> tuple[str, Path]:
@@ -131,9 +138,11 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
         cfg = replace(cfg, name=s.model)
     cache = Path(tempfile.gettempdir()) / "chunksim-vllm-cache"
     # before vLLM is imported: it reads its logging level and threads at import
-    os.environ.update({**vllm_compat.engine_env(cache, s.threads),
+    threads = s.threads if vllm_compat.is_cpu_build() else None
+    os.environ.update({**vllm_compat.engine_env(cache, threads),
                        **vllm_compat.in_process_env()})
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm(\.|$)")
     version = vllm_compat.require("sim profile --engine vllm")  # imports vLLM and torch
     platform = _platform_now()
     if platform not in ("cpu", "cuda"):
@@ -146,6 +155,7 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
     block = s.block_size or (32 if platform == "cpu" else 16)
     if platform == "cpu":
         vllm_compat.cpu_block_size(block)
+    clock = step_clock(s.clock, platform, s.threads)
     sizes = engine_sizes(s.grid, block, cfg, dtype)
     es = EngineSettings(model=loadable, dtype=dtype, block_size=block,
                         threads=s.threads if platform == "cpu" else None, seed=s.seed,
@@ -153,7 +163,7 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
                         max_num_batched_tokens=sizes["max_num_batched_tokens"],
                         max_num_seqs=sizes["max_num_seqs"],
                         kv_cache_bytes=sizes["kv_cache_bytes"],
-                        enforce_eager=platform == "cpu")
+                        enforce_eager=platform == "cpu", clock=clock)
 
     def say(msg: str) -> None:
         if show_progress:
@@ -165,13 +175,22 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
     built = time.perf_counter() - built
     prompts = Prompts(s.seed, engine.vocab, sizes["slots"], sizes["slot_len"],
                       sizes["prefix_len"])
-    say(f"timing {len(s.grid.points())} step shapes x {s.grid.repeats} looks")
-    measured = measure(engine, prompts, s.grid, s.seed, say)
-    if measured.refused:
-        point, why = next(iter(sorted(measured.refused.items())))
-        raise ValueError(f"sim profile --engine vllm: {len(measured.refused)} step shape(s) "
+    say(f"timing {len(s.grid.points())} step shapes x {s.grid.repeats} looks, and "
+        f"{3 * HELD_OUT_PER_KIND} held-out shapes off the grid")
+    # the held-out shapes are timed in the same rounds as the grid, so that both meet
+    # the same machine: their error is the profile's, not the machine's drift
+    grid_points = s.grid.points()
+    hold = held_out(s.grid, HELD_OUT_PER_KIND, s.seed)
+    both = measure(engine, prompts, grid_points + hold, s.grid.repeats, s.seed, say)
+    refused = {p: why for p, why in both.refused.items() if p not in set(hold)}
+    if refused:
+        point, why = next(iter(sorted(refused.items())))
+        raise ValueError(f"sim profile --engine vllm: {len(refused)} step shape(s) "
                          f"refused: the engine did not schedule what was asked; first: "
                          f"{why}. No profile written.")
+    measured = replace(both, looks={p: both.looks[p] for p in grid_points})
+    checked = replace(both, looks={p: both.looks[p] for p in hold},
+                      refused={p: w for p, w in both.refused.items() if p in set(hold)})
     provenance = engine.provenance()
     from chunksim.decoder.device import device_memory_bytes, device_name
 
@@ -179,8 +198,46 @@ def run_vllm_profile(s: VllmProfileSettings, show_progress: bool = True) -> dict
               "device_memory_bytes": device_memory_bytes(platform)}
     extra = {"build_s": round(built, 3), "warmup_looks": measured.warmups,
              "untimed_steps": measured.setup_steps, "model_arg": s.model, "seed": s.seed,
+             "clock": clock,
              "elapsed_s": round(time.perf_counter() - start, 3)}
-    return write_profile(s.out_csv, cfg, s.grid, measured.looks, provenance, device, extra)
+    meta = write_profile(s.out_csv, cfg, s.grid, measured.looks, provenance, device, extra)
+    meta["held_out"] = held_out_report(s.out_csv, checked.looks, checked.refused)
+    meta["elapsed_s"] = round(time.perf_counter() - start, 3)
+    write_bytes(s.out_csv.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+    return meta
+
+
+def held_out_report(out_csv: Path, looks: dict[Point, list], refused: dict) -> dict:
+    """The written profile's composed step against engine steps it did not measure:
+    per kind the median and P90 of |predicted / measured - 1| in %, the median signed
+    error, and every sample `[chunk_len, prior_len, decode_count, kv_len, measured_s,
+    predicted_s]`."""
+    from chunksim.core.shape import BatchShape
+    from chunksim.latency.composed import ComponentModel
+    from chunksim.latency.profile import load_profile
+
+    model = ComponentModel(load_profile(str(out_csv)))
+    sample, errs = [], {}
+    for p in sorted(looks):
+        if not looks[p]:
+            continue
+        meas = statistics.median(x.step_s for x in looks[p])
+        pred = model.step_s(BatchShape(p.chunk_len, p.prior_len, p.decode_count,
+                                       p.kv_len))[0] + model.overhead_s
+        sample.append([p.chunk_len, p.prior_len, p.decode_count, p.kv_len, meas, pred])
+        errs.setdefault(p.kind, []).append(100.0 * (pred / meas - 1.0))
+    errs["all"] = [e for v in errs.values() for e in v]
+
+    def stats(v: list[float]) -> dict:
+        a = [abs(e) for e in v]
+        return {"steps": len(v), "median_abs_error_pct": round(statistics.median(a), 2),
+                "p90_abs_error_pct": round(_quantile(a, 0.9), 2),
+                "median_error_pct": round(statistics.median(v), 2)}
+
+    return {"kinds": {k: stats(v) for k, v in errs.items() if v},
+            "refused": len(refused), "sample": sample,
+            "about": "engine steps of shapes off the grid (inside its ranges), timed as "
+                     "the grid was, against the profile's composed step"}
 
 
 def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
@@ -211,7 +268,7 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
                       "source": "measured: vLLM's scheduler.schedule + update_from_output "
                                 "inside the decode steps at the shortest context (median)"},
         "seed": extra["seed"],
-        "clock": "wall",
+        "clock": extra.get("clock", "wall"),
         "components": {
             "layers": 1, "timed_layers": cfg.n_layers, "in_sequence_scale": 1.0, "tp": 1,
             "link": None,
@@ -233,6 +290,8 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
                         "warmup_looks": extra.get("warmup_looks"),
                         "untimed_steps": extra.get("untimed_steps"),
                         "shape_checked": True, "refused": 0,
+                        "wall_over_clock": _wall_ratio(looks),
+                        "look_spread_pct": _look_spread(looks),
                         "summary": "median of the looks; each look's step shape checked "
                                    "against the scheduler's num_scheduled_tokens and each "
                                    "request's context"},
@@ -256,6 +315,39 @@ def write_profile(out_csv: Path, cfg: ModelConfig, grid: EngineGrid,
         out_csv.with_suffix(".json").unlink(missing_ok=True)
         raise ValueError(f"sim profile --engine vllm: {exc}") from None
     return meta
+
+
+def step_clock(clock: str | None, platform: str, threads: int) -> str:
+    """The clock steps are timed on; ValueError naming --clock for one that cannot time
+    them."""
+    if clock is None:
+        return "thread-cpu" if platform == "cpu" and threads == 1 else "wall"
+    if clock not in ("wall", "thread-cpu"):
+        raise ValueError(f"--clock {clock!r}: use wall or thread-cpu")
+    if clock == "thread-cpu" and (platform != "cpu" or threads != 1):
+        raise ValueError(f"--clock thread-cpu times a step on this thread's CPU time: it "
+                         f"needs vLLM on a CPU with --threads 1 (here {platform}, "
+                         f"{threads} thread(s)); use --clock wall")
+    return clock
+
+
+def _look_spread(looks: dict[Point, list]) -> float | None:
+    """Median over points of their looks' P10-P90 spread, % of their median: the noise
+    the held-out error is to be read against."""
+    r = []
+    for v in looks.values():
+        t = [x.step_s for x in v]
+        if len(t) > 1 and statistics.median(t) > 0:
+            r.append(100.0 * (_quantile(t, 0.9) - _quantile(t, 0.1)) / statistics.median(t))
+    return round(statistics.median(r), 2) if r else None
+
+
+def _wall_ratio(looks: dict[Point, list]) -> float | None:
+    """Median over looks of wall time / the clock's time (1 on an idle machine or with
+    the wall clock; above 1 where other work took the CPU while steps ran)."""
+    r = [x.wall_s / x.step_s for v in looks.values() for x in v
+         if getattr(x, "wall_s", 0) and x.step_s > 0]
+    return round(statistics.median(r), 4) if r else None
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -335,6 +427,23 @@ def build_rows(looks: dict[Point, list]) -> tuple[list[dict], dict]:
                  "p90_s": fixed, "mean_s": fixed, "repeats": 0})
     return rows, {"per_step_s": per_step, "framework_s": framework, "fixed_s": fixed,
                   "fit": fit}
+
+
+def held_out_line(meta: dict) -> str:
+    """One line: the composed model's error on the held-out steps."""
+    h = meta.get("held_out") or {}
+    kinds = h.get("kinds") or {}
+    if "all" not in kinds:
+        return "held-out steps: none timed"
+    a = kinds["all"]
+    parts = ", ".join(f"{k} {v['median_abs_error_pct']:.1f}/{v['p90_abs_error_pct']:.1f}"
+                      for k, v in kinds.items() if k != "all")
+    spread = (meta.get("measurement") or {}).get("look_spread_pct")
+    noise = (f"; the looks at one shape spread P10-P90 by median {spread:.1f} %"
+             if spread is not None else "")
+    return (f"held-out steps off the grid ({a['steps']}): composed vs measured |error| "
+            f"median {a['median_abs_error_pct']:.1f} %, P90 {a['p90_abs_error_pct']:.1f} % "
+            f"({parts}){noise}")
 
 
 def summary_line(meta: dict) -> str:
