@@ -17,9 +17,10 @@ fitted again; the fit records which (`held_at_zero`).
 
 The log does not state contexts, so attention's growth with context is inside the
 per-token costs, averaged over the logged workload; the residuals show what that leaves.
-Steps whose residual is beyond `OUTLIER_MADS` median absolute deviations of the first
-fit (a first call at a new shape, a machine hiccup) are left out of a second fit and
-counted. A log that cannot identify a term is refused with the reason.
+Steps whose relative residual in a first fit lies beyond `OUTLIER_MADS` (scaled) median
+absolute deviations of their kind's (a first call at a new shape, a machine hiccup) are
+left out of the fit and counted, unless leaving them out would leave a term unidentified.
+A log that cannot identify a term is refused with the reason.
 """
 
 from __future__ import annotations
