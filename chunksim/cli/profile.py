@@ -344,29 +344,34 @@ class SourceName(str, Enum):
 
     csv = "csv"
     aiconfigurator = "aiconfigurator"
+    vllm_log = "vllm-log"
 
 
 def profile_import(
     folder: Path | None = typer.Argument(
         None, help="--from csv: folder of per-component CSVs (docs/profile-format.md, "
-        "Importing)."),
+        "Importing). --from vllm-log: the server log (LOG)."),
     out: Path = typer.Option(..., "--out", help="CSV path of the profile (JSON next to it)."),
     source: SourceName = typer.Option(
         SourceName.csv, "--from", help="csv: a folder of per-component CSVs. "
         "aiconfigurator: NVIDIA AIConfigurator's measured kernel database (pip install "
-        "'chunksim[aic]')."),
+        "'chunksim[aic]'). vllm-log: fit step costs to a `vllm serve "
+        "--enable-logging-iteration-details` log."),
     model: str | None = typer.Option(
         None, "--model", help="Model the timings are of: a preset (--from csv; or "
-        "--hf-config, or a config.json in the folder) or a Hugging Face id "
-        "(--from aiconfigurator, e.g. meta-llama/Meta-Llama-3.1-8B, Qwen/Qwen3-30B-A3B)."),
-    hf_config: Path | None = typer.Option(None, "--hf-config", help="--from csv: local "
-                                          "config.json (instead of --model)."),
-    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype", help="--from csv."),
+        "--hf-config, or a config.json in the folder; --from vllm-log: or the config.json "
+        "of the model folder the log names) or a Hugging Face id (--from aiconfigurator, "
+        "e.g. meta-llama/Meta-Llama-3.1-8B, Qwen/Qwen3-30B-A3B)."),
+    hf_config: Path | None = typer.Option(None, "--hf-config", help="--from csv, vllm-log: "
+                                          "local config.json (instead of --model)."),
+    dtype: DtypeName = typer.Option(DtypeName.bfloat16, "--dtype", help="--from csv; --from "
+                                    "vllm-log: the log's dtype where it states one."),
     device_name: str | None = typer.Option(None, "--device-name", help="--from csv: the "
-                                           "device measured, e.g. 'NVIDIA H100 80GB HBM3'."),
+                                           "device measured, e.g. 'NVIDIA H100 80GB HBM3' "
+                                           "(--from vllm-log: optional)."),
     device_memory_gib: float | None = typer.Option(
-        None, "--device-memory-gib", help="--from csv: its memory (sizes the simulated KV "
-        "cache; without it, give sim run --kv-blocks)."),
+        None, "--device-memory-gib", help="--from csv, vllm-log: its memory (sizes the "
+        "simulated KV cache; without it, give sim run --kv-blocks)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree the timings were taken "
                            "at (per-shard weights and KV)."),
     framework_ms: float | None = typer.Option(
@@ -389,7 +394,8 @@ def profile_import(
                                      "quantization, e.g. fp8 (default: the model's own)."),
 ) -> None:
     """Build a component profile from timings measured elsewhere: a folder of per-component
-    CSVs, or NVIDIA AIConfigurator's kernel database (--from aiconfigurator)."""
+    CSVs, NVIDIA AIConfigurator's kernel database (--from aiconfigurator), or the engine
+    steps a vLLM server logged (--from vllm-log)."""
     from chunksim.cli.paths import check_out_file
     from chunksim.cli.say import say
     from chunksim.profiler.import_flow import import_profile

@@ -1,6 +1,7 @@
 """`sim profile import` below the command line: the rules of its flags per source, and
 the import itself (`profiler.importer` for a folder of per-component CSVs,
-`profiler.aiconfigurator` for NVIDIA AIConfigurator's database)."""
+`profiler.aiconfigurator` for NVIDIA AIConfigurator's database, `profiler.vllm_log_import`
+for the engine steps a vLLM server logged)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,18 @@ def import_profile(folder: Path | None, out: Path, source: str, model: str | Non
     if framework_ms is not None and not framework_ms >= 0:
         raise ValueError(f"--framework-ms {framework_ms}: give a time >= 0")
     framework_s = None if framework_ms is None else framework_ms / 1e3
+    if source == "vllm-log":
+        others = dict(framework_ms=framework_ms, tp=tp != 1, system=system,
+                      backend=backend != "vllm", backend_version=backend_version, ep=ep != 1,
+                      quant=quant)
+        given = [f"--{k.replace('_', '-')}" for k, v in others.items() if v]
+        if given:
+            raise ValueError(f"{', '.join(given)} do not apply to --from vllm-log (the log's "
+                             f"steps give the step costs, framework time included)")
+        check_out_file(out)
+        import_vllm_log_file(folder, out, model, hf_config, dtype, device_name,
+                             device_memory_gib, echo, say)
+        return
     if source == "aiconfigurator":
         given = [f for f, v in (("DIR", folder), ("--hf-config", hf_config),
                                 ("--device-name", device_name),
@@ -80,3 +93,50 @@ def import_profile(folder: Path | None, out: Path, source: str, model: str | Non
         say("note: no --device-memory-gib: give sim run --kv-blocks with this profile")
 
 
+
+
+def import_vllm_log_file(log_path: Path | None, out: Path, model: str | None,
+                         hf_config: Path | None, dtype: str, device_name: str | None,
+                         device_memory_gib: float | None, echo: Callable[[str], None],
+                         say: Callable[[str], None]) -> None:
+    """`--from vllm-log LOG`: fit a component profile to a server log's engine steps;
+    `dtype` is the flag's value, "bfloat16" when not given (the log's own dtype wins
+    then)."""
+    if log_path is None:
+        raise ValueError("--from vllm-log needs the server log: sim profile import --from "
+                         "vllm-log LOG --out P.csv")
+    if device_memory_gib is not None and not device_memory_gib > 0:
+        raise ValueError(f"--device-memory-gib {device_memory_gib} must be > 0")
+    if hf_config is not None and model is not None:
+        raise ValueError("give --model or --hf-config, not both")
+    from chunksim.decoder.config import load_hf_config, preset_config
+    from chunksim.profiler.vllm_log import read_server_log
+    from chunksim.profiler.vllm_log_import import fit_lines, import_vllm_log
+
+    log = read_server_log(log_path)
+    served = log.settings.get("model")
+    if hf_config is None and model is None and served and (Path(served) / "config.json").is_file():
+        hf_config = Path(served) / "config.json"
+    if hf_config is None and model is None:
+        raise ValueError(f"{log_path}: say which model the server ran: --model PRESET, or "
+                         f"--hf-config PATH (the log's model {served!r} has no local "
+                         f"config.json)")
+    cfg = load_hf_config(hf_config) if hf_config is not None else preset_config(model)
+    log_dtype = log.settings.get("dtype")
+    if log_dtype in ("float32", "bfloat16", "float16") and dtype != log_dtype:
+        if dtype != "bfloat16":  # given on the command line
+            raise ValueError(f"--dtype {dtype}: {log_path} says the server ran "
+                             f"{log_dtype}; drop --dtype")
+        dtype = log_dtype
+    meta = import_vllm_log(log, out, cfg, dtype, device_name,
+                           None if device_memory_gib is None
+                           else int(device_memory_gib * 2**30))
+    echo(f"wrote {out} ({meta['points']} component points fitted to "
+         f"{len(log.steps)} engine steps) and {out.with_suffix('.json')}")
+    echo("\n".join(fit_lines(meta["fit_obj"])))
+    block = log.settings.get("block_size")
+    if device_memory_gib is None:
+        kv = (f"; the server's KV cache held {log.kv_cache_tokens} tokens: sim run "
+              f"--kv-blocks {log.kv_cache_tokens // block} --block-size {block}"
+              if log.kv_cache_tokens and block else "")
+        say(f"note: no --device-memory-gib: give sim run --kv-blocks with this profile{kv}")
