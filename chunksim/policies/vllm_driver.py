@@ -24,9 +24,8 @@ vLLM is imported on first use: without it, the ModuleNotFoundError of `vllm` pro
 
 from __future__ import annotations
 
-import copy
-import json
-import tempfile
+import logging
+import os
 from functools import lru_cache
 from typing import Any
 
@@ -46,7 +45,11 @@ rejects what its own --max-model-len refuses before vLLM sees it)."""
 
 def vllm_classes() -> dict[str, Any]:
     """vLLM's scheduler-side classes, imported on first use (`vllm` first, so that a
-    missing vLLM is reported as such)."""
+    missing vLLM is reported as such). vLLM's logging is kept to errors unless
+    VLLM_LOGGING_LEVEL says otherwise (read at its first import)."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    if os.environ["VLLM_LOGGING_LEVEL"] == "ERROR":
+        logging.getLogger("vllm").setLevel(logging.ERROR)
     import vllm  # noqa: F401
     from vllm.config import (
         CacheConfig,
@@ -79,6 +82,9 @@ def vllm_classes() -> dict[str, Any]:
 def _base_config():
     """One `VllmConfig` for a tiny Llama config (no weights): building one costs about
     0.4 s, so each scheduler gets a shallow copy with its own scheduler and cache config."""
+    import json
+    import tempfile
+
     v = vllm_classes()
     folder = tempfile.mkdtemp(prefix="chunksim-vllm-")
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -103,6 +109,8 @@ def build_scheduler(policy, num_gpu_blocks: int, block_size: int, prefix_caching
     reserve_full_prompt) and KV cache: `num_gpu_blocks` is vLLM's own count (one of them
     is its null block). `num_speculative_tokens` k > 0: ngram speculative decoding with k
     drafts (no lookahead slots, no drafting slots: the scheduler's rules alone)."""
+    import copy
+
     v = vllm_classes()
     base = _base_config()
     sched = v["SchedulerConfig"](
