@@ -49,7 +49,9 @@ def _sim(args: list[str], env_code: str = "") -> subprocess.CompletedProcess:
 def test_it_is_registered_and_plans_every_step():
     cls = POLICIES["vllm"]
     assert cls.name == "vllm" and cls.bulk_decode is False and cls.speculative is False
-    assert "0.32.0" in sys.modules[cls.__module__].__doc__  # the version it is checked on
+    # it names the system it runs and the version it is checked against
+    doc = sys.modules[cls.__module__].__doc__
+    assert "installed vLLM" in doc and "VLLM_VERSION" in doc
 
 
 def test_without_vllm_a_run_says_which_extra_in_one_line(tmp_path):

@@ -1,4 +1,5 @@
-"""The installed vLLM's own V1 scheduler as a policy (checked against vLLM 0.32.0).
+"""The installed vLLM's own V1 scheduler as a policy (checked against the vLLM version
+modelled, `core.vllm_version.VLLM_VERSION`: tests/test_vllm_policy.py).
 
 Every scheduling decision (which requests run, how many tokens each, which are preempted,
 what each admission hits in the prefix cache) is made by `vllm.v1.core.sched.scheduler.

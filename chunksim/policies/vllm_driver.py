@@ -43,6 +43,7 @@ NO_CAP = 1 << 20
 rejects what its own --max-model-len refuses before vLLM sees it)."""
 
 
+@lru_cache(maxsize=1)
 def vllm_classes() -> dict[str, Any]:
     """vLLM's scheduler-side classes, imported on first use (`vllm` first, so that a
     missing vLLM is reported as such). vLLM's logging is kept to errors unless
