@@ -75,7 +75,7 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
 
     owners = knob_owners()
     own = {k: v for k, v in knobs.items() if spec.family in owners[k]}
-    if spec.family == "budget" and own.get("enable_chunked_prefill") is False:
+    if spec.family in ("budget", "vllm") and own.get("enable_chunked_prefill") is False:
         mml = None  # vLLM refuses max_model_len > budget without chunking; not our subject
     run = RunConfig(knobs=own, prefix_caching=prefix, kv_blocks=kv_blocks, block_size=block,
                     engine=EngineConfig(async_scheduling=async_, max_model_len=mml))
@@ -99,7 +99,7 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
             assert flags["--num-gpu-blocks-override"] == str(kv_blocks)
         if mml is not None and "--no-enable-chunked-prefill" not in flags:
             assert flags["--max-model-len"] == str(mml)
-        if spec.family in ("budget", "sjf"):
+        if spec.family in ("budget", "sjf", "vllm"):
             assert flags["--max-num-batched-tokens"] == str(chunk)
             assert (flags.get("--scheduling-policy") == "priority") == bool(
                 own.get("priority_scheduling"))

@@ -638,7 +638,7 @@ def test_make_policy_unset_knobs_take_defaults():
     p = make_policy("chunk", {"variant": "alternate", "prefill_budget": None})
     assert (p.variant, p.prefill_budget) == ("alternate", 8192)
     assert type(make_policy("whole")) is WholePrefillPolicy
-    assert set(POLICIES) == {"whole", "chunk", "budget", "sjf"}
+    assert set(POLICIES) == {"whole", "chunk", "budget", "sjf", "vllm"}
 
 
 @pytest.mark.parametrize("device,budget,seats", [

@@ -13,12 +13,15 @@ from chunksim.policies import VARIANTS, knob_owners
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
-POLICIES = [(name, variant, priority) for name in REGISTRY
+SIMULATED = [name for name in REGISTRY if name != "vllm"]
+"""The policies chunksim plans itself (`vllm` is vLLM's scheduler: tests/test_vllm_policy.py)."""
+POLICIES = [(name, variant, priority) for name in SIMULATED
             for variant in (VARIANTS[name] or (None,))
             for priority in ((False, True) if name in knob_owners()["priority_scheduling"]
                              and name != "sjf" else (False,))]
-"""Every policy family and variant of the registry, each family that takes vLLM's priority
-scheduling also with it on (sjf refuses it: its queue is ordered by remaining prompt)."""
+"""Every policy family and variant of the registry (but `vllm`), each family that takes
+vLLM's priority scheduling also with it on (sjf refuses it: its queue is ordered by
+remaining prompt)."""
 BUDGETED = {name for name in REGISTRY if name in knob_owners()["max_num_batched_tokens"]
             and name != "whole"}
 """Families whose chunk is the step's token budget, decodes included."""

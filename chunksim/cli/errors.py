@@ -122,11 +122,15 @@ def one_line(text: str) -> str:
 def raised_by_chunksim(exc: BaseException) -> bool:
     """Whether the innermost frame of `exc`'s traceback is chunksim's own code (a
     ValueError raised there is a message written for the user); for an exception a
-    worker process raised, the innermost frame of the worker's traceback."""
+    worker process raised, the innermost frame of the worker's traceback; for one a SimPy
+    process raised (SimPy raises a copy, caused by the original), the original's."""
     remote = exc.__cause__
     if type(remote).__name__ == "_RemoteTraceback":  # raised in a worker process: its text
         files = re.findall(r'File "([^"]+)"', str(remote))
         return bool(files) and _inside(files[-1])
+    if (type(remote) is type(exc) and remote.args == exc.args
+            and remote.__traceback__ is not None):
+        return raised_by_chunksim(remote)
     tb = exc.__traceback__
     if tb is None:
         return True

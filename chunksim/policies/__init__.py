@@ -14,17 +14,19 @@ from chunksim.core.vllm_version import Device
 from chunksim.policies.budget import TokenBudgetPolicy
 from chunksim.policies.chunk import FixedChunkPolicy
 from chunksim.policies.sjf import ShortestJobFirstPolicy
+from chunksim.policies.vllm import VllmPolicy
 from chunksim.policies.whole import WholePrefillPolicy
 
 __all__ = ["Plan", "Policy", "SchedulerState", "POLICIES", "VARIANTS", "make_policy",
            "chosen_defaults", "knob_owners", "TokenBudgetPolicy", "FixedChunkPolicy",
-           "ShortestJobFirstPolicy", "WholePrefillPolicy"]
+           "ShortestJobFirstPolicy", "VllmPolicy", "WholePrefillPolicy"]
 
 POLICIES: dict[str, type] = {
     "whole": WholePrefillPolicy,
     "chunk": FixedChunkPolicy,
     "budget": TokenBudgetPolicy,
     "sjf": ShortestJobFirstPolicy,
+    "vllm": VllmPolicy,
 }
 """Every policy family by its `--policy` name, in display order."""
 

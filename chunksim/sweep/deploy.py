@@ -110,7 +110,7 @@ def _policy_flags(policy) -> tuple[list, list | None, bool, list[str]]:
     v: list = []
     s: list | None = []
     exact = True
-    if fam in ("budget", "sjf"):
+    if fam in ("budget", "sjf", "vllm"):  # (vllm: vLLM's own scheduler, the same flags)
         v += [("--max-num-batched-tokens", policy.max_num_batched_tokens),
               ("--max-num-seqs", policy.max_num_seqs)]
         if policy.enable_chunked_prefill:
