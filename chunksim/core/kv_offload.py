@@ -2,7 +2,7 @@
 the OffloadingConnector with its CPU backend and LRU policy), or, as a named option,
 SGLang HiCache's write-back tier.
 
-Write-through (the default; vLLM 0.32.0, `offloading/scheduler.py`, `cpu/manager.py`):
+Write-through (the default; the modelled vLLM, `offloading/scheduler.py`, `cpu/manager.py`):
 - *Store*: every step offers the host tier the full prompt blocks the step computes
   (`_build_store_jobs`, with `offload_prompt_only` on: output blocks are never stored),
   from the first block the request has not offered yet, its prefix hits included. Blocks

@@ -63,7 +63,7 @@ class SchedulerState:
     `num_lookahead_tokens`: speculative decoding with eagle, mtp or a draft model)."""
     spec_tokens: int = 0
     """Draft tokens per decode (speculative decoding; 0 = off): an admission with one
-    token left is padded to 1 + this many (vLLM 0.32.0's `pad_spec_decode`)."""
+    token left is padded to 1 + this many (the modelled vLLM's `pad_spec_decode`)."""
 
 
 class Policy(Protocol):

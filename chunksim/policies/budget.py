@@ -25,10 +25,10 @@ Speculative decoding (`core.speculative`): a decode schedules 1 + its draft toke
 (`num_tokens_with_spec - num_computed_tokens`, cut to the budget left, as vLLM cuts it),
 and every KV allocation covers the lookahead slots too: a decode's, a running prefill
 chunk's and an admission's (`allocate_slots(..., num_lookahead_tokens)` in both of
-vLLM 0.32.0's scheduling loops; a request waiting for a CPU-tier load takes none). An
+the modelled vLLM's scheduling loops; a request waiting for a CPU-tier load takes none). An
 admission with one token left (a P/D decode instance's arrival, a prompt loaded whole from
 the CPU tier, a resumed request whose cache holds all but its last token) is padded to
-1 + k tokens when no running prefill chunk is scheduled in the step, as vLLM 0.32.0 pads
+1 + k tokens when no running prefill chunk is scheduled in the step, as the modelled vLLM pads
 it; its k placeholder drafts are all rejected.
 """
 
@@ -260,7 +260,7 @@ class TokenBudgetPolicy(PolicyBase):
         step's long-prefill threshold (`_threshold`). Each admission also takes
         `lookahead` KV slots past its tokens (vLLM's `allocate_slots`). With `pad` (k
         drafts), an admission with one token left schedules 1 + k, its k placeholder
-        drafts all rejected (vLLM 0.32.0's `pad_spec_decode`, which keeps a uniform
+        drafts all rejected (the modelled vLLM's `pad_spec_decode`, which keeps a uniform
         spec-decode batch for CUDA graphs; not when it would overflow --max-model-len,
         which is not checked here)."""
         chunked = self.enable_chunked_prefill
