@@ -469,6 +469,14 @@ conversations = st.lists(
 @given(conversations, st.integers(12, 40), st.integers(0, 24),
        st.sampled_from(["budget", "chunk", "whole"]), st.booleans(),
        st.sampled_from(["write-through", "write-back"]))
+# two requests prefill the same blocks; the cached copy of block 6 is evicted while the
+# duplicate is held: the duplicate keeps it cached, so the prefix has no hole for a load
+# to reach past onto block 7, which the GPU still caches
+@example([(0, 1, 1, 0.0), (0, 4, 4, 0.0), (1, 4, 9, 0.0), (1, 6, 1, 0.0), (1, 3, 1, 0.0),
+          (0, 3, 1, 0.0), (0, 1, 1, 0.0)], 18, 4, "chunk", False, "write-through")
+@example([(0, 3, 1, 0.0), (2, 4, 1, 0.0), (2, 4, 1, 0.0), (3, 1, 1, 0.0), (3, 3, 1, 0.0),
+          (0, 5, 21, 0.0), (1, 6, 1, 0.0), (1, 2, 3, 0.0), (2, 3, 1, 0.0), (3, 2, 4, 0.0),
+          (1, 1, 1, 0.0)], 19, 8, "chunk", False, "write-through")
 def test_no_block_is_ever_both_on_the_gpu_and_in_flight(linear_profile, trace, kv_blocks,
                                                         host_blocks, policy, async_, write):
     # multi-turn conversations: each turn's prompt extends its conversation's last one

@@ -217,6 +217,67 @@ def test_the_same_prefix_computed_twice_keeps_one_cached_copy():
     assert sorted(kv.lru) == [(h, j) for j, h in enumerate(H)]
 
 
+def test_a_duplicate_keeps_its_content_cached_after_the_first_copy_is_evicted():
+    # vLLM caches both copies, so the content lives as long as either does. Here blocks
+    # 1-3 of a's copy are evicted while b holds its duplicate: b's copies become the cached
+    # ones, hittable at once (dropping them would leave block 0 cached and lose blocks vLLM
+    # still hits), and when b ends, block 0, still cached, moves to b's place
+    kv = kv_cache(9, prefix_block_tokens=16)
+    a, b = (Request(request_spec(i, 64, output=1, hashes=H)) for i in (0, 1))
+    for r in (a, b):  # both prefill the 4 blocks in the same step
+        kv.admit(r)
+    for r in (a, b):
+        kv.grow(r, 64)
+        r.num_computed_tokens = 64
+        kv.commit(r)
+    kv.free(a)
+    filler = Request(request_spec(2, 64, output=1))
+    kv.admit(filler)
+    kv.grow(filler, 64)  # the fresh block, then a's blocks 3, 2, 1 (its tail first)
+    filler.num_computed_tokens = 64
+    assert lru_keys(kv) == [(1, 0)] and kv.free_blocks == 1
+    assert kv.keys[1] == [("dup", 1, 0), (2, 1), (3, 2), (4, 3)]
+    assert kv.prefix_hit(waiting_request(request_spec(5, 80, hashes=(*H, 5)))) == (64, 1)
+    kv.free(b)
+    assert lru_keys(kv) == [(4, 3), (3, 2), (2, 1), (1, 0)] and kv.uncached_free == 1
+    assert kv.prefix_hit(waiting_request(request_spec(3, 80, hashes=(*H, 5)))) == (64, 4)
+    kv.free(filler)
+    c = Request(request_spec(4, 64, output=1, hashes=H))
+    kv.admit(c)  # hits blocks 0-2 (capped: the last token is recomputed)
+    assert c.num_computed_tokens == 48
+    kv.grow(c, 16)
+    c.num_computed_tokens = 64
+    kv.commit(c)  # its block 3 duplicates the cached one, older than the filler's group
+    assert kv.keys[4][-1][0] == "dup"
+    kv.free(c)
+    # c's copy was freed after the filler's blocks: so is the cached block 3 now
+    assert lru_keys(kv)[0][0] == "group"
+    assert lru_keys(kv)[1:] == [(4, 3), (3, 2), (2, 1), (1, 0)]
+    assert (kv.free_blocks, kv.uncached_free, kv.used_blocks) == (9, 1, 0)
+
+
+@pytest.mark.parametrize("evict", [0, 1, 2, 4])
+def test_a_plan_sees_a_duplicate_keep_its_content_cached(evict):
+    # the policy's scratch view evicts as the cache does, the held duplicate included
+    kv = kv_cache(10, prefix_block_tokens=16)
+    a, b = (Request(request_spec(i, 64, output=1, hashes=H)) for i in (0, 1))
+    for r in (a, b):
+        kv.admit(r)
+    for r in (a, b):
+        kv.grow(r, 64)
+        r.num_computed_tokens = 64
+        kv.commit(r)
+    kv.free(a)  # a's copy cached; b holds its duplicate
+    kv.take(2)  # the fresh blocks: what is left to take is a's copy
+    c = waiting_request(request_spec(3, 80, hashes=(*H, 5)))
+    overlay = kv.overlay()
+    overlay.allocate(evict)
+    planned = kv.prefix_hit(c, overlay)
+    kv.take(evict)
+    assert kv.prefix_hit(c) == planned
+    assert planned == (64, max(0, 4 - evict))
+
+
 # ------------------------------------------------------------- private blocks, preemption
 def test_requests_without_hashes_share_nothing():
     kv = kv_cache(20, prefix_block_tokens=16)
@@ -280,7 +341,13 @@ def test_a_second_preemption_does_not_lose_lru_blocks():
     kv.commit(s)
     kv.commit(r)  # r's copies of blocks 0-1 are duplicates, private to r
     kv.free(s)  # s done: the shared blocks (2, 1), (1, 0) cached
-    preempt(kv, r)  # r's private blocks 2-5 cached after them; its duplicates dropped
+    preempt(kv, r)  # r's private blocks 2-5 cached; its duplicates freed, the shared
+    # blocks taking their place (freed after r's tail, as vLLM frees r's copies)
+    assert lru_keys(kv) == [(-2, 5), (-2, 4), (-2, 3), (-2, 2), (2, 1), (1, 0)]
+    # orphan r's blocks 2-5: the shared blocks first in eviction order (a hole the
+    # duplicates no longer leave, but the bookkeeping must survive one)
+    for k in ((2, 1), (1, 0)):
+        kv.lru.move_to_end(k, last=False)
     # 1-token requests use up the fresh blocks and evict the two shared blocks, then end
     fillers = [Request(request_spec(2 + i, 1, output=1)) for i in range(kv.uncached_free + 2)]
     for f in fillers:

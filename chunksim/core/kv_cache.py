@@ -213,6 +213,8 @@ class PrefixKVCache(KVCache):
         self.lru_blocks = 0
         self.refs: dict[tuple, int] = {}  # shareable blocks in use -> holders
         self.keys: dict[int, list[tuple]] = {}  # request id -> its shareable blocks' keys
+        self.dups: dict[tuple, list[tuple[int, int]]] = {}
+        """Content key -> (request id, block) of the held duplicates of it (`commit`)."""
         self.groups = 0
         self.hit_tokens = 0
         self.query_tokens = 0
@@ -343,7 +345,10 @@ class PrefixKVCache(KVCache):
                 self._evicted(k, evict, whole=False)
                 break
             del self.lru[k]
-            self._evicted(k, n, whole=True)
+            if self.dups and k in self.dups:
+                self._promote(k)
+            else:
+                self._evicted(k, n, whole=True)
             evict -= n
 
     def _evicted(self, k, n: int, whole: bool) -> None:
@@ -362,10 +367,23 @@ class PrefixKVCache(KVCache):
             k = share[j]
             if not claim(k):
                 # the same content is already cached (computed twice concurrently): this
-                # copy stays private; vLLM also keeps the duplicate until it is freed
+                # copy stays private while the cached one lives (`_promote`, `free`)
+                self.dups.setdefault(k, []).append((req.request_id, j))
                 k = ("dup", req.request_id, j)
             self.refs[k] = 1
             keys.append(k)
+
+    def _promote(self, k) -> None:
+        """The cached copy of `k` was evicted while a duplicate is held: that copy becomes
+        the cached one. vLLM caches both copies (`BlockHashToBlockMap` keeps duplicates),
+        so the content stays hittable while either lives; dropping it would leave a hole
+        in the prefix (an earlier block gone, later ones cached) that vLLM never has."""
+        held = self.dups[k]
+        rid, j = held.pop()
+        if not held:
+            del self.dups[k]
+        self.refs[k] = self.refs.pop(("dup", rid, j))
+        self.keys[rid][j] = k
 
     def _claim(self, k) -> bool:
         """Whether a newly filled block may hold content `k` as its cached copy (False:
@@ -398,7 +416,23 @@ class PrefixKVCache(KVCache):
                 continue
             del self.refs[k]
             if k[0] == "dup":
-                self.uncached_free += 1
+                # the content stays cached as long as its last freed copy (`_promote`):
+                # the cached copy takes this one's place in the eviction order, or, if
+                # none is left, this one becomes it
+                j = k[2]
+                k = self.key(req, j)
+                held = self.dups[k]
+                held.remove((req.request_id, j))
+                if not held:
+                    del self.dups[k]
+                if k in self.lru:
+                    self.lru.move_to_end(k)
+                    self.uncached_free += 1
+                elif self._claim(k):
+                    self.lru[k] = 1
+                    self.lru_blocks += 1
+                else:  # held by another request, or (a CPU tier) being loaded
+                    self.uncached_free += 1
             else:
                 self.lru[k] = 1
                 self.lru_blocks += 1
@@ -413,12 +447,13 @@ class PlanOverlay:
     same operations in the same order as `EngineCore.begin_step` (admit, grow, commit per
     entry) give the same hits."""
 
-    __slots__ = ("kv", "held", "gone", "uncached", "_lru", "_left")
+    __slots__ = ("kv", "held", "gone", "duped", "uncached", "_lru", "_left")
 
     def __init__(self, kv: PrefixKVCache) -> None:
         self.kv = kv
         self.held: set = set()  # shareable keys held by this plan's entries
         self.gone: set = set()  # LRU entries its allocations evicted
+        self.duped: set = set()  # cached keys its entries computed again (duplicates)
         self.uncached = kv.uncached_free
         self._lru = None  # iterator over the LRU, oldest first (eviction order)
         self._left = 0  # blocks left in the LRU entry the iterator is on
@@ -462,6 +497,8 @@ class PlanOverlay:
                 if k in held:
                     continue
                 gone.add(k)
+                if k in self.duped or k in self.kv.dups:
+                    held.add(k)  # a held duplicate becomes the cached copy (`_promote`)
                 self._left = n
             used = min(self._left, evict)
             self._left -= used
@@ -476,7 +513,10 @@ class PlanOverlay:
         held, gone, lru, refs = self.held, self.gone, kv.lru, kv.refs
         for j in range(done_blocks, min(len(keys), tokens // kv.block_size)):
             k = keys[j]
-            if k in held or k in refs or (k in lru and k not in gone):
+            if k in held or k in refs:
+                continue
+            if k in lru and k not in gone:
+                self.duped.add(k)
                 continue
             held.add(k)
 
