@@ -59,7 +59,8 @@ def _outputs(args: list[str], out: Path) -> dict[str, bytes]:
 
 
 SCENARIOS = {
-    "poisson": ["-n", "150", "--rate", "12", "--kv-blocks", "300", "--max-num-seqs", "16"],
+    "poisson": ["-n", "150", "--rate", "12", "--kv-blocks", "300", "--block-size", "16",
+                "--max-num-seqs", "16"],
     "shared-prefix-jitter": ["-w", "shared-prefix", "-n", "120", "--rate", "10", "--jitter"],
 }
 
