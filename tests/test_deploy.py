@@ -64,7 +64,7 @@ budget_knobs = st.fixed_dictionaries({}, optional={
 
 @settings(max_examples=60, deadline=None)
 @given(spec=policy_specs, chunk=st.integers(16, 32768), knobs=budget_knobs,
-       prefix=st.booleans(), async_=st.booleans(), kv_blocks=st.none() | st.integers(1, 10**6),
+       prefix=st.booleans(), async_=st.booleans(), kv_blocks=st.none() | st.integers(2, 10**6),
        block=st.sampled_from([16, 32]), mml=st.none() | st.integers(64, 131072),
        fleet=st.none() | st.integers(1, 4).map(lambda n: FleetSpec(replicas=n))
        | st.tuples(st.integers(1, 3), st.integers(1, 3)).map(lambda p: FleetSpec(pd=p)),
@@ -115,6 +115,10 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
     for flags in parsed.get("sglang", []):
         assert set(flags) <= set(SGLANG_SERVE)
         assert ("--disable-radix-cache" in flags) == (not prefix)
+        # --kv-blocks N is vLLM's num_gpu_blocks: its null block holds no KV, so SGLang's
+        # token pool is the N - 1 others (`core.kv_cache.usable_blocks`)
+        assert flags.get("--max-total-tokens") == (
+            None if kv_blocks is None else str((kv_blocks - 1) * block))
     (bench,) = parsed["vllm bench serve"]
     assert {"--save-result", "--save-detailed", "--seed", "--num-prompts"} <= set(bench)
     if rate is not None:

@@ -20,6 +20,7 @@ import math
 import shlex
 from dataclasses import dataclass, replace
 
+from chunksim.core.kv_cache import usable_blocks
 from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, Device, vllm_defaults
 from chunksim.latency.profile import engine_devices
 from chunksim.sim.run import RunConfig
@@ -305,7 +306,9 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
         common_s.append(("--page-size", block_size))
     if cfg.kv_blocks is not None:
         common_v.append(("--num-gpu-blocks-override", cfg.kv_blocks))
-        common_s.append(("--max-total-tokens", cfg.kv_blocks * block_size))
+        # --kv-blocks is vLLM's num_gpu_blocks, its null block included: SGLang's token
+        # pool gets the tokens the other N - 1 blocks hold
+        common_s.append(("--max-total-tokens", usable_blocks(cfg.kv_blocks) * block_size))
     else:
         common_v.append(("--gpu-memory-utilization", cfg.gpu_memory_utilization))
     fleet = cfg.fleet
