@@ -331,6 +331,33 @@ def test_the_validate_line_replays_what_was_deployed(tmp_path):
     assert s["kv_blocks"] == 2000
 
 
+@pytest.mark.parametrize("policy", [None, "write-through", "write-back"])
+def test_a_cpu_kv_tier_reaches_the_serve_and_validate_lines(policy, tmp_path):
+    """vLLM's offloading connector writes through: a write-back tier (SGLang HiCache's)
+    gets the closest flags and says so, and the validate line replays the tier modelled."""
+    import shlex
+
+    from chunksim.sim.offload_config import OffloadConfig
+
+    run = RunConfig(offload=OffloadConfig(kv_offload_gib=64, kv_offload_write_policy=policy))
+    d = deployment(Config(PolicySpec("budget"), 512), run, H200.provenance, 2.0,
+                   profile_name="tiny-cpu")
+    (serve,) = _parsed(d)["vllm serve"]
+    assert serve["--kv-offloading-size"] == "64" and serve["--kv-offloading-backend"] == (
+        "native")
+    write_back = policy == "write-back"
+    assert d.exact is not write_back
+    assert any("write_back" in n and "closest" in n for n in d.notes) is write_back
+    words = shlex.split(d.validate)
+    assert words[words.index("--kv-offload-gib") + 1] == "64"
+    assert ("--kv-offload-write-policy" in words) is (policy is not None)
+    args = words[words.index("--profile"):]
+    res = RUNNER.invoke(app, ["run", *args, "-n", "5", "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "v" / "summary.json").read_text())
+    assert s["kv_offload_write_policy"] == (policy or "write-through")
+
+
 def test_every_bundled_gpu_has_a_price_preset():
     """`--gpu` names a preset for each device a bundled profile was measured on."""
     from chunksim.latency.profile import bundled_profiles
