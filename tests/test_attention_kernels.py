@@ -146,7 +146,7 @@ def test_environment_notes_name_a_mismatch_only_on_cuda():
 
 
 def test_sim_profile_warns_when_a_new_shape_costs_more_than_its_repeat():
-    from chunksim.cli.profile import first_call_warning
+    from chunksim.profiler.measure_flow import first_call_warning
 
     calm = {k: {"first_s": 1.0, "repeat_s": 1.0, "ratio": 1.05} for k in KINDS}
     assert first_call_warning(calm) is None and first_call_warning(None) is None

@@ -64,7 +64,7 @@ budget_knobs = st.fixed_dictionaries({}, optional={
 
 @settings(max_examples=60, deadline=None)
 @given(spec=policy_specs, chunk=st.integers(16, 32768), knobs=budget_knobs,
-       prefix=st.booleans(), async_=st.booleans(), kv_blocks=st.none() | st.integers(1, 10**6),
+       prefix=st.booleans(), async_=st.booleans(), kv_blocks=st.none() | st.integers(2, 10**6),
        block=st.sampled_from([16, 32]), mml=st.none() | st.integers(64, 131072),
        fleet=st.none() | st.integers(1, 4).map(lambda n: FleetSpec(replicas=n))
        | st.tuples(st.integers(1, 3), st.integers(1, 3)).map(lambda p: FleetSpec(pd=p)),
@@ -115,6 +115,10 @@ def test_every_emitted_flag_is_in_the_table_and_parses(spec, chunk, knobs, prefi
     for flags in parsed.get("sglang", []):
         assert set(flags) <= set(SGLANG_SERVE)
         assert ("--disable-radix-cache" in flags) == (not prefix)
+        # --kv-blocks N is vLLM's num_gpu_blocks: its null block holds no KV, so SGLang's
+        # token pool is the N - 1 others (`core.kv_cache.usable_blocks`)
+        assert flags.get("--max-total-tokens") == (
+            None if kv_blocks is None else str((kv_blocks - 1) * block))
     (bench,) = parsed["vllm bench serve"]
     assert {"--save-result", "--save-detailed", "--seed", "--num-prompts"} <= set(bench)
     if rate is not None:
@@ -325,6 +329,33 @@ def test_the_validate_line_replays_what_was_deployed(tmp_path):
             p["priority_scheduling"]) == (512, 64, 128, True)
     assert s["prefix_caching"] is False and s["async_scheduling"] is True
     assert s["kv_blocks"] == 2000
+
+
+@pytest.mark.parametrize("policy", [None, "write-through", "write-back"])
+def test_a_cpu_kv_tier_reaches_the_serve_and_validate_lines(policy, tmp_path):
+    """vLLM's offloading connector writes through: a write-back tier (SGLang HiCache's)
+    gets the closest flags and says so, and the validate line replays the tier modelled."""
+    import shlex
+
+    from chunksim.sim.offload_config import OffloadConfig
+
+    run = RunConfig(offload=OffloadConfig(kv_offload_gib=64, kv_offload_write_policy=policy))
+    d = deployment(Config(PolicySpec("budget"), 512), run, H200.provenance, 2.0,
+                   profile_name="tiny-cpu")
+    (serve,) = _parsed(d)["vllm serve"]
+    assert serve["--kv-offloading-size"] == "64" and serve["--kv-offloading-backend"] == (
+        "native")
+    write_back = policy == "write-back"
+    assert d.exact is not write_back
+    assert any("write_back" in n and "closest" in n for n in d.notes) is write_back
+    words = shlex.split(d.validate)
+    assert words[words.index("--kv-offload-gib") + 1] == "64"
+    assert ("--kv-offload-write-policy" in words) is (policy is not None)
+    args = words[words.index("--profile"):]
+    res = RUNNER.invoke(app, ["run", *args, "-n", "5", "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "v" / "summary.json").read_text())
+    assert s["kv_offload_write_policy"] == (policy or "write-through")
 
 
 def test_every_bundled_gpu_has_a_price_preset():

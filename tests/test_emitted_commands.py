@@ -37,7 +37,7 @@ CASES = {
     "compare-pd": ["compare", *SMALL, "--policies", "budget", "--chunks", "512", "--pd", "1:1",
                    "--out", "{tmp}/c"],
     "capacity-offload": ["capacity", *CAP, "--policies", "budget,chunk", "--chunks", "512",
-                         "--kv-offload-gib", "1"],
+                         "--kv-offload-gib", "1", "--out", "{tmp}/c"],
     "capacity-gpus": ["capacity", *CAP, "--gpus", "2", "--policies", "budget",
                       "--chunks", "512"],
     "capacity-target-rate": ["capacity", *SMALL, "--workers", "1", "--policies", "budget",
@@ -129,6 +129,11 @@ def test_every_printed_next_step_runs_as_printed(case, tmp_path, monkeypatch):
     if case == "capacity-offload":
         assert all(f["--kv-offloading-size"] == "1" for f in serves)
         assert "--kv-offload-gib 1" in cmds["validate"][0]
+        # the report and capacity.json carry the same lines as the console
+        report = emitted((tmp_path / "c" / "report.md").read_text())
+        assert report["serve"] == cmds["serve"] and report["validate"] == cmds["validate"]
+        doc = json.loads((tmp_path / "c" / "capacity.json").read_text())["deploy"]
+        assert [c["text"] for c in doc["vllm"]] == cmds["serve"]
     if case == "compare-pd":
         # `sim validate --against` replays one engine: no line, and what to do instead
         assert not cmds["validate"] and "no P/D form" in res.output

@@ -17,7 +17,13 @@ from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.core.speculative import SpecConfig
-from chunksim.reports.console import class_table, comparison_table, summary_table
+from chunksim.reports.console import (
+    class_table,
+    comparison_table,
+    print_summary,
+    run_lines,
+    summary_table,
+)
 from chunksim.reports.definitions import DEFINITIONS
 from chunksim.reports.tables import seed_rows
 from chunksim.sim.engine import EngineConfig
@@ -39,6 +45,7 @@ from chunksim.sim.metrics import COMPUTE, max_concurrent, parse_slos
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import parse_capacity_slos
+from chunksim.sweep.verdict import tradeoff_metrics
 
 
 def _summary(linear_profile) -> dict:
@@ -128,6 +135,50 @@ def test_tables_take_their_columns_from_the_declarations(linear_profile):
     x, y = ([list(c.cells)[i] for c in per_class.columns][1:] for i in (0, 1))
     assert x == [m.fmt.format(s[m.key]) for m in shown("console_classes")]
     assert y == ["0", *["-"] * (len(shown("console_classes")) - 1)]
+
+
+class _Recording(dict):
+    """A summary that notes every key read from it."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+
+def test_the_prose_under_the_run_table_reads_declared_keys(linear_profile):
+    from io import StringIO
+
+    from rich.console import Console
+
+    s = _Recording(_summary(linear_profile))
+    print_summary(s, console=Console(file=StringIO(), width=200))
+    assert set(VIEWS["run_line"]) <= s.read
+    assert sorted(s.read - set(METRICS) - set(FACTS)) == []
+    lines = run_lines(s)
+    for m in shown("run_line"):  # each in its declared format (the stall to 0.1 ms)
+        want = f"{s[m.key]:.1f}" if m.key == "max_decode_stall_ms" else m.fmt.format(s[m.key])
+        assert f" {want}" in lines, m.key
+    # a renamed key would be read under its new name: the prose follows the declaration
+    assert "goodput" in lines and "goodput" not in run_lines({**s, "request_goodput": None})
+
+
+def test_the_verdicts_tradeoff_reads_the_declarations(linear_profile):
+    s = _summary(linear_profile)
+    stall, ttft = tradeoff_metrics(s)
+    assert [stall.path, ttft.path] == [(k,) for k in VIEWS["tradeoff"]]
+    assert [stall.label, ttft.label] == [m.label for m in shown("tradeoff")]
+    assert stall.value(s) == s[stall.path[0]] and ttft.value(s) == s[ttft.path[0]]
+    by_class = {**s, "by_class": {"short": {**s, "total_input_tokens": 1, "completed": 2},
+                                  "long": {**s, "total_input_tokens": 900, "completed": 2}}}
+    assert tradeoff_metrics(by_class)[1].path == ("by_class", "long", VIEWS["tradeoff"][1])
 
 
 def test_every_family_and_defined_metric_is_defined_on_every_page():

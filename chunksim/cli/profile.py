@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 
 from chunksim.cli import help_format, lazy
-from chunksim.profiler.settings import build_settings
 
 
 class ModelName(str, Enum):
@@ -144,131 +143,28 @@ def profile(
     `sim profile import DIR` builds a component profile from external measurements."""
     if ctx.invoked_subcommand is not None:
         return
-    if engine is EngineName.vllm:
-        _profile_vllm(ctx, model, device.value, None if dtype is None else dtype.value,
-                      threads, grid.value, chunk_lens, decode_counts, kv_lens, prior_lens,
-                      repeats, block_size, out, seed, quiet, clock)
-        return
-    if block_size is not None:
-        raise ValueError("--block-size applies to --engine vllm only")
-    if model not in {m.value for m in ModelName}:
-        raise ValueError(f"--model {model!r} is not a preset; use one of "
-                         f"{', '.join(m.value for m in ModelName)} (or --hf-config PATH; "
-                         f"a model folder is for --engine vllm)")
-    model = ModelName(model)
-    if kind is KindName.components:
-        given = [f for f, v in (("--chunk-lens", chunk_lens), ("--decode-counts", decode_counts),
-                                ("--kv-lens", kv_lens), ("--prior-lens", prior_lens),
-                                ("--repass-below-ms", repass_below_ms))
-                 if v is not None]
-        given += [f for f, v in (("--passes", passes != 1), ("--warm-looks", warm_looks))
-                  if v]
-        if given:
-            raise ValueError(f"{', '.join(given)} apply to --kind whole-step only; a "
-                             f"component profile takes its axes from --grid")
-        _profile_components(model.value, hf_config, device.value,
-                            None if dtype is None else dtype.value, threads, grid.value,
-                            warmup, repeats, point_budget_s, out, seed, quiet, tp,
-                            None if link is None else link.value, link_gbps,
-                            link_latency_us, calibrate, clock, resume, ep)
-        return
-    if ep != 1:
-        raise ValueError(f"--ep {ep} applies to --kind components only")
-    if tp != 1 or link is not None or link_gbps is not None or link_latency_us is not None:
-        raise ValueError("--tp / --link / --link-gbps / --link-latency-us apply to --kind "
-                         "components only")
-    if not calibrate or clock is not None:
-        raise ValueError("--no-calibrate / --clock apply to --kind components only (--clock "
-                         "also to --engine vllm)")
-    settings = build_settings(
-        model=model.value, hf_config=hf_config, device=device.value,
-        dtype=None if dtype is None else dtype.value, threads=threads, grid=grid.value,
-        chunk_lens=chunk_lens, decode_counts=decode_counts, kv_lens=kv_lens,
-        prior_lens=prior_lens, warmup=warmup, repeats=repeats, point_budget_s=point_budget_s,
-        out=out, resume=resume, seed=seed, passes=passes,
-        repass_below_s=None if repass_below_ms is None else repass_below_ms / 1e3,
-        cold_looks=not warm_looks,
-    )
     from chunksim.cli.paths import check_out_file
-    from chunksim.profiler.run import run_profile
+    from chunksim.cli.say import say
+    from chunksim.profiler.measure_flow import MeasureFlags, MeasureIO, measure
 
-    check_out_file(settings.out_csv)
-    try:
-        result = run_profile(settings, show_progress=not quiet)
-    except KeyboardInterrupt:
-        from chunksim.profiler.store import Checkpoint
-
-        _interrupted(Checkpoint(settings.out_csv))
-    meta = result.meta
-    looks = (f", {meta['passes']} passes over {meta['repassed_points']} fast points"
-             if meta["passes"] > 1 else "")
-    typer.echo(f"wrote {result.csv_path} ({meta['points']} points{looks}, "
-               f"{meta['elapsed_s']:.1f} s) and {result.json_path}")
-    warning = first_call_warning(meta.get("first_call"))
-    if warning:
-        typer.echo(warning, err=True)
-
-
-_VLLM_ONLY = ("{flags}: not used by --engine vllm, which times whole engine steps over "
-              "its own grid; drop them (see sim profile --help)")
+    flags = MeasureFlags(
+        model=model, hf_config=hf_config, device=device.value, dtype=_value(dtype),
+        threads=threads, grid=grid.value, chunk_lens=chunk_lens, decode_counts=decode_counts,
+        kv_lens=kv_lens, prior_lens=prior_lens, warmup=warmup, repeats=repeats,
+        point_budget_s=point_budget_s, out=out, passes=passes,
+        repass_below_ms=repass_below_ms, warm_looks=warm_looks, resume=resume, seed=seed,
+        quiet=quiet, kind=kind.value, tp=tp, ep=ep, link=_value(link), link_gbps=link_gbps,
+        link_latency_us=link_latency_us, clock=clock, calibrate=calibrate,
+        engine=engine.value, block_size=block_size)
+    typed = [name for name in ctx.params
+             if getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE"]
+    measure(flags, typed, MeasureIO([m.value for m in ModelName], check_out_file,
+                                    typer.echo, say, _interrupted))
 
 
-def _profile_vllm(ctx: typer.Context, model: str, device: str, dtype: str | None,
-                  threads: int, grid: str, chunk_lens: str | None,
-                  decode_counts: str | None, kv_lens: str | None, prior_lens: str | None,
-                  repeats: int | None, block_size: int | None, out: Path | None, seed: int,
-                  quiet: bool, clock: str | None) -> None:
-    """`sim profile --engine vllm`: vLLM's own engine steps as a component profile."""
-    allowed = {"model", "device", "dtype", "threads", "grid", "chunk_lens", "decode_counts",
-               "kv_lens", "prior_lens", "repeats", "block_size", "out", "seed", "quiet",
-               "engine", "clock"}
-    given = sorted("--" + name.replace("_", "-") for name in ctx.params
-                   if name not in allowed
-                   and getattr(ctx.get_parameter_source(name), "name", "") == "COMMANDLINE")
-    if given:
-        raise ValueError(_VLLM_ONLY.format(flags=", ".join(given)))
-    if out is None:
-        raise ValueError("--engine vllm needs --out P.csv (the profile's CSV path)")
-    if out.suffix != ".csv":
-        raise ValueError(f"--out {str(out)!r}: give the CSV path, ending in .csv")
-    if threads < 1:
-        raise ValueError(f"--threads {threads}: give at least 1")
-    from chunksim.profiler.vllm_points import engine_grid
-    from chunksim.profiler.vllm_profile import (
-        VllmProfileSettings,
-        held_out_line,
-        run_vllm_profile,
-        summary_line,
-    )
-
-    settings = VllmProfileSettings(
-        model=model, out_csv=out,
-        grid=engine_grid(grid, chunk_lens, prior_lens, decode_counts, kv_lens, repeats),
-        dtype=dtype, block_size=block_size, threads=threads, seed=seed, device=device,
-        clock=clock)
-    from chunksim.cli.paths import check_out_file
-
-    check_out_file(out)
-    meta = run_vllm_profile(settings, show_progress=not quiet)
-    m = meta["measurement"]
-    typer.echo(f"wrote {out} ({m['points']} engine step shapes x {m['looks']} looks, each "
-               f"shape-checked; {meta['elapsed_s']:.1f} s) and {out.with_suffix('.json')}")
-    typer.echo(summary_line(meta))
-    typer.echo(held_out_line(meta))
-
-
-def first_call_warning(first_call: dict | None) -> str | None:
-    """A warning when a new step shape's first call cost much more than its repeat."""
-    from chunksim.profiler.first_call import costly_kind
-
-    costly = costly_kind(first_call)
-    if costly is None:
-        return None
-    kind, ratio = costly
-    return (f"warning: on this machine the first call of a new {kind} step shape took "
-            f"{ratio:.1f}x its repeat; the table is timed warm, so it under-prices a "
-            "serving loop, which meets new shapes every step. Look for a library that "
-            "builds a plan or compiles per shape (docs/results/h200.md).")
+def _value(choice: Enum | None) -> str | None:
+    """A choice flag's string (None when not given)."""
+    return None if choice is None else choice.value
 
 
 def _interrupted(ckpt) -> None:
@@ -281,62 +177,6 @@ def _interrupted(ckpt) -> None:
         interrupted("nothing was saved", command_as_typed())
     interrupted(f"{n} measured point(s) are saved in {ckpt.csv_path}",
                 command_as_typed("--resume"))
-
-
-def _profile_components(model: str, hf_config: Path | None, device: str, dtype: str | None,
-                        threads: int, grid: str, warmup: int | None, repeats: int | None,
-                        point_budget_s: float | None, out: Path | None, seed: int,
-                        quiet: bool, tp: int, link: str | None, link_gbps: float | None,
-                        link_latency_us: float | None, calibrate: bool,
-                        clock: str | None, resume: bool, ep: int = 1) -> None:
-    from chunksim.profiler.settings import build_component_settings
-
-    settings = build_component_settings(
-        model=model, hf_config=hf_config, device=device, dtype=dtype, threads=threads,
-        grid=grid, warmup=warmup, repeats=repeats, point_budget_s=point_budget_s, out=out,
-        seed=seed, tp=tp, link=link, link_gbps=link_gbps, link_latency_us=link_latency_us,
-        calibrate=calibrate, clock=clock, resume=resume, ep=ep)
-    from chunksim.cli.paths import check_out_file
-    from chunksim.profiler.component_points import checkpoint
-    from chunksim.profiler.component_run import run_components
-
-    check_out_file(settings.out_csv)
-    try:
-        result = run_components(settings, show_progress=not quiet)
-    except KeyboardInterrupt:
-        _interrupted(checkpoint(settings.out_csv))
-    meta = result.meta
-    typer.echo(f"wrote {result.csv_path} ({meta['points']} component points, "
-               f"{meta['elapsed_s']:.1f} s) and {result.json_path}")
-    typer.echo(calibration_lines(meta.get("calibration")))
-
-
-def calibration_lines(cal: dict | None) -> str:
-    """The composed model's error on the calibration sample, one line per step kind."""
-    if not cal or "skipped" in cal:
-        return f"calibration skipped: {(cal or {}).get('skipped', 'not run')}"
-    lines = [f"composed vs whole-model steps ({cal['steps']} steps; |error| %):",
-             f"{'kind':<9}{'steps':>6}{'alone med':>11}{'alone p90':>11}"
-             f"{'in-seq med':>12}{'in-seq p90':>12}"]
-    for kind, a in cal["alone"].items():
-        q = cal["in_sequence"][kind]
-        lines.append(f"{kind:<9}{a['steps']:>6}{a['median_abs_error_pct']:>11.1f}"
-                     f"{a['p90_abs_error_pct']:>11.1f}{q['median_abs_error_pct']:>12.1f}"
-                     f"{q['p90_abs_error_pct']:>12.1f}")
-    r = cal["in_sequence_ratio"]
-    lines.append(f"in sequence / alone: median {r['median']:.3f}, P25 {r['p25']:.3f}")
-    rep = (cal.get("repeatability") or {}).get("all")
-    if rep:
-        lines.append(f"noise floor: the same steps timed alone twice differ by median "
-                     f"{rep['median_abs_error_pct']:.1f} %, P90 {rep['p90_abs_error_pct']:.1f} %")
-    d = cal["drift"]
-    if abs(d["factor"] - 1) > 0.05:
-        a = cal["alone_drift_corrected"]["all"]
-        lines.append(f"the machine's speed moved: components re-timed after the whole steps "
-                     f"ran {d['factor']:.2f}x their table figures; at that speed the error "
-                     f"would be median {a['median_abs_error_pct']:.1f} %, P90 "
-                     f"{a['p90_abs_error_pct']:.1f} %")
-    return "\n".join(lines)
 
 
 class SourceName(str, Enum):

@@ -102,15 +102,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
               f"{summary.get('profile_label', summary.get('profile', '?'))} "
               f"[dim]({str(summary.get('profile_sha256', ''))[:12]})[/dim]")
     print_table(con, summary_table(summary))
-    good = summary.get("request_goodput")
-    good_s = f"  goodput {good:.2f} req/s" if good is not None else ""
-    con.print(
-        f"completed {summary['completed']}  rejected {summary['rejected']}  "
-        f"duration {summary['duration']:.1f} s  throughput {summary['request_throughput']:.2f}"
-        f" req/s, {summary['output_throughput']:.0f} out tok/s{good_s}\n"
-        f"steps {summary['steps']}  busy {summary['busy_fraction']:.0%}  "
-        f"max decode stall {summary['max_decode_stall_ms']:.1f} ms  preemptions "
-        f"{summary['preemptions']}  extrapolated steps {summary['extrapolated_steps']}")
+    con.print(run_lines(summary))
     hit = summary.get("prefix_cache_hit_rate")
     if hit is not None:
         host = summary.get("host_cache_hit_rate")
@@ -133,6 +125,24 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         print_table(con, class_table(by_class))
     for note in summary.get("workload_notes", []):
         con.print(f"[dim]note: {note}[/dim]")
+
+
+def run_lines(summary: dict) -> str:
+    """The two lines of prose under `sim run`'s table: the run's counts, rates and steps
+    (the `run_line` view of `sim.metric_registry`, each in its declared format; the worst
+    stall to 0.1 ms, finer than the comparison table's column)."""
+    (done, rejected, duration, reqs, toks, good, steps, busy, stall, preempt,
+     extrapolated) = shown("run_line")
+
+    def v(m) -> str:
+        return m.fmt.format(summary[m.key])
+
+    good_s = f"  goodput {v(good)} req/s" if summary.get(good.key) is not None else ""
+    return (f"completed {v(done)}  rejected {v(rejected)}  duration {v(duration)} "
+            f"{duration.unit}  throughput {v(reqs)} req/s, {v(toks)} out tok/s{good_s}\n"
+            f"steps {v(steps)}  busy {v(busy)}  max decode stall "
+            f"{summary[stall.key]:.1f} {stall.unit}  preemptions {v(preempt)}  "
+            f"extrapolated steps {v(extrapolated)}")
 
 
 def class_table(by_class: dict) -> Table:

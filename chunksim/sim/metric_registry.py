@@ -214,6 +214,10 @@ VIEWS: dict[str, tuple[str, ...]] = {
                              for s in ("mean", "p99")),
     "validate_counts": ("completed", "rejected", "steps", "preemptions", "recomputed_tokens",
                         "busy_fraction", "mean_step_ms", "peak_kv_blocks_used", "duration"),
+    "run_line": ("completed", "rejected", "duration", "request_throughput",
+                 "output_throughput", "request_goodput", "steps", "busy_fraction",
+                 "max_decode_stall_ms", "preemptions", "extrapolated_steps"),
+    "tradeoff": ("max_decode_stall_ms", "p99_ttft_ms"),
 }
 """The columns of each table, in order: `console` (the comparison table of `sim compare`
 / `sim capacity`), `seeds` (the report's table over seeds), `classes` (its per-class
@@ -222,7 +226,10 @@ report defines beside the families; `probe`: a capacity probe's row (`sweep.capa
 `splits`: a GPU split's (`sweep.gpus_io`); `validate`: what validation compares (latency
 statistics, then throughputs), `validate_target` the figures its fidelity target (<= 5 %
 error) applies to, `validate_counts` the tallies it reports side by side; `board`: the
-run board's latencies beside its own figures (`reports.run_board`)."""
+run board's latencies beside its own figures (`reports.run_board`); `run_line`: the
+lines of prose under `sim run`'s table (`reports.console.print_summary`); `tradeoff`: the
+verdict's trade-off metrics, the worst stall and the longest requests' TTFT
+(`sweep.verdict`)."""
 
 
 def view(name: str) -> tuple[str, ...]:

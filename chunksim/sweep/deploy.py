@@ -20,6 +20,7 @@ import math
 import shlex
 from dataclasses import dataclass, replace
 
+from chunksim.core.kv_cache import usable_blocks
 from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, Device, vllm_defaults
 from chunksim.latency.profile import engine_devices
 from chunksim.sim.run import RunConfig
@@ -239,15 +240,24 @@ def _spec_flags(cfg: RunConfig, model: str) -> tuple[list, list | None, list[str
     return v, s, notes
 
 
-def _offload_flags(cfg: RunConfig) -> tuple[list, list[str]]:
-    """vLLM's CPU KV tier flags for --kv-offload-gib (SGLang's HiCache is not one)."""
+def _offload_flags(cfg: RunConfig) -> tuple[list, bool, list[str]]:
+    """(vLLM pairs, exact, notes) of the CPU KV tier of --kv-offload-gib: vLLM's
+    OffloadingConnector writes through, so a write-back tier gets its closest flags."""
     gib = cfg.offload.kv_offload_gib
     if not gib:
-        return [], []
-    return ([("--kv-offloading-size", float(gib)), ("--kv-offloading-backend", "native")],
-            ["SGLang's hierarchical cache (--enable-hierarchical-cache) is its nearest CPU "
-             "tier; not emitted: it stores and loads blocks by other rules than the vLLM "
-             "tier modelled"])
+        return [], True, []
+    v = [("--kv-offloading-size", float(gib)), ("--kv-offloading-backend", "native")]
+    if not cfg.offload.write_back:
+        return (v, True, ["SGLang's hierarchical cache (--enable-hierarchical-cache) is its "
+                          "nearest CPU tier; not emitted: it stores and loads blocks by "
+                          "other rules than the vLLM tier modelled"])
+    return (v, False, ["--kv-offload-write-policy write-back models SGLang HiCache's "
+                       "write_back (a block goes to the CPU tier when the GPU evicts it); "
+                       "vLLM's offloading connector stores every prompt block as it is "
+                       "computed, so these flags run a write-through tier, the closest",
+                       "SGLang's hierarchical cache with --hicache-write-policy write_back "
+                       "is the tier modelled; not emitted: its flags are not among those "
+                       "this table checks"])
 
 
 def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | None,
@@ -265,7 +275,8 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
     v, s, exact, notes = _policy_flags(policy)
     model = model_id(provenance)
     spec_v, spec_s, spec_notes = _spec_flags(cfg, model)
-    off_v, off_notes = _offload_flags(cfg)
+    off_v, off_exact, off_notes = _offload_flags(cfg)
+    exact = exact and off_exact
     v += spec_v + off_v
     if s is not None and spec_s is not None:
         s += spec_s
@@ -305,7 +316,9 @@ def deployment(config: Config, run: RunConfig, provenance: dict, rate: float | N
         common_s.append(("--page-size", block_size))
     if cfg.kv_blocks is not None:
         common_v.append(("--num-gpu-blocks-override", cfg.kv_blocks))
-        common_s.append(("--max-total-tokens", cfg.kv_blocks * block_size))
+        # --kv-blocks is vLLM's num_gpu_blocks, its null block included: SGLang's token
+        # pool gets the tokens the other N - 1 blocks hold
+        common_s.append(("--max-total-tokens", usable_blocks(cfg.kv_blocks) * block_size))
     else:
         common_v.append(("--gpu-memory-utilization", cfg.gpu_memory_utilization))
     fleet = cfg.fleet
@@ -471,7 +484,8 @@ def sim_flags(cfg: RunConfig) -> list[str]:
             ("--expert-skew", cfg.expert_skew, None),
             ("--kv-offload-gib", cfg.offload.kv_offload_gib or None, None),
             ("--kv-offload-link", cfg.offload.kv_offload_link if cfg.offload.kv_offload_gib
-             else "pcie-gen5", "pcie-gen5")):
+             else "pcie-gen5", "pcie-gen5"),
+            ("--kv-offload-write-policy", cfg.offload.kv_offload_write_policy, None)):
         if value != default:
             out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     spec = cfg.engine.speculative

@@ -162,7 +162,7 @@ SGLANG_SERVE = _table(
     F("--disable-overlap-schedule", "switch", "async scheduling off"),
     F("--context-length", "int", "--max-model-len"),
     F("--page-size", "int", "--block-size"),
-    F("--max-total-tokens", "int", "--kv-blocks x --block-size"),
+    F("--max-total-tokens", "int", "(--kv-blocks - 1) x --block-size"),
     F("--disaggregation-mode", "choice:prefill|decode", "P/D: the instance's role"),
     F("--disaggregation-transfer-backend", "choice:nixl|mooncake", "P/D: the KV transfer"),
     F("--speculative-algorithm", "choice:EAGLE|EAGLE3|NEXTN|STANDALONE",

@@ -25,11 +25,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from chunksim.sim.metric_registry import shown
 from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, within
 from chunksim.sweep.configs import Config
 from chunksim.sweep.seeds import SeedStats, fold, median_value, overlap
-
-STALL_KEY = "max_decode_stall_ms"
 
 
 @dataclass(frozen=True)
@@ -64,14 +63,16 @@ def long_class(summary: Mapping) -> str | None:
 
 def tradeoff_metrics(summary: Mapping) -> list[Metric]:
     """The stable trade-off: worst stall, and the longest requests' TTFT."""
+    stall, p99_ttft = shown("tradeoff")  # `sim.metric_registry`
     cls = long_class(summary)
     if cls is None:
-        ttft = Metric(("p99_ttft_ms",), "P99 TTFT")
+        ttft = Metric((p99_ttft.key,), p99_ttft.label)
     else:
         n = (summary.get("by_class") or {}).get(cls, {}).get("completed", 0)
-        label = f"the {cls} request's TTFT" if n == 1 else f"{cls} requests' P99 TTFT"
-        ttft = Metric(("by_class", cls, "p99_ttft_ms"), label)
-    return [Metric((STALL_KEY,), "worst stall"), ttft]
+        label = (f"the {cls} request's TTFT" if n == 1
+                 else f"{cls} requests' {p99_ttft.label}")
+        ttft = Metric(("by_class", cls, p99_ttft.key), label)
+    return [Metric((stall.key,), stall.label), ttft]
 
 
 def headroom(summary: Mapping, slos: Mapping[str, float]) -> float:

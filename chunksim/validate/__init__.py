@@ -13,6 +13,7 @@ Modules, one job each:
     results     read a benchmark's per-request results (vLLM, SGLang, generic; no torch)
     arrivals    rebuild a benchmark's send schedule from its seed
     against     `--against`: replay a results file's requests and compare (no torch)
+    match       whether a profile describes the engine a results file measured
     calibrate   `sim calibrate`: fit framework time and scales, hold out, refuse, write
     bench_format  write requests' timings as a `vllm bench serve` result (synthetic runs)
     vllm_scheduler  vLLM's own V1 scheduler driven without a model, step by step beside
