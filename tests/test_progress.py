@@ -76,7 +76,6 @@ def test_delayed_progress_shows_a_bar_once_work_runs_long():
 def test_sim_run_always_reports_progress(monkeypatch, linear_profile):
     """On a terminal the bar, off one plain lines (`PlainLines`): `sim run` never turns
     its progress off; the form is the bar's choice."""
-    import chunksim.cli.run as cli_run
     import chunksim.progress as progress
 
     made: list[DelayedProgress] = []
@@ -87,7 +86,6 @@ def test_sim_run_always_reports_progress(monkeypatch, linear_profile):
             made.append(self)
 
     monkeypatch.setattr(progress, "DelayedProgress", Eager)
-    monkeypatch.setattr(cli_run, "DelayedProgress", Eager)
     args = ["run", "--profile", linear_profile.path, "-n", "300", "--rate", "50"]
     FakeBar.made.clear()
     res = CliRunner().invoke(app, args)

@@ -96,6 +96,7 @@ def capacity(
     """
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
+    from chunksim.core.vllm_version import Device
     from chunksim.reports import capacity_flow as flow
     from chunksim.reports.answer_files import refuse_foreign
 
@@ -117,7 +118,8 @@ def capacity(
         finally:
             if store is not None:
                 store.close()
-        names = flow.show_capacity(plan, ans, cost_cfg, out, resolved_command(ctx))
+        block = {"--block-size": run_cfg.block_size_on(Device.of(plan.profile.provenance))}
+        names = flow.show_capacity(plan, ans, cost_cfg, out, resolved_command(ctx, block))
     if out is not None:
         typer.echo(f"wrote {out}/: {', '.join(names)}")
 

@@ -82,6 +82,7 @@ def compare(
     from chunksim.cli.options import load_run_profile
     from chunksim.cli.paths import check_out_dir
     from chunksim.cli.say import warn
+    from chunksim.core.vllm_version import Device
     from chunksim.reports.answer_files import refuse_foreign
     from chunksim.reports.compare_flow import CompareFlags, compare_plan, run_compare
 
@@ -91,6 +92,7 @@ def compare(
                          capacity, max_rate, timeline_chunk, svg, report)
     plan = compare_plan(flags, run_cfg, workload_opts)
     profile = load_run_profile(profile, run_cfg)
+    block = {"--block-size": run_cfg.block_size_on(Device.of(profile.provenance))}
     written = run_compare(plan, run_cfg, workload_opts, cost_cfg, profile, workers, ray, out,
-                          resolved_command(ctx), warn)
+                          resolved_command(ctx, block), warn)
     typer.echo(f"wrote {out}/: {', '.join(written)}")

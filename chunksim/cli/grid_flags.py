@@ -78,17 +78,21 @@ def command_line() -> str | None:
     return "sim " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def resolved_command(ctx: typer.Context) -> str:
+def resolved_command(ctx: typer.Context, resolved: dict[str, object] | None = None) -> str:
     """The running command with every option spelled out, defaults included, so the line
-    reproduces the run even if a default changes."""
+    reproduces the run even if a default changes; `resolved` gives the value an unset
+    option took where its default is worked out at run time (e.g. `--block-size`, by the
+    profile's device), keyed by its long flag."""
     parts = ["sim", ctx.info_name or "?"]
     for p in ctx.command.params:
         if getattr(p, "param_type_name", "") != "option" or p.name not in ctx.params:
             continue
+        name = next((o for o in p.opts if o.startswith("--")), p.opts[0])
         v = ctx.params[p.name]
+        if v is None and resolved:
+            v = resolved.get(name)
         if v is None or (isinstance(v, (list, tuple)) and not v):
             continue
-        name = next((o for o in p.opts if o.startswith("--")), p.opts[0])
         if p.is_flag:
             if p.secondary_opts:
                 parts.append(name if v else p.secondary_opts[0])
