@@ -1,5 +1,5 @@
 """The decode rule has one definition, `core.request.is_decode`; the simulator's hot loops
-inline it (`EngineCore.begin_step` prices entries by it, `fast_forward.steady` decides
+inline it (`EngineCore.begin_step` prices entries by it, `BulkDecoder.steady` decides
 bulk stretches by it). Every step of random runs over every policy, with speculative
 decoding, prefix caching, fleets and P/D, checks that each of these copies says what the
 definition says. (The budget and chunk policies' splits of their running requests are
@@ -14,16 +14,16 @@ from test_properties import POLICIES, build, config
 
 from chunksim.core.request import is_decode
 from chunksim.core.speculative import SpecConfig
-from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore
 from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fast_forward import BulkDecoder
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import simulate
 
 
 def _watch(mp: pytest.MonkeyPatch) -> dict:
     seen = {"steps": 0, "decode_rows": 0, "steady": 0}
-    begin, steady = EngineCore.begin_step, fast_forward.steady
+    begin, steady = EngineCore.begin_step, BulkDecoder.steady
 
     def begin_step(self, plan, start_s):
         admitted = set(map(id, plan.admitted))
@@ -35,19 +35,20 @@ def _watch(mp: pytest.MonkeyPatch) -> dict:
         seen["decode_rows"] += shape.decodes
         return shape
 
-    def _steady(c, plan):
+    def _steady(self, plan):
+        c = self.core
         want = (not plan.admitted and not plan.preempted and not c.waiting
                 and not (c.offload is not None and c.offload.loads)
                 and len(plan.scheduled) == len(c.running) > 0
                 and all(r is run and n == 1 and is_decode(r)
                         for (r, n), run in zip(plan.scheduled, c.running, strict=True)))
-        got = steady(c, plan)
+        got = steady(self, plan)
         assert got == want
         seen["steady"] += got
         return got
 
     mp.setattr(EngineCore, "begin_step", begin_step)
-    mp.setattr(fast_forward, "steady", _steady)
+    mp.setattr(BulkDecoder, "steady", _steady)
     return seen
 
 
