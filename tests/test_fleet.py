@@ -444,7 +444,7 @@ def test_pd_fast_forward_changes_nothing(linear_profile, reqs, pd_, drouter, kv_
 def test_pd_decode_stretches_take_in_landings_and_change_nothing(
         linear_profile, monkeypatch, pd_, drouter, jitter, seats, kv_blocks):
     """A decode instance's bulk stretch takes in the requests that land while it runs,
-    when the policy would admit them all (`fast_forward.join_step`): under routers that
+    when the policy would admit them all (`fast_forward.BulkDecoder.join_step`): under routers that
     read nothing a segment leaves inexact it does so often, and every record is what
     stepping gives (two request classes, prefix caching with shared prefixes, jitter;
     few seats and KV blocks, where many landings must wait and requests are preempted)."""

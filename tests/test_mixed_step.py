@@ -1,6 +1,6 @@
-"""The bulk decode carrying on through prefills (`fast_forward.mixed_step`): a step in
+"""The bulk decode carrying on through prefills (`fast_forward.BulkDecoder.mixed_step`): a step in
 which the running requests after the stretch's members and the waiting ones get what the
-policy plans for them alone (`Policy.tail_plan`) must record exactly what stepping
+policy plans for them alone (its `plan` with the decodes pinned) must record exactly what stepping
 records, under every knob that changes what the tail gets."""
 
 from __future__ import annotations

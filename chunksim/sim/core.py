@@ -89,7 +89,7 @@ class Inbox:
         """Whether its requests come with their prompt's KV, ready to decode (a P/D decode
         instance's), and the engine reads its state live (`live_reads`): a bulk decode
         stretch may then take them in as they land, where the policy would admit them
-        (`fast_forward.join_step`)."""
+        (`fast_forward.BulkDecoder.join_step`)."""
         return False
 
     def prepare(self, req: Request) -> None:
@@ -123,6 +123,9 @@ class EngineCore:
                  speculative: SpecConfig | None = None, spec_seed=0) -> None:
         self.workload = workload
         self.inbox = inbox if inbox is not None else Inbox(workload.requests)
+        self._arrivals = self.inbox._arrivals if type(self.inbox) is Inbox else None
+        """The arrival times `pull_arrivals` reads without asking the inbox, where it is a
+        plain `Inbox` of columnar specs (whose `sync` does nothing); None: ask it."""
         self.on_retire = None  # called with (request, end time) as it finishes (fleets)
         self.policy = policy
         self.max_model_len = max_model_len
@@ -201,9 +204,13 @@ class EngineCore:
 
     def pull_arrivals(self, now: float) -> None:
         """Queue every request that has arrived by `now` (or reject it)."""
+        i = self.next_arrival
+        arrivals = self._arrivals
+        if arrivals is not None:  # a lone engine's inbox: its workload's arrival column
+            if i >= len(arrivals) or arrivals.item(i) > now:  # (the common case)
+                return
         inbox = self.inbox
         inbox.sync(now)
-        i = self.next_arrival
         due = inbox.next_s(i)
         if due is None or due > now:  # (the common case: nothing new)
             return
@@ -379,7 +386,7 @@ class EngineCore:
         prefix hits), allocate the step's slots and register the blocks they will fill.
         The entries before `start` are one-token decodes whose slots are taken already,
         counted in `decodes`, `kv_sum` (their contexts' sum) and `kv_max`. Returns the
-        step's shape (`fast_forward.mixed_step` calls it for a stretch's tail)."""
+        step's shape (`fast_forward.BulkDecoder.mixed_step` calls it for a stretch's tail)."""
         kv = self.kv
         bs = kv.block_size
         caching = kv.prefix_caching
@@ -482,7 +489,7 @@ class EngineCore:
         first, or one after a gap recorded for ITL), and with speculative decoding keeps
         the drafts it verified that are accepted. Returns those that sampled and those
         that sampled their last token (batch order), the drafts accepted and the computed
-        tokens the rejected ones give back (`end_step`, `fast_forward.mixed_step`)."""
+        tokens the rejected ones give back (`end_step`, `fast_forward.BulkDecoder.mixed_step`)."""
         emitted: list[Request] = []
         finished: list[Request] = []  # those that sampled their last token, batch order
         computed = self.computed

@@ -268,7 +268,8 @@ class Engine:
         if self.wake is not None:
             self.wake.succeed()
             self.wake = None
-        elif self.decoder is not None and self.decoder.cut(self.env.now):
+        elif self.decoder is not None and self.decoder.segment is not None and (
+                self.decoder.cut(self.env.now)):
             self.process.interrupt()
 
     def decoded_by(self) -> int:

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import simpy
 
-from chunksim.core.ledger import KVLedger
-from chunksim.core.plan import Plan
+from chunksim.core.plan import Plan, SchedulerState
 from chunksim.core.request import Request
 from chunksim.sim.pricing import MAX_RUN, StepPricer
 from chunksim.sim.pricing import steps as _steps
@@ -293,7 +292,7 @@ class BulkHost(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class _Cursor:
     """Where a stretch stands between its steps."""
 
@@ -314,29 +313,29 @@ class _Cursor:
         self.budget -= 1
 
 
-_STOP, _AGAIN, _SEGMENT = "stop", "again", "segment"
-"""What a step boundary says (`BulkDecoder._boundary`): end the stretch, look again after
-the one step it ran, or run a segment of decode-all steps."""
+_STOP, _SEGMENT, _MIXED, _JOIN = "stop", "segment", "mixed", "join"
+"""What a step boundary says (`BulkDecoder._boundary`): end the stretch, run a segment of
+decode-all steps, or run one `mixed_step` or `join_step`."""
 
 
-def fit_kv(st: DecodeStretch, k: int, free: int, first: bool, vetted: bool):
-    """(steps of the next k whose KV fits in `free` blocks, the extra blocks held during
-    each of them): 0 when the next does not fit and this is not a stretch's first step;
-    None when it is the first and the policy did not plan it (`vetted`: it did, and
-    preempted nothing, so it runs)."""
-    grown = st.growth(k)  # grown[j-1]: extra blocks in step j
+def fit_kv(grown: np.ndarray, free: int, first: bool, vetted: bool) -> int | None:
+    """How many of the next steps fit in `free` blocks, `grown[j-1]` (ascending) the extra
+    blocks held during step j: 0 when the next does not fit and this is not a stretch's
+    first step; None when it is the first and the policy did not plan it (`vetted`: it
+    did, and preempted nothing, so it runs)."""
+    k = len(grown)
     if int(grown[k - 1]) <= free:
-        return k, grown
+        return k
     k_kv = int(np.searchsorted(grown, free, side="right"))
     if k_kv == 0:
         # the next step does not fit: the policy must plan it (preempt), unless it
         # planned this very step (a stretch's first, when `vetted`)
         if not first:
-            return 0, grown
+            return 0
         if not vetted:
-            return None, grown
+            return None
         k_kv = 1
-    return k_kv, grown
+    return k_kv
 
 
 def segment_times(t: float, dur: np.ndarray) -> np.ndarray:
@@ -476,16 +475,24 @@ class BulkDecoder:
                 return True
         while True:
             if not cur.first and (self.mixes or self.live):
-                said = yield from self._boundary(st, cur)
+                said = self._boundary(st, cur)
                 if said is _STOP:
                     break
-                if said is _AGAIN:
+                if said is not _SEGMENT:  # one step that takes in what came
+                    end = yield from (self.mixed_step(st, cur.t) if said is _MIXED
+                                      else self.join_step(st, cur.t, False))
+                    if end is None or not self._stepped(st, cur, end, said):
+                        break
                     continue
-            ran = yield from self._segment(st, cur, vetted)
-            if ran is None:  # its first step is the policy's to plan
+            seg = self._segment(st, cur, vetted)
+            if seg is None:  # its first step is the policy's to plan
                 return False
-            if not ran:
+            if not seg:
                 break
+            if self.live:  # wait it out, then apply it
+                seg[0] = yield from self._wait(seg[1], seg[0], st.n)
+                if not self._apply(st, cur, *seg):
+                    break
         st.settle()
         if not self.live:
             self.host.busy_until = cur.t
@@ -496,12 +503,11 @@ class BulkDecoder:
     def _boundary(self, st: DecodeStretch, cur: _Cursor):
         """A step boundary after the first: the SLO watch's turn (a lone engine's), then
         what arrived (or the router sent) by now: while anything waits or runs after the
-        members, the policy plans those alone (`mixed_step`), or (P/D) landings join;
-        else the next segment is bounded by what comes later. Returns _STOP, _AGAIN or
-        _SEGMENT."""
+        members, the policy plans those alone (_MIXED: `mixed_step`), or (P/D) landings
+        join (_JOIN: `join_step`); else the next segment is bounded by what comes later
+        (_SEGMENT). _STOP: the stretch ends here."""
         c = self.core
-        lone_mix = self.mixes and not self.live
-        if lone_mix and cur.budget <= 0:
+        if cur.budget <= 0 and self.mixes and not self.live:
             # the SLO watch's turn (it reads the requests' own counters), unless the
             # stretch reached its cap
             if not self.host.watch_due():
@@ -511,31 +517,40 @@ class BulkDecoder:
             cur.budget = self.host.stretch_budget()
         c.pull_arrivals(cur.t)
         if self.mixes and (c.waiting or len(c.running) > st.n):
-            end = yield from self.mixed_step(st, cur.t)
-            if end is None:
-                return _STOP
-            cur.stepped(end)
-            return _STOP if not st.n or (cur.budget <= 0 and not lone_mix) else _AGAIN
+            return _MIXED
         if c.waiting:
-            end = (yield from self.join_step(st, cur.t, False)) if self.joins else None
-            if end is None:
-                return _STOP
-            cur.stepped(end)
-            return _STOP if cur.budget <= 0 or not st.n else _AGAIN
+            return _JOIN if self.joins else _STOP
         cur.arrival = c.next_arrival_s
         return _SEGMENT
 
+    def _stepped(self, st: DecodeStretch, cur: _Cursor, end: float, said: str) -> bool:
+        """After the one step a boundary ran (`said`), ending at `end`: whether the
+        stretch goes on (its members left, and the budget, which a lone engine's stretch
+        renews at the watch's turn)."""
+        cur.t, cur.first = end, False
+        cur.budget -= 1
+        if not st.n:
+            return False
+        return cur.budget > 0 or (said is _MIXED and not self.live)
+
     def _segment(self, st: DecodeStretch, cur: _Cursor, vetted: bool):
-        """Price, time and apply the next segment of decode-all steps: up to the next
-        finish, the budget, the KV that fits, the next arrival and the next read. True if
-        the stretch goes on after it, False if it ends (nothing ran, or what ran ends
-        it), None if its first step did not fit unplanned (`fit_kv`)."""
+        """Price and time the next segment of decode-all steps: up to the next finish,
+        the budget, the KV that fits, the next arrival and the next read, and apply it
+        (`_apply`: True if the stretch goes on, False if what ran ends it); read live,
+        [steps, start times, seconds, mean contexts, blocks grown, flags, steps to the
+        next finish], for the caller to wait out and apply. 0 if none runs and the
+        stretch ends, None if its first step did not fit unplanned (`fit_kv`) or would
+        cross a read (the caller steps instead)."""
         c = self.core
         n = st.n
         k_left = st.steps_left()
-        k, grown = fit_kv(st, min(k_left, cur.budget), c.kv.free_blocks, cur.first, vetted)
-        if not k:
-            return k  # (0: the next step does not fit; None: the policy plans it)
+        k = k_left if k_left < cur.budget else cur.budget
+        grown = st.growth(k)  # grown[j-1]: extra blocks in step j
+        free = c.kv.free_blocks
+        if int(grown[k - 1]) > free:
+            k = fit_kv(grown, free, cur.first, vetted)
+            if not k:
+                return k  # (0: the next step does not fit; None: the policy plans it)
         # the contexts' sums, ctx_sum + j * n, are exact integers: then one division
         kv_mean = np.arange(st.ctx_sum, st.ctx_sum + k * n, n, dtype=np.int64) / n
         # every context grows by one a step: the longest stays the longest
@@ -544,13 +559,23 @@ class BulkDecoder:
         tie = (lambda ends: c.inbox.read_tie(cur.t, ends)) if self.live else None
         k = cut_at(times, k, cur.arrival, cur.read, tie)
         if k == 0:
-            return None if cur.first else False
-        self.pricer.check(k)  # the k steps that run
+            return None if cur.first else 0
+        if self.pricer.guard is not None:
+            self.pricer.check(k)  # the k steps that run
+        seg = [k, times, dur, kv_mean, grown, out, k_left]
         if self.live:
-            k = yield from self._wait(times, k, n)
-        cur.t = apply_run(c, k, times, dur, kv_mean, grown, out, cur.first,
+            return seg  # (waited out, then applied, by the caller)
+        return self._apply(st, cur, *seg)
+
+    def _apply(self, st: DecodeStretch, cur: _Cursor, k: int, times, dur, kv_mean, grown,
+               out, k_left: int) -> bool:
+        """Apply the k steps of a segment that ran (`apply_run`). True if the stretch goes
+        on after it, False if what ran ends it."""
+        cur.t = apply_run(self.core, k, times, dur, kv_mean, grown, out, cur.first,
                           retire=k == k_left, st=st)
-        self.pricer.ran(k)
+        pricer = self.pricer
+        if pricer.since_wake < pricer.wake_steps:
+            pricer.ran(k)
         cur.budget -= k
         if not st.n or (cur.budget <= 0 and not (self.mixes and not self.live)):
             return False
@@ -577,21 +602,31 @@ class BulkDecoder:
         self.segment = None
         return seg[1]
 
+    def plan_pinned(self, st: DecodeStretch, run_blocks: int) -> Plan:
+        """The policy's plan for the next step with the stretch's members pinned
+        (`SchedulerState.pinned`): the running list's first `st.n`, one-token decodes
+        whose own counters lag, `run_blocks` of their slots opening a block."""
+        c = self.core
+        return c.policy.plan(SchedulerState(c.running, c.waiting, c.kv, c.last_prefill,
+                                            pinned=st.n, pinned_blocks=run_blocks))
+
     def join_step(self, st: DecodeStretch, t: float, first_segment: bool):
         """One decode step of the stretch `st` at `t` that also takes in every waiting
         request, when each landed with its prompt's KV (a P/D decode instance's) and the
-        policy would admit them all for the one token that samples their first
-        (`Policy.admits_decodes`): what `EngineCore.begin_step` and `end_step` do for that
-        step, in the same order (the running decodes' new blocks, then each newcomer's
-        admission, slot and registered blocks), without a pass over the running requests.
+        policy would admit them all for the one token that samples their first (its plan
+        with the running decodes pinned, `plan_pinned`): what `EngineCore.begin_step` and
+        `end_step` do for that step, in the same order (the running decodes' new blocks,
+        then each newcomer's admission, slot and registered blocks), without a pass over
+        the running requests.
         Returns the step's end, or None, before anything ran, when the step is not such a
         step: the stretch ends and the policy plans it. On a stretch's first step each
         running request's gap runs from its own last token, as in `apply_run`."""
         c = self.core
         kv = c.kv
         waiting = c.waiting
+        pricer = self.pricer
         if (st.singles > first_segment or not st.periodic or c.schedule_log is not None
-                or c.offload is not None or self.pricer.waking):
+                or c.offload is not None or pricer.since_wake < pricer.wake_steps):
             return None
         carried = kv.carried
         for req in waiting:
@@ -601,9 +636,9 @@ class BulkDecoder:
         run_blocks = st.phase[0]  # the running decodes whose token opens a block
         if run_blocks > kv.free_blocks:
             return None  # (the policy preempts)
-        ledger = KVLedger(kv)
-        ledger.take_decodes(run_blocks)
-        if not c.policy.admits_decodes(st.n, waiting, ledger):
+        plan = self.plan_pinned(st, run_blocks)
+        if (plan.pinned != st.n or plan.preempted or len(plan.admitted) != len(waiting)
+                or any(n != 1 for _, n in plan.scheduled)):
             return None
         # admit, as begin_step: the running decodes' blocks first (their own counters
         # catch up as they settle), then each newcomer in queue order
@@ -679,11 +714,12 @@ class BulkDecoder:
     def mixed_step(self, st: DecodeStretch, t: float):
         """One step of the stretch `st` at `t` in which the running requests after its
         members (the tail: prompts mid-prefill, and decodes not yet taken in) and the
-        waiting ones get what the policy would plan for them (`Policy.tail_plan`) while
-        every member decodes: what `EngineCore.plan`, `begin_step`, `Engine._step` and
-        `end_step` do for that step, in the same order and with the same float
-        operations, with a pass over the tail only. The tail's requests that sampled in
-        it, from its head on while they decode, join the stretch (`DecodeStretch.insert`).
+        waiting ones get what the policy plans for them with the members pinned
+        (`plan_pinned`), when it schedules every member: what `EngineCore.plan`,
+        `begin_step`, `Engine._step` and `end_step` do for that step, in the same order
+        and with the same float operations, with no pass over the members. The tail's
+        requests that sampled in it, from its head on while they decode, join the stretch
+        (`DecodeStretch.insert`).
         Returns the step's end, or None, before anything ran, when the policy cannot say
         or the step is not such a step (a wake-up, a schedule log, an offload tier): the
         stretch ends and the policy plans. (A generator: a lone engine runs ahead of the
@@ -691,19 +727,17 @@ class BulkDecoder:
         as `Engine._step` does, between its admissions and its tokens.)"""
         c = self.core
         kv = c.kv
+        pricer = self.pricer
         if (st.singles or not st.periodic or c.schedule_log is not None
-                or c.offload is not None or self.pricer.waking):
+                or c.offload is not None or pricer.since_wake < pricer.wake_steps):
             return None
-        running, waiting = c.running, c.waiting
+        running = c.running
         members = st.n
-        tail = running[members:]
         run_blocks = st.phase[0]  # the members whose token opens a block
         if run_blocks > kv.free_blocks:
             return None  # (the policy preempts)
-        ledger = KVLedger(kv)
-        ledger.take_decodes(run_blocks)
-        plan = c.policy.tail_plan(members, tail, waiting, ledger)
-        if plan is None:
+        plan = self.plan_pinned(st, run_blocks)
+        if plan.pinned != members or plan.preempted:
             return None
         # begin_step: admissions leave the queue for the running list, the members' new
         # blocks come first (their own counters catch up as they settle), then each entry
