@@ -1,6 +1,6 @@
 """The steps a bulk stretch is made of (`sim.fast_forward`), each alone: how many of the
-next steps' KV fits (`fit_kv`), the steps' start times (`segment_times`), and where an
-arrival or a reader cuts a segment (`cut_at`)."""
+next steps' KV fits (`fit_kv`) and where an arrival or a reader cuts a segment
+(`cut_at`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from factories import kv_cache, request_spec, running_request
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunksim.sim.fast_forward import DecodeStretch, cut_at, fit_kv, segment_times
+from chunksim.sim.fast_forward import DecodeStretch, cut_at, fit_kv
 
 
 def _stretch(contexts: list[int], block_size: int = 4) -> DecodeStretch:
@@ -34,17 +34,6 @@ def test_fit_kv_runs_the_steps_whose_blocks_fit(contexts, k, free, first, vetted
         assert got is None  # the policy must plan it
     else:
         assert got == 0
-
-
-def test_segment_times_add_the_steps_one_after_another():
-    dur = np.array([0.1, 0.2, 0.3])
-    times = segment_times(1.0, dur)
-    t = 1.0
-    want = [t]
-    for d in dur.tolist():
-        t += d
-        want.append(t)
-    assert times.tolist() == want  # exactly: the same additions in the same order
 
 
 def test_an_arrival_lets_the_steps_that_start_before_it_run():

@@ -192,10 +192,23 @@ class _Plane:
 
     def at(self, x: float, y: float) -> tuple[float, float, bool]:
         a0, a1 = self.ax0, self.ax1
-        i, ti = a0.cell(x)
-        j, tj = a1.cell(y)
-        v = self._bilerp1(self.medl, i, ti, j, tj)
+        # `_Axis.cell` of both and `_bilerp1` of the median and, inside the grid, of the
+        # spread, inlined (the same operations: a mixed step asks this for every chunk)
+        v0, v1 = a0.values, a1.values
+        i = bisect_right(v0, x) - 1
+        i = 0 if i < 0 else (a0.last if i > a0.last else i)
+        ti = (x - v0[i]) / (v0[i + 1] - v0[i])
+        j = bisect_right(v1, y) - 1
+        j = 0 if j < 0 else (a1.last if j > a1.last else j)
+        tj = (y - v1[j]) / (v1[j + 1] - v1[j])
+        uj = 1.0 - tj
+        r0, r1 = self.medl[i], self.medl[i + 1]
+        v = (1.0 - ti) * (uj * r0[j] + tj * r0[j + 1]) + ti * (uj * r1[j] + tj * r1[j + 1])
         out = x < a0.lo or x > a0.hi or y < a1.lo or y > a1.hi
+        if not out:
+            r0, r1 = self.sigl[i], self.sigl[i + 1]
+            return v, ((1.0 - ti) * (uj * r0[j] + tj * r0[j + 1])
+                       + ti * (uj * r1[j] + tj * r1[j + 1])), False
         if out:
             xc, yc = a0.clamp(x), a1.clamp(y)
             i, ti = a0.cell(xc)
@@ -222,8 +235,14 @@ class _Plane:
         else:
             x0, x1, y0, y1 = extent
         inside = x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi
-        i, j = a0.cell_of(x0), a1.cell_of(y0)
-        if i == a0.cell_of(x1) and j == a1.cell_of(y1):
+        # `cell_of` of the four ends, inlined (a bulk segment asks this every time)
+        v0, v1, last0, last1 = a0.values, a1.values, a0.last, a1.last
+        i, i1 = bisect_right(v0, x0) - 1, bisect_right(v0, x1) - 1
+        j, j1 = bisect_right(v1, y0) - 1, bisect_right(v1, y1) - 1
+        i = 0 if i < 0 else (last0 if i > last0 else i)
+        j = 0 if j < 0 else (last1 if j > last1 else j)
+        if i == (0 if i1 < 0 else (last0 if i1 > last0 else i1)) and j == (
+                0 if j1 < 0 else (last1 if j1 > last1 else j1)):
             ti = (x - a0.values[i]) / a0.widths[i]
             tj = (y - a1.values[j]) / a1.widths[j]
             return i * cols + j, ti, tj, inside
@@ -498,7 +517,9 @@ class ComponentModel(StepCosts):
         chunks = shape.chunks or ((c, shape.prior_tokens),)
         tokens = c + d
         logits = shape.logits if shape.logits >= 0 else d + len(chunks)
-        td, sd, out = self.dense.at(tokens)
+        # the 1-D lines' memos read here first (`_Line1.at`: a call saved per line)
+        dense, embed, head = self.dense, self.embed, self.head
+        td, sd, out = dense._memo.get(tokens) or dense.at(tokens)
         pre = spre = 0.0
         for length, prior in chunks:
             tp, sp, o = self.prefill.at(float(length), float(prior))
@@ -507,7 +528,7 @@ class ComponentModel(StepCosts):
             out = out or o
         att = satt = 0.0
         if d:
-            line = self._line(d)
+            line = self._lines.get(d) or self._line(d)
             att, satt, o = line.plane.at(kv, spread)
             satt *= att
             out = out or o or line.out
@@ -519,8 +540,8 @@ class ComponentModel(StepCosts):
         if self.allreduce is not None:
             ar, sar, o = self.allreduce.at(tokens)
             out = out or o
-        te, se, o1 = self.embed.at(tokens)
-        th, sh, o2 = self.head.at(logits)
+        te, se, o1 = embed._memo.get(tokens) or embed.at(tokens)
+        th, sh, o2 = head._memo.get(logits) or head.at(logits)
         per_layer = ((td + pre) + att) + ar
         mo = smo = 0.0
         if self.routing is not None:
@@ -558,7 +579,7 @@ class ComponentModel(StepCosts):
         `stepwise`: the steps are a decode stretch's, every context one token longer
         than in the step before (mean and longest alike), so the points' extent is read
         from the first and last step (`_stepwise_extent`); any points otherwise."""
-        line = self._line(decode_count)
+        line = self._lines.get(decode_count) or self._line(decode_count)
         kv = np.asarray(kv_tokens, dtype=np.float64)
         flat = kv_max is None or not self.spread_axis
         if not flat:

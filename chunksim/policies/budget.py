@@ -162,7 +162,7 @@ class TokenBudgetPolicy(PolicyBase):
     def plan(self, state: SchedulerState) -> Plan:
         budget = self.max_num_batched_tokens
         ledger = KVLedger(state.kv)
-        running = list(state.running)
+        running = state.running  # (copied before a preemption removes a victim from it)
         scheduled: list[tuple] = []
         preempted: list = []
         partial = 0
@@ -206,6 +206,8 @@ class TokenBudgetPolicy(PolicyBase):
                 i += 1
                 continue
             n_preempted = len(preempted)
+            if running is state.running:
+                running = list(running)
             ok, removed = preempt_until_fits(
                 req, grow, running, ledger, scheduled, preempted, self.queue)
             budget += sum(n for _, n in removed)
@@ -222,7 +224,7 @@ class TokenBudgetPolicy(PolicyBase):
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, partial,
                         max_partial, scheduled, admitted)
-        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), pinned=pinned)
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), False, pinned)
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
                max_partial: int, scheduled: list, admitted: list) -> None:

@@ -71,7 +71,7 @@ class FixedChunkPolicy(PolicyBase):
 
     def _plan(self, state: SchedulerState, decodes: bool, prefills: bool, budget: int) -> Plan:
         ledger = KVLedger(state.kv)
-        running = list(state.running)
+        running = state.running  # (copied before a preemption removes a victim from it)
         scheduled: list[tuple] = []
         preempted: list = []
         block_size = state.kv.block_size
@@ -108,6 +108,8 @@ class FixedChunkPolicy(PolicyBase):
                     i += 1
                     continue
                 want = min(self.chunk, remaining, budget)
+            if running is state.running:
+                running = list(running)
             ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
             # decodes are not charged to the prefill budget; a removed prefill chunk is refunded
             budget += sum(n for r, n in removed if not is_decode(r))

@@ -108,11 +108,11 @@ class WholePrefillPolicy(PolicyBase):
             if pinned:
                 ledger.take_decodes(state.pinned_blocks)
             self._decode_all(running, ledger, scheduled, preempted, budget - pinned, pinned)
-            return Plan(tuple(scheduled), (), tuple(preempted), pinned=pinned)
+            return Plan(tuple(scheduled), (), tuple(preempted), False, pinned)
         if pinned:
             ledger.take_decodes(state.pinned_blocks)
         budget = self._decode_all(running, ledger, scheduled, preempted, budget - pinned,
                                   pinned)
         if not preempted:
             self._admit(state, ledger, running, budget, scheduled, admitted)
-        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), pinned=pinned)
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), False, pinned)

@@ -470,13 +470,13 @@ class EngineCore:
         # every entry computed its scheduled tokens (prefill and decode rows: the shape's
         # two counts), less the drafts it had rejected
         self.running_computed += shape.prefill_tokens + shape.decodes - given_back
-        self.steps.append(StepRow(
-            start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
-            prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,
-            prior_tokens=shape.prior_tokens, decodes=shape.decodes,
-            decode_kv_tokens=shape.decode_kv_tokens, tokens_emitted=len(emitted) + accepted,
-            kv_blocks_used=shape.kv_blocks_used, running=shape.running,
-            waiting=shape.waiting, preempted=len(plan.preempted), extrapolated=extrapolated))
+        self.steps.append(StepRow(  # (positional, in STEP_COLUMNS' order: no kwargs dict)
+            start_s, end_s - start_s if duration_s is None else duration_s,  # start, duration
+            shape.prefill_tokens, shape.prefill_requests, shape.prior_tokens,
+            shape.decodes, shape.decode_kv_tokens,
+            len(emitted) + accepted,  # tokens_emitted
+            shape.kv_blocks_used, shape.running, shape.waiting,
+            len(plan.preempted), extrapolated))
         self.last_prefill = shape.prefill_tokens > 0
         if finished:
             self.retire(end_s, finished, defer_free)

@@ -338,14 +338,6 @@ def fit_kv(grown: np.ndarray, free: int, first: bool, vetted: bool) -> int | Non
     return k_kv
 
 
-def segment_times(t: float, dur: np.ndarray) -> np.ndarray:
-    """Start of each step and end of the last, from `t` on: a cumsum, sequential as
-    stepping adds them."""
-    times = np.concatenate(((t,), dur))
-    np.add.accumulate(times, out=times)
-    return times
-
-
 def cut_at(times: np.ndarray, k: int, arrival: float | None, read: float | None,
            tie=None) -> int:
     """How many of the k steps starting at `times[:k]` (ending at `times[1:k+1]`) run
@@ -481,7 +473,13 @@ class BulkDecoder:
                 if said is not _SEGMENT:  # one step that takes in what came
                     end = yield from (self.mixed_step(st, cur.t) if said is _MIXED
                                       else self.join_step(st, cur.t, False))
-                    if end is None or not self._stepped(st, cur, end, said):
+                    if end is None:
+                        break
+                    cur.t, cur.first = end, False
+                    cur.budget -= 1
+                    # it goes on while members are left and the budget lasts (a lone
+                    # engine's mixed steps renew it at the watch's turn)
+                    if not st.n or (cur.budget <= 0 and (said is _JOIN or self.live)):
                         break
                     continue
             seg = self._segment(st, cur, vetted)
@@ -523,16 +521,6 @@ class BulkDecoder:
         cur.arrival = c.next_arrival_s
         return _SEGMENT
 
-    def _stepped(self, st: DecodeStretch, cur: _Cursor, end: float, said: str) -> bool:
-        """After the one step a boundary ran (`said`), ending at `end`: whether the
-        stretch goes on (its members left, and the budget, which a lone engine's stretch
-        renews at the watch's turn)."""
-        cur.t, cur.first = end, False
-        cur.budget -= 1
-        if not st.n:
-            return False
-        return cur.budget > 0 or (said is _MIXED and not self.live)
-
     def _segment(self, st: DecodeStretch, cur: _Cursor, vetted: bool):
         """Price and time the next segment of decode-all steps: up to the next finish,
         the budget, the KV that fits, the next arrival and the next read, and apply it
@@ -542,8 +530,8 @@ class BulkDecoder:
         stretch ends, None if its first step did not fit unplanned (`fit_kv`) or would
         cross a read (the caller steps instead)."""
         c = self.core
-        n = st.n
-        k_left = st.steps_left()
+        n, first = st.n, st.first
+        k_left = st.left[first] - st.done  # (`steps_left`, `longest`: inlined here)
         k = k_left if k_left < cur.budget else cur.budget
         grown = st.growth(k)  # grown[j-1]: extra blocks in step j
         free = c.kv.free_blocks
@@ -554,18 +542,19 @@ class BulkDecoder:
         # the contexts' sums, ctx_sum + j * n, are exact integers: then one division
         kv_mean = np.arange(st.ctx_sum, st.ctx_sum + k * n, n, dtype=np.int64) / n
         # every context grows by one a step: the longest stays the longest
-        dur, out = self.pricer.decodes(n, kv_mean, st.longest(), c.steps.n)
-        times = segment_times(cur.t, dur)
+        dur, out = self.pricer.decodes(n, kv_mean, st.suffix_max[first] + st.done,
+                                       c.steps.n)
+        times = np.concatenate(((cur.t,), dur))
+        np.add.accumulate(times, out=times)  # a cumsum: sequential, as stepping adds them
         tie = (lambda ends: c.inbox.read_tie(cur.t, ends)) if self.live else None
         k = cut_at(times, k, cur.arrival, cur.read, tie)
         if k == 0:
             return None if cur.first else 0
         if self.pricer.guard is not None:
             self.pricer.check(k)  # the k steps that run
-        seg = [k, times, dur, kv_mean, grown, out, k_left]
-        if self.live:
-            return seg  # (waited out, then applied, by the caller)
-        return self._apply(st, cur, *seg)
+        if self.live:  # (waited out, then applied, by the caller)
+            return [k, times, dur, kv_mean, grown, out, k_left]
+        return self._apply(st, cur, k, times, dur, kv_mean, grown, out, k_left)
 
     def _apply(self, st: DecodeStretch, cur: _Cursor, k: int, times, dur, kv_mean, grown,
                out, k_left: int) -> bool:
@@ -602,19 +591,11 @@ class BulkDecoder:
         self.segment = None
         return seg[1]
 
-    def plan_pinned(self, st: DecodeStretch, run_blocks: int) -> Plan:
-        """The policy's plan for the next step with the stretch's members pinned
-        (`SchedulerState.pinned`): the running list's first `st.n`, one-token decodes
-        whose own counters lag, `run_blocks` of their slots opening a block."""
-        c = self.core
-        return c.policy.plan(SchedulerState(c.running, c.waiting, c.kv, c.last_prefill,
-                                            pinned=st.n, pinned_blocks=run_blocks))
-
     def join_step(self, st: DecodeStretch, t: float, first_segment: bool):
         """One decode step of the stretch `st` at `t` that also takes in every waiting
         request, when each landed with its prompt's KV (a P/D decode instance's) and the
         policy would admit them all for the one token that samples their first (its plan
-        with the running decodes pinned, `plan_pinned`): what `EngineCore.begin_step` and
+        with the running decodes pinned, `SchedulerState.pinned`): what `EngineCore.begin_step` and
         `end_step` do for that step, in the same order (the running decodes' new blocks,
         then each newcomer's admission, slot and registered blocks), without a pass over
         the running requests.
@@ -636,7 +617,8 @@ class BulkDecoder:
         run_blocks = st.phase[0]  # the running decodes whose token opens a block
         if run_blocks > kv.free_blocks:
             return None  # (the policy preempts)
-        plan = self.plan_pinned(st, run_blocks)
+        plan = c.policy.plan(SchedulerState(c.running, waiting, kv, c.last_prefill, 0, 0, st.n,
+                                            run_blocks))  # (the members pinned)
         if (plan.pinned != st.n or plan.preempted or len(plan.admitted) != len(waiting)
                 or any(n != 1 for _, n in plan.scheduled)):
             return None
@@ -715,7 +697,7 @@ class BulkDecoder:
         """One step of the stretch `st` at `t` in which the running requests after its
         members (the tail: prompts mid-prefill, and decodes not yet taken in) and the
         waiting ones get what the policy plans for them with the members pinned
-        (`plan_pinned`), when it schedules every member: what `EngineCore.plan`,
+        (`SchedulerState.pinned`), when it schedules every member: what `EngineCore.plan`,
         `begin_step`, `Engine._step` and `end_step` do for that step, in the same order
         and with the same float operations, with no pass over the members. The tail's
         requests that sampled in it, from its head on while they decode, join the stretch
@@ -736,13 +718,15 @@ class BulkDecoder:
         run_blocks = st.phase[0]  # the members whose token opens a block
         if run_blocks > kv.free_blocks:
             return None  # (the policy preempts)
-        plan = self.plan_pinned(st, run_blocks)
+        plan = c.policy.plan(SchedulerState(c.running, c.waiting, kv, c.last_prefill, 0, 0,
+                                            members, run_blocks))  # (the members pinned)
         if plan.pinned != members or plan.preempted:
             return None
         # begin_step: admissions leave the queue for the running list, the members' new
         # blocks come first (their own counters catch up as they settle), then each entry
         # in batch order takes its hits, its slots and registers the blocks they fill
-        c.admit(plan.admitted)
+        if plan.admitted:
+            c.admit(plan.admitted)
         n_tail = len(running) - members
         kv.take(run_blocks)
         sched = plan.scheduled
@@ -765,13 +749,12 @@ class BulkDecoder:
         sampled = {id(req) for req in emitted}
         # every entry computed its tokens
         c.running_computed += shape.prefill_tokens + shape.decodes
-        c.steps.append(StepRow(
-            start_s=t, duration_s=dur, prefill_tokens=shape.prefill_tokens,
-            prefill_requests=shape.prefill_requests, prior_tokens=shape.prior_tokens,
-            decodes=shape.decodes, decode_kv_tokens=shape.decode_kv_tokens,
-            tokens_emitted=members + len(emitted), kv_blocks_used=shape.kv_blocks_used,
-            running=shape.running,
-            waiting=shape.waiting, preempted=0, extrapolated=out))
+        c.steps.append(StepRow(  # (positional, in STEP_COLUMNS' order: no kwargs dict)
+            t, dur, shape.prefill_tokens, shape.prefill_requests, shape.prior_tokens,
+            shape.decodes, shape.decode_kv_tokens,
+            members + len(emitted),  # tokens_emitted
+            shape.kv_blocks_used, shape.running, shape.waiting,
+            0, out))  # preempted, extrapolated
         c.last_prefill = shape.prefill_tokens > 0
         st.advance(1, end)
         m = st.finishing()

@@ -128,9 +128,10 @@ class StepPricer:
         z = self.noise.range(index, k) if self.noise is not None else None
         if latency.prices_spread:  # every context one token longer a step: exact floats
             sp = ((_STEPS[:k] if k <= MAX_RUN else steps(k)) + float(longest),)
+            fwd, out = latency.decode_steps_s(n, kv_mean, z, sp[0], True)
         else:
             sp = ()
-        fwd, out = latency.decode_steps_s(n, kv_mean, z, *sp, stepwise=True)
+            fwd, out = latency.decode_steps_s(n, kv_mean, z, None, True)
         self._run = (n, kv_mean, z, sp, fwd, index)
         return self._compose(fwd, n, k), out
 
