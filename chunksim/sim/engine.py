@@ -15,6 +15,7 @@ the stretch without asking the policy (unless its first step's KV does not fit).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -249,8 +250,10 @@ class Engine:
         # catches up only to sleep
         self.ahead = inbox is None
         live = inbox is not None and inbox.live_reads()
-        self.decoder = (BulkDecoder(self.core, self.pricer, env, self, self.ahead, live)
-                        if self.bulk else None)
+        # (the decoder sees its host through a weak proxy: no cycle keeps a finished
+        # engine and all its records alive until the collector's next full pass)
+        self.decoder = (BulkDecoder(self.core, self.pricer, env, weakref.proxy(self),
+                                    self.ahead, live) if self.bulk else None)
         """The fast path (None: every step is stepped)."""
         self.joins = self.decoder is not None and self.decoder.joins
         self.check_at = SETTLE_EVERY_STEPS
