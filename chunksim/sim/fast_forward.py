@@ -814,7 +814,7 @@ def apply_run(core: EngineCore, k: int, times, dur, kv_mean, grown, out,
                 req.max_itl_s = g0
     # the steps that stepping would record one by one (`DecodeStretch.singles`): their
     # gaps as single values, per step in batch order, so the pooled gaps keep its order
-    ones = min(k, st.singles)
+    ones = k if k < st.singles else st.singles
     st.singles -= ones
     if first_segment:
         ones -= 1  # its first step's gaps are those recorded just above

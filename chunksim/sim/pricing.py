@@ -126,24 +126,22 @@ class StepPricer:
         latency = self.latency
         k = len(kv_mean)
         z = self.noise.range(index, k) if self.noise is not None else None
-        if latency.prices_spread:  # every context one token longer a step: exact floats
-            sp = ((_STEPS[:k] if k <= MAX_RUN else steps(k)) + float(longest),)
-            fwd, out = latency.decode_steps_s(n, kv_mean, z, sp[0], True)
-        else:
-            sp = ()
-            fwd, out = latency.decode_steps_s(n, kv_mean, z, None, True)
-        self._run = (n, kv_mean, z, sp, fwd, index)
+        # every context one token longer a step, the longest too: exact floats
+        kv_max = ((_STEPS[:k] if k <= MAX_RUN else steps(k)) + float(longest)
+                  if latency.prices_spread else None)
+        fwd, out = latency.decode_steps_s(n, kv_mean, z, kv_max, True)
+        if z is not None and self.guard is not None:
+            self._run = (n, kv_mean, z, kv_max, fwd, index)
         return self._compose(fwd, n, k), out
 
     def check(self, k: int) -> None:
         """Hold the first k steps of the last `decodes` to the jitter guard."""
         if self.guard is None or self.noise is None:
             return
-        n, kv_mean, z, sp, fwd, index = self._run
-        if z is not None:
-            sp = tuple(a[:k] for a in sp)
-            median, _ = self.latency.decode_steps_s(n, kv_mean[:k], None, *sp, stepwise=True)
-            self.guard.check_run(index, fwd[:k], median, z[:k])
+        n, kv_mean, z, kv_max, fwd, index = self._run
+        median, _ = self.latency.decode_steps_s(
+            n, kv_mean[:k], None, None if kv_max is None else kv_max[:k], True)
+        self.guard.check_run(index, fwd[:k], median, z[:k])
 
     def ran(self, k: int) -> None:
         """k steps priced by `decodes` ran (the wake-up moves on)."""
