@@ -296,10 +296,10 @@ def test_a_decode_steps_folded_form_is_its_composition(tmp_path, scale):
         for kv, spread in (one_cell, (rng.uniform(lo, hi, 50), rng.uniform(1.0, 2.5, 50)),
                            (rng.uniform(0.5 * lo, 2.0 * hi, 50), rng.uniform(1.0, 2.5, 50))):
             folded, out = lat._decode(line, kv, spread, None)
-            composed, out_c = lat._decode_composed(line, kv, spread, None, True)
+            composed, out_c = lat._decode_composed(line, kv, spread, None)
             assert np.array_equal(out, out_c)
             assert np.allclose(folded, composed, rtol=1e-12, atol=0.0)
             assert np.array_equal(folded[out], composed[out])  # outside: composed
-            for i in range(len(kv)):  # the scalar path: the same floats
-                t, o = lat._decode(line, float(kv[i]), float(spread[i]), None)
-                assert t == folded[i] and o == out[i]
+            for i in range(len(kv)):  # one step alone (`step_s`'s): the same floats
+                t, o = lat._decode(line, kv[i : i + 1], spread[i : i + 1], None)
+                assert t[0] == folded[i] and o[0] == out[i]

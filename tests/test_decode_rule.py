@@ -1,9 +1,10 @@
 """The decode rule has one definition, `core.request.is_decode`; the simulator's hot loops
-inline it (`EngineCore.begin_step` prices entries by it, `fast_forward.steady` decides
-bulk stretches by it). Every step of random runs over every policy, with speculative
-decoding, prefix caching, fleets and P/D, checks that each of these copies says what the
-definition says. (The budget and chunk policies' splits of their running requests are
-further copies; their plans are checked by the policy tests, not here.)"""
+inline it, and each inlined copy is bound to it here: `EngineCore.begin_step` and
+`take_slots` price entries by it and `BulkDecoder.steady` decides bulk stretches by it
+(every step of random runs over every policy, with speculative decoding, prefix caching,
+fleets and P/D, checks that these copies say what the definition says), and the budget
+and chunk policies split their running requests by it (their plans on random request
+counters show which side of the rule each request fell on)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ from test_properties import POLICIES, build, config
 
 from chunksim.core.request import is_decode
 from chunksim.core.speculative import SpecConfig
-from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore
 from chunksim.sim.engine import EngineConfig
+from chunksim.sim.fast_forward import BulkDecoder
 from chunksim.sim.fleet_config import FleetConfig
 from chunksim.sim.run import simulate
 
 
 def _watch(mp: pytest.MonkeyPatch) -> dict:
     seen = {"steps": 0, "decode_rows": 0, "steady": 0}
-    begin, steady = EngineCore.begin_step, fast_forward.steady
+    begin, steady = EngineCore.begin_step, BulkDecoder.steady
 
     def begin_step(self, plan, start_s):
         admitted = set(map(id, plan.admitted))
@@ -35,19 +36,20 @@ def _watch(mp: pytest.MonkeyPatch) -> dict:
         seen["decode_rows"] += shape.decodes
         return shape
 
-    def _steady(c, plan):
+    def _steady(self, plan):
+        c = self.core
         want = (not plan.admitted and not plan.preempted and not c.waiting
                 and not (c.offload is not None and c.offload.loads)
                 and len(plan.scheduled) == len(c.running) > 0
                 and all(r is run and n == 1 and is_decode(r)
                         for (r, n), run in zip(plan.scheduled, c.running, strict=True)))
-        got = steady(c, plan)
+        got = steady(self, plan)
         assert got == want
         seen["steady"] += got
         return got
 
     mp.setattr(EngineCore, "begin_step", begin_step)
-    mp.setattr(fast_forward, "steady", _steady)
+    mp.setattr(BulkDecoder, "steady", _steady)
     return seen
 
 
@@ -104,3 +106,57 @@ def test_the_rule_on_hand_built_requests():
     assert not is_decode(r, admitted_now=True)  # preempted: recomputes as a prompt
     r.num_computed_tokens = 4  # a recompute in progress is prompt work, even one token
     assert not is_decode(r)
+
+
+def _request(rid: int, prompt: int, outputs: int, computed: int):
+    """A running request with these counters, holding the blocks its context fills."""
+    from chunksim.core.request import Request
+    from chunksim.core.spec import RequestSpec
+
+    r = Request(RequestSpec(rid, 0.0, prompt, outputs + 5))
+    r.num_computed_tokens, r.num_output_tokens = computed, outputs
+    r.num_blocks = -(-computed // 16)
+    return r
+
+
+COUNTERS = st.tuples(st.integers(1, 300), st.integers(0, 40), st.integers(0, 340)).filter(
+    lambda t: t[2] <= t[0] + t[1] - 1 and (t[1] == 0 or t[2] >= 0))
+"""A running request's (prompt, outputs, computed): anything short of its last token, a
+decode, a prompt mid-prefill or its 1-token tail, a recompute after preemption."""
+
+
+@settings(max_examples=300, deadline=None)
+@given(counters=COUNTERS)
+def test_the_budget_policy_splits_running_requests_by_the_rule(counters):
+    """`TokenBudgetPolicy.plan` inlines the rule to split its running requests: a prompt
+    counts against --max-num-partial-prefills, a decode does not. With the cap at one,
+    a prompt queued behind the request runs exactly when the request is a decode."""
+    from factories import kv_cache
+
+    from chunksim.core.plan import SchedulerState
+    from chunksim.policies import TokenBudgetPolicy
+
+    r = _request(0, *counters)
+    behind = _request(1, 500, 0, 100)  # a prompt mid-prefill
+    pol = TokenBudgetPolicy(max_num_batched_tokens=100_000, max_num_partial_prefills=1)
+    plan = pol.plan(SchedulerState([r, behind], [], kv_cache(10_000), False))
+    assert any(q is behind for q, _ in plan.scheduled) == is_decode(r)
+    assert plan.scheduled[0] == (r, 1 if is_decode(r) else r.num_remaining)
+
+
+@settings(max_examples=300, deadline=None)
+@given(counters=COUNTERS)
+def test_the_chunk_policy_splits_running_requests_by_the_rule(counters):
+    """`FixedChunkPolicy._plan` inlines the rule too: on a prefill-only turn of
+    `alternate` a decode sits out, a prompt (or a recompute) runs its chunk."""
+    from factories import kv_cache
+
+    from chunksim.core.plan import SchedulerState
+    from chunksim.policies import FixedChunkPolicy
+
+    r = _request(0, *counters)
+    behind = _request(1, 500, 0, 100)
+    pol = FixedChunkPolicy(chunk=1000, variant="alternate")
+    plan = pol.plan(SchedulerState([r, behind], [], kv_cache(10_000), False))
+    assert any(q is r for q, _ in plan.scheduled) == (not is_decode(r))
+    assert any(q is behind for q, _ in plan.scheduled)

@@ -1,6 +1,7 @@
 """The bulk decode stretch's bookkeeping alone (`fast_forward.DecodeStretch`) on
-hand-built requests, the composed model's vector path against its scalar one anywhere on
-and off the grid, and the engine starting a stretch without asking the policy."""
+hand-built requests, the composed model's vector path against each step priced alone
+(`step_s`) anywhere on and off the grid, and the engine starting a stretch without
+asking the policy."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from factories import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chunksim.core.shape import BatchShape
 from chunksim.latency.select import latency_model
 from chunksim.sim.engine import EngineConfig
 from chunksim.sim.fast_forward import DecodeStretch
@@ -110,17 +112,15 @@ def comp(tmp_path_factory):
 @given(st.integers(1, 300),
        st.lists(st.tuples(st.floats(0.5, 40000.0), st.floats(1.0, 6.0)), min_size=1,
                 max_size=40))
-def test_the_vector_path_prices_each_point_as_the_scalar_path(comp, n, points):
+def test_the_vector_path_prices_each_point_as_one_step_alone(comp, n, points):
     # anywhere: inside the grid, below its near end, beyond its far end, on either axis
     kv = np.array([p[0] for p in points])
     kv_max = kv * np.array([p[1] for p in points])
     vec, flags = comp.decode_steps_s(n, kv, None, kv_max)
-    line = comp._line(n)
-    for i in range(len(kv)):
-        spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
-        t, out = comp._decode(line, float(kv[i]), spread, None)
-        assert max(t, 1e-9) == vec[i]
-        assert bool(out or line.out) == bool(flags[i])
+    for i in range(len(kv)):  # each point alone, as one step (`step_s`)
+        t, out = comp.step_s(BatchShape(0, 0.0, n, float(kv[i]), (), float(kv_max[i])))
+        assert t == vec[i]
+        assert out == bool(flags[i])
 
 
 @given(st.integers(1, 300), st.floats(1.0, 40000.0), st.floats(0.0, 30000.0),
@@ -128,19 +128,19 @@ def test_the_vector_path_prices_each_point_as_the_scalar_path(comp, n, points):
 def test_a_stretchs_steps_price_as_each_step_alone(comp, n, start, extra, k, seed):
     """Stretches as the engine prices them (every context one token longer a step): most
     lie in one cell of the attention grid (read once), some span cells or leave the grid;
-    with and without jitter, each step's time is the scalar path's, bit for bit."""
+    with and without jitter, each step's time is that step's alone (`step_s`), bit for
+    bit."""
     steps = np.arange(k, dtype=np.float64)
     kv, kv_max = start + steps, start + extra + steps
     z = np.random.default_rng(seed).standard_normal(k) if seed else None
     vec, flags = comp.decode_steps_s(n, kv, z, kv_max)
     fast, fast_flags = comp.decode_steps_s(n, kv, z, kv_max, stepwise=True)
     assert np.array_equal(fast, vec) and np.array_equal(fast_flags, flags)
-    line = comp._line(n)
-    for i in range(k):
-        spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
-        t, out = comp._decode(line, float(kv[i]), spread, None if z is None else float(z[i]))
-        assert max(t, 1e-9) == vec[i]
-        assert bool(out or line.out) == bool(flags[i])
+    for i in range(k):  # each step alone (`step_s`)
+        t, out = comp.step_s(BatchShape(0, 0.0, n, float(kv[i]), (), float(kv_max[i])),
+                             None if z is None else float(z[i]))
+        assert t == vec[i]
+        assert out == bool(flags[i])
 
 
 def _falling_decode(count: float, kv: float, spread: float) -> float:
@@ -170,7 +170,7 @@ def falling(tmp_path_factory):
 def test_stretches_off_the_grid_on_one_axis_price_as_each_step_alone(falling, region,
                                                                       jitter):
     """A stretch whose every step leaves the grid the same way (the one-cell shortcuts of
-    the clamped lookup) prices each step as the scalar path does, bit for bit, read as a
+    the clamped lookup) prices each step as pricing it alone does, bit for bit, read as a
     stretch or as any points."""
     comp = falling
     kv_axis, spread_axis = comp.kvax.values, comp.rax.values
@@ -182,14 +182,13 @@ def test_stretches_off_the_grid_on_one_axis_price_as_each_step_alone(falling, re
     kv = start + steps
     kv_max = np.floor(start * far_spread) + steps
     z = np.random.default_rng(7).standard_normal(k) if jitter else None
-    line = comp._line(24)
     for stepwise in (True, False):
         vec, flags = comp.decode_steps_s(24, kv, z, kv_max, stepwise=stepwise)
-        for i in range(k):
-            spread = kv_max[i] / kv[i] if kv_max[i] > kv[i] else 1.0
-            t, out = comp._decode(line, float(kv[i]), spread, None if z is None else float(z[i]))
-            assert max(t, 1e-9) == vec[i]
-            assert bool(out or line.out) == bool(flags[i])
+        for i in range(k):  # each step alone (`step_s`)
+            t, out = comp.step_s(BatchShape(0, 0.0, 24, float(kv[i]), (), float(kv_max[i])),
+                                 None if z is None else float(z[i]))
+            assert t == vec[i]
+            assert out == bool(flags[i])
 
 
 @given(n=st.integers(1, 1024), mean=st.integers(1, 10**6), extra=st.integers(0, 10**6),

@@ -445,7 +445,7 @@ def test_pd_fast_forward_changes_nothing(linear_profile, reqs, pd_, drouter, kv_
 def test_pd_decode_stretches_take_in_landings_and_change_nothing(
         linear_profile, monkeypatch, pd_, drouter, jitter, seats, kv_blocks):
     """A decode instance's bulk stretch takes in the requests that land while it runs,
-    when the policy would admit them all (`fast_forward.join_step`): under routers that
+    when the policy would admit them all (`fast_forward.BulkDecoder.join_step`): under routers that
     read nothing a segment leaves inexact it does so often, and every record is what
     stepping gives (two request classes, prefix caching with shared prefixes, jitter;
     few seats and KV blocks, where many landings must wait and requests are preempted)."""
@@ -459,14 +459,14 @@ def test_pd_decode_stretches_take_in_landings_and_change_nothing(
     w = replace(w, requests=tuple(replace(s, request_class="chat" if i % 3 else "batch")
                                   for i, s in enumerate(w.requests)))
     taken = []
-    join = fast_forward.join_step
+    join = fast_forward.BulkDecoder.join_step
 
     def counting(*args):
         end = yield from join(*args)
         taken.append(end is not None)
         return end
 
-    monkeypatch.setattr(fast_forward, "join_step", counting)
+    monkeypatch.setattr(fast_forward.BulkDecoder, "join_step", counting)
     runs = []
     for ff in (True, False):
         cfg = replace(config("budget", None, 512, seats, kv_blocks, jitter, ff=ff),
@@ -503,7 +503,7 @@ def _counted_tokens(rep) -> int:
         work += req.spec.prompt_tokens + req.spec.output_tokens - 1
     for s in rep.inbox.specs[c.next_arrival:]:
         work += s.prompt_tokens + s.output_tokens - 1
-    st = rep.engine.stretch
+    st = rep.engine.decoder.stretch if rep.engine.decoder is not None else None
     return work - rep.engine.decoded_by() - (st.unsettled() if st is not None else 0)
 
 

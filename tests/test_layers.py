@@ -36,21 +36,39 @@ ALLOWED = {  # third-party package -> the chunksim packages that may import it
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
 
+def _dotted(path: Path) -> str:
+    """The dotted module name of a source file (a package's `__init__` is the package)."""
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+MODULES = {_dotted(p) for p in ROOT.rglob("*.py")}
+"""Every module and package of chunksim, by dotted name (what `from X import Y` may name)."""
+
+
 def _package(path: Path) -> str:
     rel = path.relative_to(ROOT)
     return rel.parts[0].removesuffix(".py")
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, dotted module) of every import in the file, at any depth."""
+    """(line, dotted module) of every import in the file, at any depth (under
+    `if TYPE_CHECKING:` too: a loop of annotations is still a loop). `from package import
+    module` imports the module (`from chunksim.sim import fast_forward` imports
+    chunksim.sim.fast_forward), and the package only where it also names something the
+    package's `__init__` defines (a submodule needs its package initialized whatever it
+    imports, so that edge alone closes no loop of its own)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.append((node.lineno, node.module))
-            if node.module == "chunksim":  # `from chunksim import atomic`
-                out += [(node.lineno, f"chunksim.{a.name}") for a in node.names]
+            named = [f"{node.module}.{a.name}" for a in node.names]
+            modules = [m for m in named if m in MODULES]
+            if len(modules) < len(named):  # (names the package's own __init__ defines)
+                out.append((node.lineno, node.module))
+            out += [(node.lineno, m) for m in modules]
     return out
 
 
@@ -107,10 +125,7 @@ def test_the_check_catches_an_upward_import(monkeypatch):
     assert any("_planted_for_test.py:2 imports typer" in v for v in found)
 
 
-def _module(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
-    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-    return ".".join(parts)
+_module = _dotted
 
 
 def _module_cycles(sources: list[Path]) -> list[list[str]]:
@@ -155,6 +170,43 @@ def test_the_cycle_check_catches_a_planted_loop(monkeypatch):
 
     monkeypatch.setattr(Path, "read_text", read_text)
     assert any("chunksim.sim._planted_for_test" in c for c in _module_cycles([*SOURCES, fake]))
+
+
+def test_the_cycle_check_resolves_from_package_import_module(monkeypatch):
+    """A loop closed by `from chunksim.sim import module` (the module named as an
+    attribute of its package, as engine.py once imported fast_forward while fast_forward
+    imported engine) is found too."""
+    fake = ROOT / "sim" / "_planted_for_test.py"
+    original = Path.read_text
+
+    def read_text(self, *a, **kw):
+        if self == fake:
+            return "from chunksim.sim.engine import Engine\n"
+        if self == ROOT / "sim" / "engine.py":
+            return original(self, *a, **kw) + "\nfrom chunksim.sim import _planted_for_test\n"
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    monkeypatch.setattr(sys.modules[__name__], "MODULES",
+                        MODULES | {"chunksim.sim._planted_for_test"})
+    cycles = _module_cycles([*SOURCES, fake])
+    assert ["chunksim.sim._planted_for_test", "chunksim.sim.engine",
+            "chunksim.sim._planted_for_test"] in [c[-3:] for c in cycles] or any(
+        c[0] == c[-1] and {"chunksim.sim.engine", "chunksim.sim._planted_for_test"} <= set(c)
+        for c in cycles), cycles
+
+
+def test_from_package_import_module_is_read_as_the_module():
+    """`_imports` reads `from chunksim.sim import fast_forward` as an import of the
+    module, and `from chunksim.sim.engine import Engine` as one of the module."""
+    fake = ROOT / "sim" / "_read_for_test.py"
+    original = Path.read_text
+    text = "from chunksim.sim import fast_forward\nfrom chunksim.sim.engine import Engine\n"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Path, "read_text",
+                   lambda self, *a, **kw: text if self == fake else original(self, *a, **kw))
+        got = _imports(fake)
+    assert got == [(1, "chunksim.sim.fast_forward"), (2, "chunksim.sim.engine")]
 
 
 def test_an_engine_is_assembled_in_one_place():

@@ -1,6 +1,6 @@
-"""The bulk decode carrying on through prefills (`fast_forward.mixed_step`): a step in
+"""The bulk decode carrying on through prefills (`fast_forward.BulkDecoder.mixed_step`): a step in
 which the running requests after the stretch's members and the waiting ones get what the
-policy plans for them alone (`Policy.tail_plan`) must record exactly what stepping
+policy plans for them alone (its `plan` with the decodes pinned) must record exactly what stepping
 records, under every knob that changes what the tail gets."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CASES = [
 def _counter():
     """([mixed steps run], a `mixed_step` that counts them, the real one)."""
     mixed = [0]
-    orig = fast_forward.mixed_step
+    orig = fast_forward.BulkDecoder.mixed_step
 
     def counting(*a, **k):
         end = yield from orig(*a, **k)
@@ -82,7 +82,7 @@ def test_mixed_steps_record_what_stepping_records(tmp_path, monkeypatch, policy,
     monkeypatch.setattr(Engine, "result", closing)
     runs = []
     for ff in (True, False):
-        monkeypatch.setattr(fast_forward, "mixed_step", counting if ff else orig)
+        monkeypatch.setattr(fast_forward.BulkDecoder, "mixed_step", counting if ff else orig)
         cfg = RunConfig(policy=policy, chunk=chunk, knobs=dict(knobs), kv_blocks=kv_blocks,
                         engine=EngineConfig(jitter=jitter, fast_forward=ff, seed=3))
         runs.append(simulate(w, prof, cfg))
@@ -140,7 +140,7 @@ def test_fleet_replicas_mix_as_stepping_does(tmp_path, monkeypatch, router, poli
     mixed, counting, orig = _counter()
     runs = []
     for ff in (True, False):
-        monkeypatch.setattr(fast_forward, "mixed_step", counting if ff else orig)
+        monkeypatch.setattr(fast_forward.BulkDecoder, "mixed_step", counting if ff else orig)
         cfg = RunConfig(policy=policy, chunk=chunk, knobs=dict(knobs), kv_blocks=1500,
                         engine=EngineConfig(jitter=True, fast_forward=ff, seed=5),
                         fleet=FleetConfig(replicas=3, router=router))

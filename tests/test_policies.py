@@ -700,25 +700,53 @@ def test_the_ledger_sees_blocks_earlier_entries_of_the_plan_register():
     assert plan.scheduled == ((p, 32), (w, 32))
 
 
-# ------------------------------------------------------------ the bulk decode's admissions
+# ------------------------------------------- the bulk decode: the same plan, decodes pinned
+def _pinned_plan(pol, kv, n: int, rest, waiting, slots: int):
+    """`pol.plan` with the running list's first n requests pinned (the bulk decode's
+    stretch members, `SchedulerState.pinned`): they stand in as bare objects, so a plan
+    that read any of their fields would fail."""
+    from chunksim.core.plan import SchedulerState
+
+    opaque = [object() for _ in range(n)]
+    return pol.plan(SchedulerState(opaque + list(rest), list(waiting), kv, False,
+                                   pinned=n, pinned_blocks=slots))
+
+
+POLICY_FAMILIES = ["budget", "chunk-mixed", "chunk-two-pass", "chunk-alternate",
+                   "whole-prefill-first", "whole-mixed"]
+
+
+def _policy(family, budget, chunk, seats, partial, threshold, reserve, chunked):
+    if family == "budget":
+        return TokenBudgetPolicy(max_num_batched_tokens=budget, max_num_seqs=seats,
+                                 max_num_partial_prefills=partial, reserve_full_prompt=reserve,
+                                 enable_chunked_prefill=chunked,
+                                 long_prefill_token_threshold=threshold if chunked else 0)
+    if family.startswith("chunk-"):
+        return FixedChunkPolicy(chunk=chunk, variant=family[len("chunk-"):],
+                                prefill_budget=budget, max_num_seqs=seats)
+    return WholePrefillPolicy(variant=family[len("whole-"):], max_num_batched_tokens=budget,
+                              max_num_seqs=seats)
+
+
 @settings(max_examples=300, deadline=None)
 @given(running=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 20)), max_size=8),
        landed=st.lists(st.integers(1, 90), min_size=1, max_size=6),
+       family=st.sampled_from(POLICY_FAMILIES),
        budget=st.integers(1, 14), seats=st.integers(1, 14), partial=st.integers(0, 4),
        blocks=st.integers(1, 80), reserve=st.booleans(), chunked=st.booleans(),
        caching=st.booleans(), prompt=st.sampled_from([None, 1, 3, 40]))
-def test_admits_decodes_is_what_plan_does(running, landed, budget, seats, partial, blocks,
-                                          reserve, chunked, caching, prompt):
-    """`TokenBudgetPolicy.admits_decodes` (which lets a bulk decode take in requests that
-    land with their prompt's KV, P/D) says True exactly when `plan` on the same state
-    schedules every running decode for one token, preempts nothing and admits every
-    landed request for one token; its ledger has the decodes' slots already taken. (A
-    plain prompt queued last, `prompt` tokens, is admitted for all of them or part.)"""
+def test_a_pinned_plan_admits_landed_decodes_as_plan_does(running, landed, family, budget,
+                                                          seats, partial, blocks, reserve,
+                                                          chunked, caching, prompt):
+    """The bulk decode takes in requests that land with their prompt's KV (P/D,
+    `BulkDecoder.join_step`) where `plan`, with the running decodes pinned, schedules them
+    all, preempts nothing and admits every landed request for one token: exactly where
+    `plan` on the same state unpinned does so. (A plain prompt queued last, `prompt`
+    tokens, is admitted for all of them or part.)"""
     from chunksim.core.ledger import KVLedger
 
-    pol = TokenBudgetPolicy(max_num_batched_tokens=budget, max_num_seqs=seats,
-                            max_num_partial_prefills=partial, reserve_full_prompt=reserve,
-                            enable_chunked_prefill=chunked)
+    pol = _policy(family, budget, 8, seats, partial, 0, reserve, chunked)
     kv = kv_cache(400, prefix_block_tokens=16 if caching else None)
     run = [decoding_request(kv, request_spec(i, p, o + 1), outputs=o)
            for i, (p, o) in enumerate(running)]
@@ -736,50 +764,46 @@ def test_admits_decodes_is_what_plan_does(running, landed, budget, seats, partia
     plan = plan_of(pol, kv, run, waiting)
     expected = (not plan.preempted and plan.admitted == tuple(waiting)
                 and plan.scheduled == tuple((r, 1) for r in (*run, *waiting)))
-    ledger = KVLedger(kv)
-    if slots > ledger.free:
-        assert not expected
+    if slots > KVLedger(kv).free:
+        assert not expected  # (the bulk decode does not ask: the policy preempts)
         return
-    ledger.take_decodes(slots)
-    assert pol.admits_decodes(len(run), waiting, ledger) == expected
+    got = _pinned_plan(pol, kv, len(run), [], waiting, slots)
+    takes = (got.pinned == len(run) and not got.preempted
+             and len(got.admitted) == len(waiting) and all(n == 1 for _, n in got.scheduled))
+    assert takes == expected
+    if expected:
+        assert got.scheduled == plan.scheduled[len(run):]
 
 
-# ------------------------------------------------------- the bulk decode's mixed steps
 @settings(max_examples=400, deadline=None)
 # the decodes' new blocks evict two cached blocks a queued prompt would have hit
 @example(decodes=[(16, 1)] * 3, tail=[], queued=[(128, 2)], family="budget", budget=300,
          chunk=1, seats=14, partial=0, threshold=0, blocks=0, reserve=True, chunked=True,
-         caching=True)
+         caching=True, last_prefill=False)
 @given(decodes=st.lists(st.tuples(st.integers(1, 90), st.integers(1, 20)), max_size=8),
        tail=st.lists(st.tuples(st.integers(1, 120), st.integers(0, 119), st.integers(0, 3)),
                      max_size=4),
        queued=st.lists(st.tuples(st.integers(1, 200), st.integers(-1, 2)), max_size=4),
-       family=st.sampled_from(["budget", "chunk-mixed", "chunk-two-pass", "chunk-alternate"]),
+       family=st.sampled_from(POLICY_FAMILIES),
        budget=st.integers(1, 300), chunk=st.integers(1, 100), seats=st.integers(1, 14),
        partial=st.integers(0, 3), threshold=st.sampled_from([0, 7, 50]),
        blocks=st.integers(0, 60), reserve=st.booleans(), chunked=st.booleans(),
-       caching=st.booleans())
-def test_tail_plan_is_what_plan_does_after_the_decodes(decodes, tail, queued, family, budget,
-                                                       chunk, seats, partial, threshold,
-                                                       blocks, reserve, chunked, caching):
-    """`tail_plan` (which lets the engine's bulk decode carry on through prefills) gives,
-    on a state whose running list is one-token decodes then a tail (prompts mid-prefill,
-    a prompt's 1-token tail, decodes), exactly `plan`'s entries after the decodes and its
-    admissions, whenever `plan` schedules every decode and preempts nothing; and None
-    exactly when it does not (or, for `alternate`, always). Its ledger has the decodes'
-    slots already taken (`KVLedger.take_decodes`)."""
+       caching=st.booleans(), last_prefill=st.booleans())
+def test_a_pinned_plan_is_what_plan_does_after_the_decodes(decodes, tail, queued, family,
+                                                           budget, chunk, seats, partial,
+                                                           threshold, blocks, reserve,
+                                                           chunked, caching, last_prefill):
+    """The bulk decode carries on through prefills (`BulkDecoder.mixed_step`) asking
+    `plan` with its decodes pinned: on a state whose running list is one-token decodes
+    then a tail (prompts mid-prefill, a prompt's 1-token tail, decodes), that plan
+    schedules every pinned decode and preempts nothing exactly where `plan` unpinned
+    schedules every decode first and preempts nothing, and then lists exactly its entries
+    after the decodes, its admissions and its passes. The pinned decodes are bare
+    objects: the plan never reads them, and their slots are taken up front
+    (`KVLedger.take_decodes`)."""
     from chunksim.core.ledger import KVLedger
 
-    if family == "budget":
-        if not chunked:
-            threshold = 0
-        pol = TokenBudgetPolicy(max_num_batched_tokens=budget, max_num_seqs=seats,
-                                max_num_partial_prefills=partial, reserve_full_prompt=reserve,
-                                enable_chunked_prefill=chunked,
-                                long_prefill_token_threshold=threshold)
-    else:
-        pol = FixedChunkPolicy(chunk=chunk, variant=family[len("chunk-"):],
-                               prefill_budget=budget, max_num_seqs=seats)
+    pol = _policy(family, budget, chunk, seats, partial, threshold, reserve, chunked)
     kv = kv_cache(400, prefix_block_tokens=16 if caching else None)
     # prefixes to share: the decodes' (registered), the first tail prompt's (registered
     # as its chunks are scheduled: a later admission in the same plan may hit them)
@@ -790,8 +814,8 @@ def test_tail_plan_is_what_plan_does_after_the_decodes(decodes, tail, queued, fa
     for j, (p, done, outs) in enumerate(tail):
         own = families[1] if j == 0 else tuple(1000 * (j + 1) + k for k in range(8))
         spec = request_spec(50 + j, p, outs + 2, hashes=own[: p // 16])
-        if outs:  # a decode of the tail (it came after a prompt still mid-prefill)
-            rest.append(decoding_request(kv, spec, outputs=outs))
+        if outs or family.startswith("whole"):  # (whole prompts are never mid-prefill)
+            rest.append(decoding_request(kv, spec, outputs=outs or 1))
         else:
             rest.append(running_request(kv, spec, computed=min(done, p - 1)))
     waiting = [waiting_request(request_spec(100 + j, p, 8,
@@ -805,20 +829,17 @@ def test_tail_plan_is_what_plan_does_after_the_decodes(decodes, tail, queued, fa
     kv.take(max(0, getattr(kv, "uncached_free", kv.free_blocks) - blocks))
     bs = kv.block_size
     slots = sum(r.num_computed_tokens % bs == 0 for r in run)  # decodes opening a block
-    plan = plan_of(pol, kv, run + rest, waiting)
+    plan = plan_of(pol, kv, run + rest, waiting, last_step_prefill=last_prefill)
     n = len(run)
-    expected = (not plan.preempted and plan.scheduled[:n] == tuple((r, 1) for r in run)
-                and family != "chunk-alternate")
-    ledger = KVLedger(kv)
-    if slots > ledger.free:
-        assert not expected
+    expected = not plan.preempted and plan.scheduled[:n] == tuple((r, 1) for r in run)
+    if slots > KVLedger(kv).free:
+        assert not expected or n == 0  # (the bulk decode does not ask: it preempts)
         return
-    ledger.take_decodes(slots)
-    got = pol.tail_plan(n, rest, waiting, ledger)
-    if not expected:
-        assert got is None
-        return
-    assert got is not None
-    assert got.scheduled == plan.scheduled[n:]
-    assert got.admitted == plan.admitted and got.two_pass == plan.two_pass
-    assert got.preempted == ()
+    from chunksim.core.plan import SchedulerState
+
+    got = pol.plan(SchedulerState([object() for _ in range(n)] + rest, waiting, kv,
+                                  last_prefill, pinned=n, pinned_blocks=slots))
+    assert (got.pinned == n and not got.preempted) == expected
+    if expected:
+        assert got.scheduled == plan.scheduled[n:]
+        assert got.admitted == plan.admitted and got.two_pass == plan.two_pass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from chunksim.core.kv_cache import KVCache
 from chunksim.core.queues import QueueDiscipline
@@ -31,6 +31,10 @@ class Plan:
     last one ends up foremost."""
     two_pass: bool = False
     """Run the prefill part and the decode part as two forward passes (their times add)."""
+    pinned: int = 0
+    """How many of the state's pinned decodes (`SchedulerState.pinned`, the running
+    list's first ones) this plan schedules, one token each, ahead of `scheduled`, which
+    does not list them (0 when the state pins none)."""
 
     @property
     def num_tokens(self) -> int:
@@ -42,9 +46,9 @@ class Plan:
         return is_decode(req, req in self.admitted)
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerState:
-    """Read-only view handed to a policy. Sequences are live; policies must not mutate them."""
+class SchedulerState(NamedTuple):
+    """Read-only view handed to a policy (a tuple: built before every plan, cheaply).
+    Sequences are live; policies must not mutate them."""
 
     running: Sequence[Request]
     """Admitted requests, in admission order (decodes and unfinished prefills)."""
@@ -64,6 +68,15 @@ class SchedulerState:
     spec_tokens: int = 0
     """Draft tokens per decode (speculative decoding; 0 = off): an admission with one
     token left is padded to 1 + this many (the modelled vLLM's `pad_spec_decode`)."""
+    pinned: int = 0
+    """The engine's bulk decode asks the same `plan` mid-stretch: the first `pinned`
+    running requests are one-token decodes whose own counters may lag (the policy must
+    not read them), and the KV slots of those that open a block, `pinned_blocks`, are
+    taken from the cache's free blocks already. The plan plans them as it would plan such
+    decodes, says in `Plan.pinned` how many it schedules and lists only the entries after
+    them in `Plan.scheduled` (`sim.fast_forward.BulkDecoder.mixed_step`, `join_step`)."""
+    pinned_blocks: int = 0
+    """With `pinned`: the blocks the pinned decodes' slots take (`KVLedger.take_decodes`)."""
 
 
 class Policy(Protocol):
@@ -81,33 +94,14 @@ class Policy(Protocol):
     """The seat cap: most requests running at once (vLLM's --max-num-seqs)."""
     bulk_decode: bool
     """True only if, with nothing waiting and every running request decoding, the next
-    plan decodes all of them again: then the engine may run such stretches in bulk
-    (bit-identical to stepping them). A policy that does not say so is stepped."""
+    plan decodes all of them again, and `plan` honours `SchedulerState.pinned`: then the
+    engine may run such stretches in bulk (bit-identical to stepping them), asking `plan`
+    with the stretch's decodes pinned at its steps that carry other work. A policy that
+    does not say so is stepped."""
 
     def plan(self, state: SchedulerState) -> Plan:
-        """Return the next step's plan; an empty plan means nothing can run now."""
-        ...
-
-    def admits_decodes(self, running: int, waiting, ledger) -> bool:
-        """Whether `plan`, on a state whose `running` requests all decode one token (their
-        KV slots for it already taken from `ledger`, a `core.ledger.KVLedger`) and whose
-        waiting queue is `waiting` (requests that need exactly one new token: their
-        prompt's KV was carried in), would schedule every decode, preempt nothing and
-        admit every waiting request for one token. A policy with `bulk_decode` may say
-        so to let the engine's bulk decode take such requests in; False is always safe."""
-        ...
-
-    def tail_plan(self, decodes: int, tail: Sequence[Request], waiting,
-                  ledger) -> Plan | None:
-        """What `plan` schedules after the running list's first `decodes` requests, on a
-        state where those are one-token decodes (their KV slots for it already taken from
-        `ledger`) followed by the running requests `tail` (in running order, any kind),
-        and whose waiting queue is `waiting`: the tail's entries then the admissions, in
-        batch order, as a Plan that preempts nothing. None unless `plan` would schedule
-        every one of the decodes and preempt nothing (or the policy cannot say). A policy
-        with `bulk_decode` may answer so that the engine's bulk decode carries on through
-        prefills without planning each step over every running request
-        (`sim.fast_forward.mixed_step`); None is always safe."""
+        """Return the next step's plan; an empty plan means nothing can run now (a plan
+        that schedules pinned decodes is not empty)."""
         ...
 
     def rejection_reason(self, prompt_tokens: int, output_tokens: int) -> str | None:

@@ -89,9 +89,9 @@ def is_decode(req: Request, admitted_now: bool = False) -> bool:
     it arrived with KV carried from a P/D prefill instance and was never preempted: its
     one-token query over that KV is a decode row (vLLM's attention runs it as one).
 
-    The simulator's hot loops inline it (`EngineCore.begin_step`, `fast_forward.steady`, the
-    budget and chunk policies); tests/test_decode_rule.py and the policy tests check that
-    those copies agree with it."""
+    The simulator's hot loops inline it (`EngineCore.begin_step` and `take_slots`,
+    `fast_forward.BulkDecoder.steady`, the budget and chunk policies' running loops);
+    tests/test_decode_rule.py binds each of those copies to it."""
     if admitted_now:
         return req.kv_carried and not req.num_preemptions
     return req.num_output_tokens > 0 and (

@@ -103,21 +103,30 @@ class CalibratedModel:
     def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
         """The base model's forward time with the prefill part and the rest scaled."""
         t, out = self.base.step_s(shape, jitter_z)
-        a, b = self.cal.compute_scale, self.cal.memory_scale
-        if shape.prefill_tokens == 0:
-            return t * b, out
-        if shape.decode_count == 0 or a == b:
-            return t * a, out
+        if shape.prefill_tokens == 0 or shape.decode_count == 0 or (
+                self.cal.compute_scale == self.cal.memory_scale):
+            return self._scaled(t, shape.prefill_tokens > 0), out
         tp, _ = self.base.step_s(_prefill_part(shape), jitter_z)
-        tp = tp if tp < t else t
-        return a * tp + b * (t - tp), out
+        return self._scaled(t, tp if tp < t else t), out
 
     def decode_steps_s(self, decode_count, kv_tokens, jitter_z=None, kv_max=None,
                        stepwise=False):
-        """Decode-only steps: all memory-bound part."""
+        """Decode-only steps (the base model's vector path), scaled as `step_s` scales
+        each: all memory-bound part."""
         t, out = self.base.decode_steps_s(decode_count, kv_tokens, jitter_z, kv_max,
                                           stepwise)
-        return t * self.cal.memory_scale, out
+        return self._scaled(t, False), out
+
+    def _scaled(self, t, prefill):
+        """The one rule, on a float or an array of steps' base times `t`: `prefill` the
+        step's prefill part (seconds, within t), True for a step that is all prefill part
+        (no decodes, or both scales equal), False for one with none (decode-only)."""
+        a, b = self.cal.compute_scale, self.cal.memory_scale
+        if prefill is False:
+            return t * b
+        if prefill is True:
+            return t * a
+        return a * prefill + b * (t - prefill)
 
     def overhead(self, requests: int) -> float:
         """The base model's per-step overhead plus the framework time."""

@@ -20,12 +20,12 @@ below 0; either way the step is flagged. The spread (sigma of --jitter) is each
 component's measured log-normal sigma, read at the nearest grid point (held at the edge,
 never extrapolated), weighted by the component's share of the step's time.
 
-Decode-only steps share one code path between `step_s` and the bulk `decode_steps_s`
-(the same element-wise IEEE operations on a float or an array), so both give
-bit-identical seconds. Without jitter, a decode-only step inside the grid is read from
-its decode line's folded form: the composition above with its constant parts summed once
-per cell of the decode table, a bilinear form in the cell's two weights (equal to
-composing it, to rounding), which a bulk segment prices in a few array operations.
+A decode-only step is priced along one path: `step_s` of one is the one-step case of
+the bulk `decode_steps_s`, so both give bit-identical seconds. Without jitter, a
+decode-only step inside the grid is read from its decode line's folded form: the
+composition above with its constant parts summed once per cell of the decode table, a
+bilinear form in the cell's two weights (equal to composing it, to rounding), which a
+bulk segment prices in a few array operations.
 """
 
 from __future__ import annotations
@@ -192,10 +192,23 @@ class _Plane:
 
     def at(self, x: float, y: float) -> tuple[float, float, bool]:
         a0, a1 = self.ax0, self.ax1
-        i, ti = a0.cell(x)
-        j, tj = a1.cell(y)
-        v = self._bilerp1(self.medl, i, ti, j, tj)
+        # `_Axis.cell` of both and `_bilerp1` of the median and, inside the grid, of the
+        # spread, inlined (the same operations: a mixed step asks this for every chunk)
+        v0, v1 = a0.values, a1.values
+        i = bisect_right(v0, x) - 1
+        i = 0 if i < 0 else (a0.last if i > a0.last else i)
+        ti = (x - v0[i]) / (v0[i + 1] - v0[i])
+        j = bisect_right(v1, y) - 1
+        j = 0 if j < 0 else (a1.last if j > a1.last else j)
+        tj = (y - v1[j]) / (v1[j + 1] - v1[j])
+        uj = 1.0 - tj
+        r0, r1 = self.medl[i], self.medl[i + 1]
+        v = (1.0 - ti) * (uj * r0[j] + tj * r0[j + 1]) + ti * (uj * r1[j] + tj * r1[j + 1])
         out = x < a0.lo or x > a0.hi or y < a1.lo or y > a1.hi
+        if not out:
+            r0, r1 = self.sigl[i], self.sigl[i + 1]
+            return v, ((1.0 - ti) * (uj * r0[j] + tj * r0[j + 1])
+                       + ti * (uj * r1[j] + tj * r1[j + 1])), False
         if out:
             xc, yc = a0.clamp(x), a1.clamp(y)
             i, ti = a0.cell(xc)
@@ -222,8 +235,14 @@ class _Plane:
         else:
             x0, x1, y0, y1 = extent
         inside = x0 >= a0.lo and x1 <= a0.hi and y0 >= a1.lo and y1 <= a1.hi
-        i, j = a0.cell_of(x0), a1.cell_of(y0)
-        if i == a0.cell_of(x1) and j == a1.cell_of(y1):
+        # `cell_of` of the four ends, inlined (a bulk segment asks this every time)
+        v0, v1, last0, last1 = a0.values, a1.values, a0.last, a1.last
+        i, i1 = bisect_right(v0, x0) - 1, bisect_right(v0, x1) - 1
+        j, j1 = bisect_right(v1, y0) - 1, bisect_right(v1, y1) - 1
+        i = 0 if i < 0 else (last0 if i > last0 else i)
+        j = 0 if j < 0 else (last1 if j > last1 else j)
+        if i == (0 if i1 < 0 else (last0 if i1 > last0 else i1)) and j == (
+                0 if j1 < 0 else (last1 if j1 > last1 else j1)):
             ti = (x - a0.values[i]) / a0.widths[i]
             tj = (y - a1.values[j]) / a1.widths[j]
             return i * cols + j, ti, tj, inside
@@ -318,22 +337,11 @@ class _DecodeLine:
         self.fold_cols = tuple(np.array(col) for col in zip(*self.fold, strict=True))
         """`fold` as four arrays over the cells (the vector path's gathers)."""
 
-    def at(self, kv: float, spread: float) -> float | None:
-        """A decode-only step's seconds (no jitter, before the 1 ns floor) at mean context
-        `kv` and spread `spread` inside the plane's grid; None outside it (the caller
-        composes the clamped attention instead)."""
-        p = self.plane
-        a0, a1 = p.ax0, p.ax1
-        if not (a0.lo <= kv <= a0.hi and a1.lo <= spread <= a1.hi):
-            return None
-        i, ti = a0.cell(kv)
-        j, tj = a1.cell(spread)
-        k0, k1, k2, k3 = self.fold[i * p.cols + j]
-        return ((k0 + k1 * ti) + k2 * tj) + k3 * (ti * tj)
-
     def at_many(self, kv: np.ndarray, spread: np.ndarray, extent: tuple | None = None):
-        """`at` element-wise (the same IEEE operations): (seconds, which points lie
-        inside the grid: None when all do), the seconds of points outside it undefined;
+        """Decode-only steps' seconds (no jitter, before the 1 ns floor) at mean contexts
+        `kv` and spreads `spread` inside the plane's grid, from the folded form: (seconds,
+        which points lie inside the grid: None when all do), the seconds of points outside
+        it undefined (the caller composes the clamped attention instead);
         `extent` as `_Plane.weights` takes it: one beyond the grid on an axis (no point
         inside) gives no seconds, (None, False)."""
         p = self.plane
@@ -458,55 +466,41 @@ class ComponentModel(StepCosts):
             line = self._lines[d] = _DecodeLine(self, d)
         return line
 
-    def _decode(self, line: _DecodeLine, kv, spread, jitter_z, extent=None):
-        """Decode-only step(s): floats or arrays, the same ops either way (an array skips
-        adding 0.0 and scaling by 1.0, which change no value but -0.0, clamped later).
-        Without jitter, a point inside the plane's grid is priced by the line's folded
-        form (`_DecodeLine.at`), one outside it by the composition below (clamped).
-        `extent`: the arrays' (`_Plane.weights`)."""
-        many = isinstance(kv, np.ndarray)
+    def _decode(self, line: _DecodeLine, kv: np.ndarray, spread: np.ndarray, jitter_z,
+                extent=None):
+        """Decode-only steps over arrays. Without jitter, a point inside the plane's grid
+        is priced by the line's folded form (`_DecodeLine.at_many`), one outside it by the
+        composition below (clamped). `extent`: the arrays' (`_Plane.weights`)."""
         if jitter_z is None:
-            if not many:
-                t = line.at(kv, spread)
-                if t is not None:
-                    return t, False
-            else:
-                t, inside = line.at_many(kv, spread, extent)
-                if inside is None:
-                    return t, np.zeros(len(t), dtype=bool)
-                rest, out = self._decode_composed(line, kv, spread, None, many, extent)
-                return (rest, out) if t is None else (np.where(inside, t, rest), out)
-        return self._decode_composed(line, kv, spread, jitter_z, many, extent)
+            t, inside = line.at_many(kv, spread, extent)
+            if inside is None:
+                return t, np.zeros(len(t), dtype=bool)
+            rest, out = self._decode_composed(line, kv, spread, None, extent)
+            return (rest, out) if t is None else (np.where(inside, t, rest), out)
+        return self._decode_composed(line, kv, spread, jitter_z, extent)
 
-    def _decode_composed(self, line: _DecodeLine, kv, spread, jitter_z, many: bool,
-                         extent=None):
-        """`_decode` by composing the step from its clamped attention (outside the grid,
-        and with jitter, whose spread weighs each part)."""
-        if many:
-            att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None,
-                                                extent=extent)
-            per_layer = line.dense + att
-            if line.ar:
-                per_layer = per_layer + line.ar
-        else:
-            att, satt, out = line.plane.at(kv, spread)
-            per_layer = (line.dense + att) + line.ar
+    def _decode_composed(self, line: _DecodeLine, kv, spread, jitter_z, extent=None):
+        """`_decode` by composing the steps from their clamped attention (outside the
+        grid, and with jitter, whose spread weighs each part). (Adding 0.0 and scaling by
+        1.0 are skipped: they change no value but -0.0, clamped later.)"""
+        att, satt, out = line.plane.at_many(kv, spread, sigma=jitter_z is not None,
+                                            extent=extent)
+        per_layer = line.dense + att
+        if line.ar:
+            per_layer = per_layer + line.ar
         if self.routing is not None:
             per_layer = per_layer + line.moe
         raw = self.layers * per_layer + line.once
-        t = raw * self.scale if not many or self.scale != 1.0 else raw
+        t = raw * self.scale if self.scale != 1.0 else raw
         if jitter_z is None:
             return t, out
         ws = self.layers * ((line.sdense * line.dense + satt * att) + line.sar * line.ar)
         if self.routing is not None:
             ws = ws + self.layers * (line.smoe * line.moe)
-        if many:
-            sig = np.divide(ws + line.sonce, raw, out=np.zeros(len(raw)), where=raw > 0)
-            e = sig * jitter_z
-            # math.exp, as in step_s: numpy's vectorized exp may differ in the last bit
-            return t * np.fromiter((math.exp(v) for v in e.tolist()), float, len(e)), out
-        sig = (ws + line.sonce) / raw if raw > 0 else 0.0
-        return t * math.exp(sig * jitter_z), out
+        sig = np.divide(ws + line.sonce, raw, out=np.zeros(len(raw)), where=raw > 0)
+        e = sig * jitter_z
+        # math.exp per step, as the composition of a mixed step (`step_s`) applies it
+        return t * np.fromiter((math.exp(v) for v in e.tolist()), float, len(e)), out
 
     def step_s(self, shape: BatchShape, jitter_z: float | None = None) -> tuple[float, bool]:
         """Forward-pass time of one step in seconds (no overhead) and whether a component
@@ -515,13 +509,17 @@ class ComponentModel(StepCosts):
         kv = float(shape.decode_kv_tokens)
         kv_max = float(shape.decode_kv_max)
         spread = kv_max / kv if kv_max > kv and self.spread_axis else 1.0
-        if c == 0:
-            t, out = self._decode(self._line(d), kv, spread, jitter_z)
-            return (t if t > 1e-9 else 1e-9), bool(out or self._line(d).out)
+        if c == 0:  # decode-only: the one-step case of decode_steps_s (one path)
+            t, out = self.decode_steps_s(
+                d, np.array([kv]), None if jitter_z is None else np.array([jitter_z]),
+                np.array([kv_max]) if kv_max > kv else None, stepwise=True)
+            return float(t[0]), bool(out[0])
         chunks = shape.chunks or ((c, shape.prior_tokens),)
         tokens = c + d
         logits = shape.logits if shape.logits >= 0 else d + len(chunks)
-        td, sd, out = self.dense.at(tokens)
+        # the 1-D lines' memos read here first (`_Line1.at`: a call saved per line)
+        dense, embed, head = self.dense, self.embed, self.head
+        td, sd, out = dense._memo.get(tokens) or dense.at(tokens)
         pre = spre = 0.0
         for length, prior in chunks:
             tp, sp, o = self.prefill.at(float(length), float(prior))
@@ -530,7 +528,7 @@ class ComponentModel(StepCosts):
             out = out or o
         att = satt = 0.0
         if d:
-            line = self._line(d)
+            line = self._lines.get(d) or self._line(d)
             att, satt, o = line.plane.at(kv, spread)
             satt *= att
             out = out or o or line.out
@@ -542,8 +540,8 @@ class ComponentModel(StepCosts):
         if self.allreduce is not None:
             ar, sar, o = self.allreduce.at(tokens)
             out = out or o
-        te, se, o1 = self.embed.at(tokens)
-        th, sh, o2 = self.head.at(logits)
+        te, se, o1 = embed._memo.get(tokens) or embed.at(tokens)
+        th, sh, o2 = head._memo.get(logits) or head.at(logits)
         per_layer = ((td + pre) + att) + ar
         mo = smo = 0.0
         if self.routing is not None:
@@ -581,7 +579,7 @@ class ComponentModel(StepCosts):
         `stepwise`: the steps are a decode stretch's, every context one token longer
         than in the step before (mean and longest alike), so the points' extent is read
         from the first and last step (`_stepwise_extent`); any points otherwise."""
-        line = self._line(decode_count)
+        line = self._lines.get(decode_count) or self._line(decode_count)
         kv = np.asarray(kv_tokens, dtype=np.float64)
         flat = kv_max is None or not self.spread_axis
         if not flat:

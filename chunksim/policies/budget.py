@@ -188,16 +188,20 @@ class TokenBudgetPolicy(PolicyBase):
     def plan(self, state: SchedulerState) -> Plan:
         budget = self.max_num_batched_tokens
         ledger = KVLedger(state.kv)
-        running = list(state.running)
+        running = state.running  # (copied before a preemption removes a victim from it)
         scheduled: list[tuple] = []
         preempted: list = []
         partial = 0
         max_partial = self.max_num_partial_prefills or 1 << 30
-        queue = self.queue  # a property: read once, not per running request
         lookahead = state.lookahead_tokens
         block_size = state.kv.block_size
         thr = self._threshold(len(running) + state.held_seats + len(state.waiting))
-        i = 0
+        # the bulk decode's pinned decodes (`SchedulerState.pinned`): what the loop below
+        # does with such decodes, one budget token each while it lasts, their slots taken
+        i = pinned = min(state.pinned, budget)
+        if pinned:
+            ledger.take_decodes(state.pinned_blocks)
+            budget -= pinned
         while i < len(running) and budget > 0:
             req = running[i]
             rem = req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
@@ -229,8 +233,10 @@ class TokenBudgetPolicy(PolicyBase):
                 i += 1
                 continue
             n_preempted = len(preempted)
+            if running is state.running:
+                running = list(running)
             ok, removed = preempt_until_fits(
-                req, grow, running, ledger, scheduled, preempted, queue)
+                req, grow, running, ledger, scheduled, preempted, self.queue)
             budget += sum(n for _, n in removed)
             if not ok:
                 break
@@ -250,7 +256,7 @@ class TokenBudgetPolicy(PolicyBase):
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, partial,
                         max_partial, scheduled, admitted, thr, lookahead, pad)
-        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), False, pinned)
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, partial: int,
                max_partial: int, scheduled: list, admitted: list, thr: int,
@@ -284,61 +290,3 @@ class TokenBudgetPolicy(PolicyBase):
             admitted.append(req)
             budget -= want
             seats -= 1
-
-    def tail_plan(self, decodes: int, tail, waiting, ledger: KVLedger) -> Plan | None:
-        """`plan`'s entries after its first `decodes` running requests, when those are
-        one-token decodes whose KV slots are already taken from `ledger` and the rest of
-        the running list is `tail` (see `Policy.tail_plan`): the budget left after the
-        decodes goes to the tail in order, then to admissions (`_admit`). None where
-        `plan` would not schedule every decode (more of them than the budget) or would
-        preempt (a tail entry's KV does not fit)."""
-        budget = self.max_num_batched_tokens - decodes
-        if budget < 0:
-            return None
-        scheduled: list[tuple] = []
-        partial = 0
-        max_partial = self.max_num_partial_prefills or 1 << 30
-        block_size = ledger.block_size
-        thr = self._threshold(decodes + len(tail) + len(waiting))
-        for req in tail:  # plan's running loop, without a victim to look for
-            if budget <= 0:
-                break
-            rem = req.spec.prompt_tokens + req.num_output_tokens - req.num_computed_tokens
-            if rem > 1 or not req.num_output_tokens:
-                if partial >= max_partial:
-                    continue
-                partial += 1
-                want = self._cap(req, rem, thr) if rem > 1 else 1
-                if want > budget:
-                    want = budget
-            else:
-                if req.num_spec_tokens:
-                    return None
-                want = 1
-                if req.num_computed_tokens < req.num_blocks * block_size:
-                    scheduled.append((req, 1))
-                    budget -= 1
-                    continue
-            if not ledger.try_grow(req, want):
-                return None
-            scheduled.append((req, want))
-            budget -= want
-        admitted: list = []
-        self._admit(waiting, ledger, budget, self.max_num_seqs - decodes - len(tail),
-                    partial, max_partial, scheduled, admitted, thr)
-        return Plan(tuple(scheduled), tuple(admitted))
-
-    def admits_decodes(self, running: int, waiting, ledger: KVLedger) -> bool:
-        """Whether `plan`, on `running` requests that all decode one token and whose KV
-        slots for it are already taken from `ledger`, admits every one of `waiting` for
-        exactly one token (requests whose prompt's KV was carried in, P/D): its running
-        loop schedules every decode (one budget token each) and preempts nothing, then
-        its waiting loop runs on what they leave. The engine's bulk decode takes such
-        requests in without planning each step (`sim.fast_forward`)."""
-        scheduled: list = []  # (more decodes than the budget: it admits nothing)
-        admitted: list = []
-        self._admit(waiting, ledger, self.max_num_batched_tokens - running,
-                    self.max_num_seqs - running, 0,
-                    self.max_num_partial_prefills or 1 << 30, scheduled, admitted,
-                    self._threshold(running + len(waiting)))
-        return len(admitted) == len(waiting) and all(n == 1 for _, n in scheduled)

@@ -65,17 +65,23 @@ class FixedChunkPolicy(PolicyBase):
         # Sarathi-Serve simple_chunking: turns alternate; a turn with nothing to do passes.
         prefill_turn = not state.last_step_prefill
         plan = self._plan(state, not prefill_turn, prefill_turn, self.chunk)
-        if plan.scheduled or plan.preempted:
+        if plan.scheduled or plan.pinned or plan.preempted:
             return plan
         return self._plan(state, prefill_turn, not prefill_turn, self.chunk)
 
     def _plan(self, state: SchedulerState, decodes: bool, prefills: bool, budget: int) -> Plan:
         ledger = KVLedger(state.kv)
-        running = list(state.running)
+        running = state.running  # (copied before a preemption removes a victim from it)
         scheduled: list[tuple] = []
         preempted: list = []
         block_size = state.kv.block_size
-        i = 0
+        # the bulk decode's pinned decodes (`SchedulerState.pinned`): what the loop below
+        # does with such decodes, when this plan takes decodes (one token each, outside the
+        # prefill budget, their slots taken); else it passes them
+        i = state.pinned
+        pinned = i if decodes else 0
+        if pinned:
+            ledger.take_decodes(state.pinned_blocks)
         while i < len(running):
             req = running[i]
             out = req.num_output_tokens
@@ -102,6 +108,8 @@ class FixedChunkPolicy(PolicyBase):
                     i += 1
                     continue
                 want = min(self.chunk, remaining, budget)
+            if running is state.running:
+                running = list(running)
             ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
             # decodes are not charged to the prefill budget; a removed prefill chunk is refunded
             budget += sum(n for r, n in removed if not is_decode(r))
@@ -116,7 +124,8 @@ class FixedChunkPolicy(PolicyBase):
             self._admit(state.waiting, ledger, budget,
                         self.max_num_seqs - len(running) - state.held_seats, scheduled,
                         admitted)
-        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), self.variant == "two-pass")
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted),
+                    self.variant == "two-pass", pinned)
 
     def _admit(self, waiting, ledger: KVLedger, budget: int, seats: int, scheduled: list,
                admitted: list) -> None:
@@ -132,35 +141,3 @@ class FixedChunkPolicy(PolicyBase):
             admitted.append(req)
             budget -= want
             seats -= 1
-
-    def tail_plan(self, decodes: int, tail, waiting, ledger: KVLedger) -> Plan | None:
-        """`plan`'s entries after its first `decodes` running requests, when those are
-        one-token decodes whose KV slots are already taken from `ledger` and the rest of
-        the running list is `tail` (see `Policy.tail_plan`): decodes ride along outside
-        the prefill budget, so the tail and the admissions share all of it. None for
-        `alternate` (its steps do not mix) and where `plan` would preempt."""
-        if self.variant == "alternate":
-            return None
-        budget = self.prefill_budget
-        block_size = ledger.block_size
-        scheduled: list[tuple] = []
-        for req in tail:  # _plan's running loop, without a victim to look for
-            out = req.num_output_tokens
-            remaining = req.spec.prompt_tokens + out - req.num_computed_tokens
-            if out > 0 and remaining == 1:
-                if req.num_computed_tokens < req.num_blocks * block_size:
-                    scheduled.append((req, 1))
-                    continue
-                want = 1
-            else:
-                if budget <= 0:
-                    continue
-                want = min(self.chunk, remaining, budget)
-                budget -= want
-            if not ledger.try_grow(req, want):
-                return None
-            scheduled.append((req, want))
-        admitted: list = []
-        self._admit(waiting, ledger, budget, self.max_num_seqs - decodes - len(tail),
-                    scheduled, admitted)
-        return Plan(tuple(scheduled), tuple(admitted), (), self.variant == "two-pass")

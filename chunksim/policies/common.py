@@ -27,17 +27,6 @@ class PolicyBase:
         """Why a request of this size can never run under this policy (None if it can)."""
         return None
 
-    def admits_decodes(self, running: int, waiting, ledger) -> bool:
-        """Whether the next plan, with `running` requests all decoding one token (their
-        KV slots taken from `ledger`), admits all of `waiting` for one token each (see
-        `Policy.admits_decodes`). False unless a policy knows: then the engine steps."""
-        return False
-
-    def tail_plan(self, decodes: int, tail, waiting, ledger):
-        """The next plan's entries after its leading one-token decodes (see
-        `Policy.tail_plan`). None unless a policy knows: then the engine steps."""
-        return None
-
     def max_model_len_error(self, max_model_len: int) -> str | None:
         """Why this policy refuses --max-model-len `max_model_len` (None: it takes it)."""
         return None

@@ -72,8 +72,8 @@ class WholePrefillPolicy(PolicyBase):
             seats -= 1
         return budget
 
-    def _decode_all(self, running, ledger, scheduled, preempted, budget) -> int:
-        i = 0
+    def _decode_all(self, running, ledger, scheduled, preempted, budget, start=0) -> int:
+        i = start
         while i < len(running) and budget > 0:
             req = running[i]
             if ledger.try_grow(req, 1):  # it fits: no victim to look for
@@ -97,13 +97,22 @@ class WholePrefillPolicy(PolicyBase):
         admitted: list = []
         preempted: list = []
         budget = self.max_num_batched_tokens
+        # the bulk decode's pinned decodes (`SchedulerState.pinned`): what `_decode_all`
+        # does with such decodes, one token of the cap each while it lasts, their slots
+        # taken
+        pinned = min(state.pinned, budget)
         if self.variant == "prefill-first":
             self._admit(state, ledger, running, budget, scheduled, admitted)
             if admitted:
                 return Plan(tuple(scheduled), tuple(admitted))
-            self._decode_all(running, ledger, scheduled, preempted, budget)
-            return Plan(tuple(scheduled), (), tuple(preempted))
-        budget = self._decode_all(running, ledger, scheduled, preempted, budget)
+            if pinned:
+                ledger.take_decodes(state.pinned_blocks)
+            self._decode_all(running, ledger, scheduled, preempted, budget - pinned, pinned)
+            return Plan(tuple(scheduled), (), tuple(preempted), False, pinned)
+        if pinned:
+            ledger.take_decodes(state.pinned_blocks)
+        budget = self._decode_all(running, ledger, scheduled, preempted, budget - pinned,
+                                  pinned)
         if not preempted:
             self._admit(state, ledger, running, budget, scheduled, admitted)
-        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted))
+        return Plan(tuple(scheduled), tuple(admitted), tuple(preempted), False, pinned)

@@ -89,7 +89,7 @@ class Inbox:
         """Whether its requests come with their prompt's KV, ready to decode (a P/D decode
         instance's), and the engine reads its state live (`live_reads`): a bulk decode
         stretch may then take them in as they land, where the policy would admit them
-        (`fast_forward.join_step`)."""
+        (`fast_forward.BulkDecoder.join_step`)."""
         return False
 
     def prepare(self, req: Request) -> None:
@@ -124,6 +124,9 @@ class EngineCore:
                  speculative: SpecConfig | None = None, spec_seed=0) -> None:
         self.workload = workload
         self.inbox = inbox if inbox is not None else Inbox(workload.requests)
+        self._arrivals = self.inbox._arrivals if type(self.inbox) is Inbox else None
+        """The arrival times `pull_arrivals` reads without asking the inbox, where it is a
+        plain `Inbox` of columnar specs (whose `sync` does nothing); None: ask it."""
         self.on_retire = None  # called with (request, end time) as it finishes (fleets)
         self.policy = policy
         self.max_model_len = max_model_len
@@ -202,9 +205,13 @@ class EngineCore:
 
     def pull_arrivals(self, now: float) -> None:
         """Queue every request that has arrived by `now` (or reject it)."""
+        i = self.next_arrival
+        arrivals = self._arrivals
+        if arrivals is not None:  # a lone engine's inbox: its workload's arrival column
+            if i >= len(arrivals) or arrivals.item(i) > now:  # (the common case)
+                return
         inbox = self.inbox
         inbox.sync(now)
-        i = self.next_arrival
         due = inbox.next_s(i)
         if due is None or due > now:  # (the common case: nothing new)
             return
@@ -380,7 +387,7 @@ class EngineCore:
         prefix hits), allocate the step's slots and register the blocks they will fill.
         The entries before `start` are one-token decodes whose slots are taken already,
         counted in `decodes`, `kv_sum` (their contexts' sum) and `kv_max`. Returns the
-        step's shape (`fast_forward.mixed_step` calls it for a stretch's tail)."""
+        step's shape (`fast_forward.BulkDecoder.mixed_step` calls it for a stretch's tail)."""
         kv = self.kv
         bs = kv.block_size
         caching = kv.prefix_caching
@@ -467,13 +474,13 @@ class EngineCore:
         # every entry computed its scheduled tokens (prefill and decode rows: the shape's
         # two counts), less the drafts it had rejected
         self.running_computed += shape.prefill_tokens + shape.decodes - given_back
-        self.steps.append(StepRow(
-            start_s=start_s, duration_s=end_s - start_s if duration_s is None else duration_s,
-            prefill_tokens=shape.prefill_tokens, prefill_requests=shape.prefill_requests,
-            prior_tokens=shape.prior_tokens, decodes=shape.decodes,
-            decode_kv_tokens=shape.decode_kv_tokens, tokens_emitted=len(emitted) + accepted,
-            kv_blocks_used=shape.kv_blocks_used, running=shape.running,
-            waiting=shape.waiting, preempted=len(plan.preempted), extrapolated=extrapolated))
+        self.steps.append(StepRow(  # (positional, in STEP_COLUMNS' order: no kwargs dict)
+            start_s, end_s - start_s if duration_s is None else duration_s,  # start, duration
+            shape.prefill_tokens, shape.prefill_requests, shape.prior_tokens,
+            shape.decodes, shape.decode_kv_tokens,
+            len(emitted) + accepted,  # tokens_emitted
+            shape.kv_blocks_used, shape.running, shape.waiting,
+            len(plan.preempted), extrapolated))
         self.last_prefill = shape.prefill_tokens > 0
         if finished:
             self.retire(end_s, finished, defer_free)
@@ -486,7 +493,7 @@ class EngineCore:
         first, or one after a gap recorded for ITL), and with speculative decoding keeps
         the drafts it verified that are accepted. Returns those that sampled and those
         that sampled their last token (batch order), the drafts accepted and the computed
-        tokens the rejected ones give back (`end_step`, `fast_forward.mixed_step`)."""
+        tokens the rejected ones give back (`end_step`, `fast_forward.BulkDecoder.mixed_step`)."""
         emitted: list[Request] = []
         finished: list[Request] = []  # those that sampled their last token, batch order
         computed = self.computed

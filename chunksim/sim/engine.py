@@ -6,7 +6,8 @@ wakes an idle engine) and the engine (plan -> latency -> timeout -> apply, one s
 time). Hot-path design: when a plan decodes every running request, nothing waits and
 nothing is mid-prefill, every policy's next plans are the same decode-all steps until a
 request finishes, a request arrives or KV runs short; the engine then runs that stretch
-in one vectorized bulk (`fast_forward`), bit-identical to stepping it one by one, the
+in one vectorized bulk (`fast_forward.BulkDecoder`, which the engine owns and reaches the
+fast path through), bit-identical to stepping it one by one, the
 wake-up steps after an idle wait included. After a step in which every running request
 sampled a token, with nothing waiting, the next plan is that decode-all: the engine starts
 the stretch without asking the policy (unless its first step's KV does not fit).
@@ -14,6 +15,7 @@ the stretch without asking the policy (unless its first step's KV does not fit).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,14 +28,14 @@ from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.core.speculative import SpecConfig
 from chunksim.latency.base import StepCosts
-from chunksim.sim import fast_forward
 from chunksim.sim.core import EngineCore, Inbox
+from chunksim.sim.fast_forward import MAX_BULK_STEPS, BulkDecoder
+from chunksim.sim.pricing import Noise, StepPricer
 from chunksim.sim.quantiles import Samples
 from chunksim.sim.records import StepColumns, StepLog, frame_of
 from chunksim.sim.settle import SETTLE_EVERY_STEPS
 from chunksim.sim.spread_guard import SpreadGuard
 
-_NOISE_BLOCK = 4096
 PROGRESS_EVERY_STEPS = 4096
 """How often (in engine iterations) a run reports its progress, when asked to."""
 _SPEC_STREAM = 0x5EC
@@ -169,32 +171,6 @@ class SimResult:
                 "step_columns": None}
 
 
-class _Noise:
-    """Standard normals addressed by step index (same value whichever path runs a step)."""
-
-    def __init__(self, seed: int) -> None:
-        self.rng = np.random.default_rng(seed)
-        self.blocks: list[np.ndarray] = []
-
-    def _upto(self, i: int) -> None:
-        while len(self.blocks) * _NOISE_BLOCK <= i:
-            self.blocks.append(self.rng.standard_normal(_NOISE_BLOCK))
-
-    def at(self, i: int) -> float:
-        self._upto(i)
-        return float(self.blocks[i // _NOISE_BLOCK][i % _NOISE_BLOCK])
-
-    def range(self, i: int, k: int) -> np.ndarray:
-        """The draws of steps i .. i+k-1: a view into one block when they lie in one (as
-        a stretch's nearly always do), else joined from just the blocks they span."""
-        self._upto(i + k)
-        first, lo = divmod(i, _NOISE_BLOCK)
-        last = (i + max(k, 1) - 1) // _NOISE_BLOCK
-        if first == last:
-            return self.blocks[first][lo : lo + k]
-        return np.concatenate(self.blocks[first : last + 1])[lo : lo + k]
-
-
 class Engine:
     """Replays a workload through a policy on a latency model and a paged KV cache."""
 
@@ -250,47 +226,41 @@ class Engine:
                                steps=self.step_log() if self.step_log is not None else None,
                                speculative=spec,
                                spec_seed=[_SPEC_STREAM, *np.atleast_1d(seed).tolist()])
-        self.drafter = self.latency.drafter if spec.enabled else None
-        if spec.enabled and self.drafter is None and spec.speculative_method != "ngram":
+        drafter = self.latency.drafter if spec.enabled else None
+        if spec.enabled and drafter is None and spec.speculative_method != "ngram":
             raise RuntimeError(f"--speculative-method {spec.speculative_method} without its "
                                "drafter cost on the latency model (sim.build.engine_parts "
                                "attaches it): a bug")
-        self.noise = _Noise(seed) if self.config.jitter else None
-        # only a policy that declares decode-all a fixed point is run in bulk (async
-        # scheduling plans a step ahead of the state the bulk path extrapolates)
         self.async_ = self.config.async_scheduling
-        # (and a decode that speculates emits a random count of tokens: stepped too)
+        self.pricer = StepPricer(
+            self.latency, Noise(seed) if self.config.jitter else None, self.guard, drafter,
+            self.async_, self.latency.wake_steps if self.config.wake_up else 0)
+        """Prices every step, stepped or in bulk (`pricing.StepPricer`)."""
+        # only a policy that declares decode-all a fixed point is run in bulk (async
+        # scheduling plans a step ahead of the state the bulk path extrapolates; and a
+        # decode that speculates emits a random count of tokens: stepped too)
         self.bulk = (self.config.fast_forward and self.policy.bulk_decode and not self.async_
                      and not spec.enabled)
         self.plan_at: float | None = None  # async: when the next plan is made
         self.wake: simpy.Event | None = None
-        self.wake_steps = self.latency.wake_steps if self.config.wake_up else 0
-        self.idle_s = 0.0  # length of the engine's last idle wait
-        self.since_wake = self.wake_steps  # steps run since; >= wake_steps: warm
         self.busy_until = 0.0  # end of the step (or bulk stretch) in flight
-        self.step_s = 0.0  # duration of the last step run one by one
         self.decoding = False  # bulk: every running request sampled in the last step
         self.env = env
         # a lone engine: nobody else reads its state and it pulls its arrivals itself, so
         # it runs ahead of the clock (steps and stretches without a SimPy event each) and
         # catches up only to sleep
         self.ahead = inbox is None
-        self.live = inbox is not None and inbox.live_reads()
-        self.joins = self.bulk and self.live and inbox.delivers_decodes()
-        """A bulk stretch may take in requests that land ready to decode (P/D)."""
-        self.mixes = self.bulk and (self.ahead or (self.live and not self.joins))
-        """A bulk stretch may carry on through prefills, the policy planning the requests
-        after its members alone (`fast_forward.mixed_step`): a lone engine's, and a fleet
-        replica's read live (it pulls what was delivered at each step boundary; a P/D
-        decode instance takes landings in by `join_step` instead)."""
+        live = inbox is not None and inbox.live_reads()
+        # (the decoder sees its host through a weak proxy: no cycle keeps a finished
+        # engine and all its records alive until the collector's next full pass)
+        self.decoder = (BulkDecoder(self.core, self.pricer, env, weakref.proxy(self),
+                                    self.ahead, live) if self.bulk else None)
+        """The fast path (None: every step is stepped)."""
+        self.joins = self.decoder is not None and self.decoder.joins
         self.check_at = SETTLE_EVERY_STEPS
         """The step count at which the SLO watch checks the run next (`check_watch`)."""
         self.checked_at = 0
         """The step count at its last check."""
-        self.segment: list | None = None  # live reads: [times, steps, requests] in flight
-        self.stretch = None
-        """The bulk stretch in flight (`fast_forward.DecodeStretch`), None outside one: its
-        requests' own counters catch up as they finish or it ends."""
         if inbox is None:
             env.process(self._arrivals(env))
         self.process = env.process(self._engine(env))
@@ -302,23 +272,15 @@ class Engine:
         if self.wake is not None:
             self.wake.succeed()
             self.wake = None
-        elif self.segment is not None:
-            times, k, _ = self.segment
-            cut = max(1, int(times[:k].searchsorted(self.env.now)))
-            if cut < k:
-                self.segment[1] = cut
-                self.busy_until = float(times[cut])
-                self.process.interrupt()
+        elif self.decoder is not None and self.decoder.segment is not None and (
+                self.decoder.cut(self.env.now)):
+            self.process.interrupt()
 
     def decoded_by(self) -> int:
         """Tokens the bulk segment in flight has computed by now (its steps that ended),
         which `EngineCore.running_computed` counts only once it ends, 0 outside one (live
         reads)."""
-        seg = self.segment
-        if seg is None:
-            return 0
-        times, k, n = seg
-        return n * int(times[1 : k + 1].searchsorted(self.env.now))
+        return 0 if self.decoder is None else self.decoder.decoded_by(self.env.now)
 
     def result(self) -> SimResult:
         """The records, once the environment has run out."""
@@ -328,7 +290,7 @@ class Engine:
         meta = c.meta()
         meta.update(profile_sha256=self.latency.profile_sha256, jitter=self.config.jitter,
                     async_scheduling=self.async_,
-                    wake_up_steps=self.wake_steps,
+                    wake_up_steps=self.pricer.wake_steps,
                     seed=self.config.seed, step_overhead_s=self.latency.overhead_s,
                     step_overhead_per_request_s=self.latency.overhead_per_request_s)
         totals = c.steps.close()
@@ -375,7 +337,7 @@ class Engine:
                     env.process(self._alarm(env, offload.next_end_s, self.wake))
                 slept_at = env.now
                 yield self.wake
-                self.idle_s, self.since_wake = env.now - slept_at, 0
+                self.pricer.woke(env.now - slept_at)
                 now = env.now
                 stalled = False
                 continue
@@ -385,7 +347,7 @@ class Engine:
             decoding, self.decoding = self.decoding, False
             if (decoding and (not c.waiting or self.joins)
                     and (offload is None or not offload.loads)
-                    and (yield from fast_forward.stretch(self, env, now, vetted=False))):
+                    and (yield from self.decoder.run(now, vetted=False))):
                 now = self.busy_until if ahead else env.now
                 continue
             plan = c.plan(now, self.plan_at)
@@ -396,8 +358,8 @@ class Engine:
                 if offload is not None and offload.stalled:
                     offload.stalled, stalled = False, True
                 continue
-            if not (self.bulk and fast_forward.steady(c, plan)
-                    and (yield from fast_forward.stretch(self, env, now))):
+            if not (self.bulk and self.decoder.steady(plan)
+                    and (yield from self.decoder.run(now))):
                 yield from self._step(env, plan, now)
             now = self.busy_until if ahead else env.now
 
@@ -409,13 +371,17 @@ class Engine:
         self.check_at = n + min(SETTLE_EVERY_STEPS, self.watch.check(now, n - self.checked_at))
         self.checked_at = n
 
+    def watch_due(self) -> bool:
+        """Whether the SLO watch's turn has come (`check_watch`)."""
+        return self.watch is not None and self.core.steps.n >= self.check_at
+
     def stretch_budget(self) -> int:
         """The most steps a bulk stretch may run from here: up to the SLO watch's next
         check (a lone engine's stretch lets it check and goes on), at most
         `fast_forward.MAX_BULK_STEPS`."""
         if self.watch is None:
-            return fast_forward.MAX_BULK_STEPS
-        return max(1, min(fast_forward.MAX_BULK_STEPS, self.check_at - self.core.steps.n))
+            return MAX_BULK_STEPS
+        return max(1, min(MAX_BULK_STEPS, self.check_at - self.core.steps.n))
 
     def _alarm(self, env: simpy.Environment, t: float, wake: simpy.Event):
         """Wake the engine sleeping on `wake` at exactly `t` (a KV load's end), unless
@@ -428,33 +394,14 @@ class Engine:
     def _step(self, env: simpy.Environment, plan: Plan, start: float):
         c = self.core
         shape = c.begin_step(plan, start)
-        z = self.noise.at(c.steps.n) if self.noise is not None else None
-        dur, out = 0.0, False
-        for bs in shape.batch_shapes():
-            t, o = self.latency.step_s(bs, z)
-            if z is not None and self.guard is not None:
-                self.guard.check(c.steps.n, t, self.latency.step_s(bs, None)[0], z)
-            dur += t
-            out = out or o
-        if self.drafter is not None:  # proposing the next drafts (no jitter)
-            dur += self.drafter.draft_s(shape, c.drafting)
         if self.async_:
             # the previous step's outputs are processed (requests finishing there free
             # their blocks) after this step's slots were allocated, as in vLLM
             c.release_finishing()
             self.plan_at = start  # the next plan is made while this step runs
-            dur = max(dur, self.latency.overhead(len(plan.scheduled)))
-        else:
-            dur += self.latency.overhead(len(plan.scheduled))
-        if self.since_wake < self.wake_steps:
-            # the whole step wakes up, host work included: the live loop's per-step
-            # overhead after an idle wait slows by about the forward pass's own ratios
-            dur *= self.latency.wake_ratio(self.idle_s, self.since_wake)
-            self.since_wake += 1
+        dur, out = self.pricer.step(shape, c.steps.n, len(plan.scheduled), c.drafting)
         end = self.busy_until = start + dur  # = env.now after the timeout
-        self.step_s = dur
         if not self.ahead:
             yield env.timeout(dur)
         emitted = c.end_step(plan, shape, start, end, out, dur, defer_free=self.async_)
         self.decoding = self.bulk and len(emitted) == len(plan.scheduled) == shape.running
-

@@ -29,7 +29,7 @@ Bulk decode stays exact. Where the decode router reads only what a bulk segment 
 exact (least-requests, least-tokens) or nothing at all, a decode instance runs its
 stretches live (`core.Inbox.live_reads`): a landing cuts the segment in flight after its
 step, and the requests that landed join the stretch when the policy admits them all
-(`fast_forward.join_step`). Under any other router a decode instance's stretch ends
+(`fast_forward.BulkDecoder.join_step`). Under any other router a decode instance's stretch ends
 before the earliest moment a prefill step can end (the decode router may read it then),
 and its own next landing bounds it as an arrival does.
 """
@@ -111,7 +111,7 @@ class Disaggregated:
                             or decode_router.reads_mid_stretch)
         """The decode router reads nothing a bulk segment leaves inexact (or nothing at
         all): a decode instance's stretch runs through handoffs, a landing cuts it after
-        the step in flight, and landed requests join it (`fast_forward.join_step`)."""
+        the step in flight, and landed requests join it (`fast_forward.BulkDecoder.join_step`)."""
         self.kv_bytes_per_token = kv_bytes_per_token
         self.link = (link_bytes_per_s, link_latency_s)
         self.transfer_s = np.full(n, np.nan)
