@@ -54,3 +54,15 @@ def linear_profile(tmp_path_factory):
 def const_profile(tmp_path_factory):
     """Every step takes exactly 10 ms."""
     return make_profile(tmp_path_factory.mktemp("const"), constant_time(0.010), name="const")
+
+
+@pytest.fixture(autouse=True)
+def _environ_restored():
+    """Each test leaves os.environ as it found it: building a vLLM config in process (the
+    vllm tier) writes LD_PRELOAD, thread counts and cache folders into it, which every
+    later subprocess of the suite would inherit."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)

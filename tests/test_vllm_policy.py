@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -225,3 +226,17 @@ def test_a_value_error_from_a_simpy_process_is_judged_by_its_origin(raise_it, ou
     assert info.value.__cause__ is not None  # (the copy SimPy raises)
     assert raised_by_chunksim(info.value) is ours
     assert (describe(info.value)[1] == INPUT_EXIT) is ours
+
+
+@needs_vllm
+def test_driving_vllm_leaves_this_process_environment_as_it_was():
+    # vLLM's CPU platform writes LD_PRELOAD, thread counts and cache folders into
+    # os.environ for its workers; a process chunksim starts afterwards (a profiler, a pool's
+    # workers) would inherit them
+    from chunksim.policies import vllm_driver
+    from chunksim.policies.budget import TokenBudgetPolicy
+
+    before = dict(os.environ)
+    vllm_driver._base_config.cache_clear()
+    vllm_driver.build_scheduler(TokenBudgetPolicy(), 64, 16, True, 4096)
+    assert dict(os.environ) == before

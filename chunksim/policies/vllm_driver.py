@@ -24,6 +24,7 @@ vLLM is imported on first use: without it, the ModuleNotFoundError of `vllm` pro
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from functools import lru_cache
@@ -43,7 +44,27 @@ NO_CAP = 1 << 20
 rejects what its own --max-model-len refuses before vLLM sees it)."""
 
 
+def _keeps_environ(fn):
+    """Run `fn` with os.environ restored afterwards: vLLM's import and its CPU platform's
+    config check write os.environ for the worker processes it would start (LD_PRELOAD,
+    thread counts, cache folders); the driver starts none, and what this process starts
+    later (a profiler, a pool's workers) must not inherit them."""
+
+    @functools.wraps(fn)
+    def kept(*args, **kwargs):
+        saved = dict(os.environ)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if dict(os.environ) != saved:
+                os.environ.clear()
+                os.environ.update(saved)
+
+    return kept
+
+
 @lru_cache(maxsize=1)
+@_keeps_environ
 def vllm_classes() -> dict[str, Any]:
     """vLLM's scheduler-side classes, imported on first use (`vllm` first, so that a
     missing vLLM is reported as such). vLLM's logging is kept to errors unless
@@ -80,6 +101,7 @@ def vllm_classes() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
+@_keeps_environ
 def _base_config():
     """One `VllmConfig` for a tiny Llama config (no weights): building one costs about
     0.4 s, so each scheduler gets a shallow copy with its own scheduler and cache config."""
@@ -102,6 +124,7 @@ def _base_config():
                            cache_config=v["CacheConfig"](block_size=16))
 
 
+@_keeps_environ
 def build_scheduler(policy, num_gpu_blocks: int, block_size: int, prefix_caching: bool,
                     max_model_len: int, num_speculative_tokens: int = 0):
     """vLLM's `Scheduler` with the scheduling knobs of `policy` (any object with the
