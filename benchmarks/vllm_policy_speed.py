@@ -23,7 +23,7 @@ import statistics
 import time
 
 from chunksim.latency.profile import DEFAULT_PROFILE, load_profile
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.options import WorkloadOptions, build_workload
 

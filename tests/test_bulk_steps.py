@@ -1,4 +1,4 @@
-"""The steps a bulk stretch is made of (`sim.fast_forward`), each alone: how many of the
+"""The steps a bulk stretch is made of (`sim.engine.fast_forward`), each alone: how many of the
 next steps' KV fits (`fit_kv`) and where an arrival or a reader cuts a segment
 (`cut_at`)."""
 
@@ -9,7 +9,7 @@ from factories import kv_cache, request_spec, running_request
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunksim.sim.fast_forward import DecodeStretch, cut_at, fit_kv
+from chunksim.sim.engine.fast_forward import DecodeStretch, cut_at, fit_kv
 
 
 def _stretch(contexts: list[int], block_size: int = 4) -> DecodeStretch:

@@ -451,7 +451,7 @@ def test_validate_against_warns_of_another_model_and_says_where_times_were_taken
 
 def test_cdf_of_a_streamed_sample_draws_from_its_histogram():
     from chunksim.reports.against_report import CDF_POINTS, _quantiles
-    from chunksim.sim.quantiles import LogHistogram, Samples
+    from chunksim.sim.records.quantiles import LogHistogram, Samples
 
     rng = np.random.default_rng(0)
     x = rng.lognormal(-4, 0.5, 50_000)

@@ -10,8 +10,8 @@ import typer
 from typer.testing import CliRunner
 
 from chunksim.cli.capacity import capacity
+from chunksim.sim.engine.settle import REJECTED_KEY
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.sim.settle import REJECTED_KEY
 from chunksim.sweep.capacity import (
     CapacityEntry,
     Probe,

@@ -14,7 +14,7 @@ from chunksim.cli import app
 from chunksim.cli.options import bundle, options_of
 from chunksim.core.knobs import field_docs, flag_names, knob
 from chunksim.policies import POLICIES
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions
 

@@ -20,7 +20,7 @@ from chunksim.core.shape import BatchShape, StepShape
 from chunksim.latency.composed import ComponentModel
 from chunksim.latency.profile import load_profile
 from chunksim.latency.select import latency_model
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 

@@ -14,8 +14,8 @@ from test_properties import build, config
 
 from chunksim.core.kv_cache import PrefixKVCache
 from chunksim.core.request import is_decode
-from chunksim.sim.core import EngineCore
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.core import EngineCore
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import simulate
 
 

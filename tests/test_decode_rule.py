@@ -15,10 +15,10 @@ from test_properties import POLICIES, build, config
 
 from chunksim.core.request import is_decode
 from chunksim.core.speculative import SpecConfig
-from chunksim.sim.core import EngineCore
-from chunksim.sim.engine import EngineConfig
-from chunksim.sim.fast_forward import BulkDecoder
-from chunksim.sim.fleet_config import FleetConfig
+from chunksim.sim.engine.core import EngineCore
+from chunksim.sim.engine.engine import EngineConfig
+from chunksim.sim.engine.fast_forward import BulkDecoder
+from chunksim.sim.fleet.fleet_config import FleetConfig
 from chunksim.sim.run import simulate
 
 

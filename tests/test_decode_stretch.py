@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from chunksim.core.shape import BatchShape
 from chunksim.latency.select import latency_model
-from chunksim.sim.engine import EngineConfig
-from chunksim.sim.fast_forward import DecodeStretch
+from chunksim.sim.engine.engine import EngineConfig
+from chunksim.sim.engine.fast_forward import DecodeStretch
 from chunksim.sim.run import RunConfig, simulate
 
 BS = 16

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from chunksim.cli import app
 from chunksim.latency.profile import load_profile
 from chunksim.policies import POLICIES, VARIANTS
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config, PolicySpec
 from chunksim.sweep.cost import GPU_PRICES, CostConfig, gpu_hours_per_day, usd_per_mtok
@@ -337,7 +337,7 @@ def test_a_cpu_kv_tier_reaches_the_serve_and_validate_lines(policy, tmp_path):
     gets the closest flags and says so, and the validate line replays the tier modelled."""
     import shlex
 
-    from chunksim.sim.offload_config import OffloadConfig
+    from chunksim.sim.engine.offload_config import OffloadConfig
 
     run = RunConfig(offload=OffloadConfig(kv_offload_gib=64, kv_offload_write_policy=policy))
     d = deployment(Config(PolicySpec("budget"), 512), run, H200.provenance, 2.0,

@@ -160,7 +160,7 @@ def test_a_speculative_serve_line_parses_and_carries_its_config():
     """The closed form of the case above, without the CLI: vLLM's and SGLang's flags of a
     speculative recommendation, as `sweep.deploy` builds them."""
     from chunksim.core.speculative import SpecConfig
-    from chunksim.sim.engine import EngineConfig
+    from chunksim.sim.engine.engine import EngineConfig
     from chunksim.sweep.configs import Config, PolicySpec
     from chunksim.sweep.deploy import deployment
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from factories import linear_time, workload
 
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.lengths import Constant

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim.fleet_config import FleetConfig
-from chunksim.sim.routers import ROUTERS
+from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.routers import ROUTERS
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess
 from chunksim.workloads.lengths import LogNormal
@@ -160,7 +160,7 @@ def test_fleet_fast_forward_changes_nothing(linear_profile, reqs, router, n, kv_
 def test_fleet_bulk_decode_is_exercised(linear_profile, monkeypatch):
     """The fast-forward property above is not vacuous: replicas run most decode steps in
     bulk, and stop their stretches at the router's reads."""
-    from chunksim.sim import fast_forward
+    from chunksim.sim.engine import fast_forward
 
     bulk_steps = []
     orig = fast_forward.apply_run
@@ -449,7 +449,7 @@ def test_pd_decode_stretches_take_in_landings_and_change_nothing(
     read nothing a segment leaves inexact it does so often, and every record is what
     stepping gives (two request classes, prefix caching with shared prefixes, jitter;
     few seats and KV blocks, where many landings must wait and requests are preempted)."""
-    from chunksim.sim import fast_forward
+    from chunksim.sim.engine import fast_forward
 
     rng = np.random.default_rng(11)
     n = 240
@@ -510,7 +510,7 @@ def _counted_tokens(rep) -> int:
 def _checked_token_sums(mp: pytest.MonkeyPatch) -> dict:
     """Make every `Replica.outstanding_tokens` read (the core's running sums) check its
     value against the tokens counted afresh; counts the reads."""
-    from chunksim.sim.fleet import Replica
+    from chunksim.sim.fleet.fleet import Replica
 
     reads = {"n": 0}
     summed = Replica.outstanding_tokens
@@ -538,7 +538,7 @@ def test_a_replicas_token_sum_is_the_sum_counted_afresh(
     happened since the last (steps, preemptions, admissions with prefix hits, pulls,
     deliveries, bulk segments, drafts rejected), equals the sum counted afresh."""
     from chunksim.core.speculative import SpecConfig
-    from chunksim.sim.engine import EngineConfig
+    from chunksim.sim.engine.engine import EngineConfig
 
     cfg = config(*pol[:2], 256, 4, kv_blocks, caching=caching, priority=pol[2])
     if spec and pol[0] in ("budget", "sjf"):
@@ -589,8 +589,8 @@ def test_token_sums_stay_exact_with_kv_loads_and_async_steps(linear_profile, kin
     """Requests that wait out a KV load from the CPU tier (out of the queue, holding
     nothing computed), or that finish in a step whose output is processed a step later,
     leave every router read equal to the sum counted afresh."""
-    from chunksim.sim.engine import EngineConfig
-    from chunksim.sim.offload_config import OffloadConfig
+    from chunksim.sim.engine.engine import EngineConfig
+    from chunksim.sim.engine.offload_config import OffloadConfig
 
     rng = np.random.default_rng(seed)
     reqs = [(float(rng.exponential(0.004)), int(rng.integers(40, 900)),
@@ -614,7 +614,7 @@ def test_token_sums_stay_exact_with_kv_loads_and_async_steps(linear_profile, kin
 def test_the_prefill_pools_workload_is_every_request_cut_to_its_first_token(rows):
     """`pd.first_tokens` keeps every column but the output length (1 for all), as
     building each request again with one output token would."""
-    from chunksim.sim.pd import first_tokens
+    from chunksim.sim.fleet.pd import first_tokens
 
     specs = [RequestSpec(i, 0.5 * i, p, o, tuple(range(i, i + p // 100)) if h else (),
                          cls, prio, f"c{i % 2}" if h else None)

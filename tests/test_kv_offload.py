@@ -1,4 +1,4 @@
-"""The CPU KV tier (`core.kv_offload`, `sim.offload`): the host LRU alone, the block
+"""The CPU KV tier (`core.kv_offload`, `sim.engine.offload`): the host LRU alone, the block
 accounting of stores and loads, a load timed by hand end to end, the invariant that a
 block is never both on the GPU and in flight (a property over random traces), and the
 refusals.
@@ -26,10 +26,10 @@ from chunksim.core.kv_factory import make_kv_cache
 from chunksim.core.kv_offload import HostTier, OffloadKVCache
 from chunksim.core.ledger import KVLedger
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim import core as sim_core
-from chunksim.sim.engine import EngineConfig
-from chunksim.sim.fleet_config import FleetConfig
-from chunksim.sim.offload_config import OffloadConfig, parse_host_link
+from chunksim.sim.engine import core as sim_core
+from chunksim.sim.engine.engine import EngineConfig
+from chunksim.sim.engine.offload_config import OffloadConfig, parse_host_link
+from chunksim.sim.fleet.fleet_config import FleetConfig
 from chunksim.sim.run import RunConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

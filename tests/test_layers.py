@@ -35,6 +35,20 @@ ALLOWED = {  # third-party package -> the chunksim packages that may import it
 
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
+SIM_ALLOWED = {  # part of sim -> the parts of sim it may import besides itself
+    "engine": {"records", "fleet.fleet_config"},
+    "records": {"engine.coverage"},
+    "metrics": {"engine", "records", "build"},
+    "fleet": {"engine", "records", "metrics", "build"},
+    "build": {"engine", "records", "metrics", "fleet.fleet_config"},
+    "run": {"engine", "records", "metrics", "fleet", "build"},
+}
+"""Inside sim: one replica's engine and its records sit below the fleet and the metrics;
+`build` assembles an engine and `run` is the entry point. A part is a subpackage or a
+top-level module; an allowed name is a part or one module of a part (the two edges that
+point the other way: the engine reads the fleet's KV links, a step row asks the engine's
+coverage)."""
+
 
 def _dotted(path: Path) -> str:
     """The dotted module name of a source file (a package's `__init__` is the package)."""
@@ -55,8 +69,8 @@ def _package(path: Path) -> str:
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, dotted module) of every import in the file, at any depth (under
     `if TYPE_CHECKING:` too: a loop of annotations is still a loop). `from package import
-    module` imports the module (`from chunksim.sim import fast_forward` imports
-    chunksim.sim.fast_forward), and the package only where it also names something the
+    module` imports the module (`from chunksim.sim.engine import fast_forward` imports
+    chunksim.sim.engine.fast_forward), and the package only where it also names something the
     package's `__init__` defines (a submodule needs its package initialized whatever it
     imports, so that edge alone closes no loop of its own)."""
     out = []
@@ -108,6 +122,60 @@ def test_heavy_libraries_stay_in_their_layer(lib):
     assert users <= ALLOWED[lib]
 
 
+def _sim_part(path: Path) -> str | None:
+    rel = path.relative_to(ROOT)
+    if rel.parts[0] != "sim" or len(rel.parts) < 2 or rel.name == "__init__.py" == rel.parts[1]:
+        return None
+    return rel.parts[1].removesuffix(".py")
+
+
+def _sim_violations() -> list[str]:
+    bad = []
+    for path in SOURCES:
+        part = _sim_part(path)
+        if part is None:
+            continue
+        for line, mod in _imports(path):
+            parts = mod.split(".")
+            if parts[:2] != ["chunksim", "sim"] or len(parts) < 3 or parts[2] == part:
+                continue
+            allowed = SIM_ALLOWED.get(part, set())
+            if parts[2] not in allowed and ".".join(parts[2:4]) not in allowed:
+                bad.append(f"{path.relative_to(ROOT.parent)}:{line} imports {mod} "
+                           f"(sim.{part} may import {sorted(allowed)})")
+    return bad
+
+
+def test_every_part_of_sim_has_a_row():
+    parts = {_sim_part(p) for p in SOURCES} - {None}
+    assert parts == set(SIM_ALLOWED), f"give {sorted(parts ^ set(SIM_ALLOWED))} a row"
+
+
+def test_parts_of_sim_import_only_what_they_may():
+    assert _sim_violations() == []
+
+
+def test_the_sim_check_catches_a_backward_import(monkeypatch):
+    """A planted import of the fleet from the records is reported, so the test above can
+    fail; one of a module the table names alone (the engine's coverage) is not."""
+    fake = ROOT / "sim" / "records" / "_planted_for_test.py"
+    monkeypatch.setattr(sys.modules[__name__], "SOURCES", [*SOURCES, fake])
+    original = Path.read_text
+
+    def read_text(self, *a, **kw):
+        if self == fake:
+            return ("from chunksim.sim.engine.coverage import beyond_grid\n"
+                    "def f():\n    from chunksim.sim.fleet.fleet import Fleet\n"
+                    "    from chunksim.sim.engine.engine import Engine\n")
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    found = [v for v in _sim_violations() if "_planted_for_test" in v]
+    assert len(found) == 2, found
+    assert "_planted_for_test.py:3 imports chunksim.sim.fleet.fleet" in found[0]
+    assert "_planted_for_test.py:4 imports chunksim.sim.engine.engine" in found[1]
+
+
 def test_the_check_catches_an_upward_import(monkeypatch):
     """A planted upward import is reported, so the test above can fail."""
     fake = ROOT / "core" / "_planted_for_test.py"
@@ -153,7 +221,7 @@ def _module_cycles(sources: list[Path]) -> list[list[str]]:
 
 
 def test_no_module_imports_itself_through_others():
-    """Inside a package too, imports form no loop (sim.run and sim.fleet_run once did)."""
+    """Inside a package too, imports form no loop (sim.run and sim.fleet.fleet_run once did)."""
     assert _module_cycles(SOURCES) == []
 
 
@@ -181,8 +249,8 @@ def test_the_cycle_check_resolves_from_package_import_module(monkeypatch):
 
     def read_text(self, *a, **kw):
         if self == fake:
-            return "from chunksim.sim.engine import Engine\n"
-        if self == ROOT / "sim" / "engine.py":
+            return "from chunksim.sim.engine.engine import Engine\n"
+        if self == ROOT / "sim" / "engine" / "engine.py":
             return original(self, *a, **kw) + "\nfrom chunksim.sim import _planted_for_test\n"
         return original(self, *a, **kw)
 
@@ -190,23 +258,25 @@ def test_the_cycle_check_resolves_from_package_import_module(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "MODULES",
                         MODULES | {"chunksim.sim._planted_for_test"})
     cycles = _module_cycles([*SOURCES, fake])
-    assert ["chunksim.sim._planted_for_test", "chunksim.sim.engine",
+    assert ["chunksim.sim._planted_for_test", "chunksim.sim.engine.engine",
             "chunksim.sim._planted_for_test"] in [c[-3:] for c in cycles] or any(
-        c[0] == c[-1] and {"chunksim.sim.engine", "chunksim.sim._planted_for_test"} <= set(c)
+        c[0] == c[-1]
+        and {"chunksim.sim.engine.engine", "chunksim.sim._planted_for_test"} <= set(c)
         for c in cycles), cycles
 
 
 def test_from_package_import_module_is_read_as_the_module():
-    """`_imports` reads `from chunksim.sim import fast_forward` as an import of the
-    module, and `from chunksim.sim.engine import Engine` as one of the module."""
+    """`_imports` reads `from chunksim.sim.engine import fast_forward` as an import of the
+    module, and `from chunksim.sim.engine.engine import Engine` as one of the module."""
     fake = ROOT / "sim" / "_read_for_test.py"
     original = Path.read_text
-    text = "from chunksim.sim import fast_forward\nfrom chunksim.sim.engine import Engine\n"
+    text = ("from chunksim.sim.engine import fast_forward\n"
+            "from chunksim.sim.engine.engine import Engine\n")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Path, "read_text",
                    lambda self, *a, **kw: text if self == fake else original(self, *a, **kw))
         got = _imports(fake)
-    assert got == [(1, "chunksim.sim.fast_forward"), (2, "chunksim.sim.engine")]
+    assert got == [(1, "chunksim.sim.engine.fast_forward"), (2, "chunksim.sim.engine.engine")]
 
 
 def test_an_engine_is_assembled_in_one_place():

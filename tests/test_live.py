@@ -22,8 +22,8 @@ from chunksim.live.settings import LiveSettings  # noqa: E402
 from chunksim.live.slots import SlotTable, size_class  # noqa: E402
 from chunksim.live.tokens import TokenBook  # noqa: E402
 from chunksim.policies import make_policy  # noqa: E402
-from chunksim.sim.core import EngineCore  # noqa: E402
-from chunksim.sim.engine import Engine, EngineConfig  # noqa: E402
+from chunksim.sim.engine.core import EngineCore  # noqa: E402
+from chunksim.sim.engine.engine import Engine, EngineConfig  # noqa: E402
 
 # Untied LM head: greedy tokens then depend on the hidden state (with tied embeddings a
 # random model mostly echoes its input token, which would hide position or KV bugs).

@@ -1,4 +1,4 @@
-"""The registry is the summary's schema (`sim.metric_registry`): every summary key has one
+"""The registry is the summary's schema (`sim.metrics.metric_registry`): every summary key has one
 declaration and every declaration is in a run's summary, in summary.json's order; each
 metric has one computation; the console, the report tables, the run board, capacity's
 rows, validation and the definitions take their keys, columns and wording from it; `--slo`
@@ -26,8 +26,8 @@ from chunksim.reports.console import (
 )
 from chunksim.reports.definitions import DEFINITIONS
 from chunksim.reports.tables import seed_rows
-from chunksim.sim.engine import EngineConfig
-from chunksim.sim.metric_registry import (
+from chunksim.sim.engine.engine import EngineConfig
+from chunksim.sim.metrics.metric_registry import (
     ENGINE_METRICS,
     FACTS,
     FAMILIES,
@@ -41,7 +41,7 @@ from chunksim.sim.metric_registry import (
     shown,
     summary_keys,
 )
-from chunksim.sim.metrics import COMPUTE, max_concurrent, parse_slos
+from chunksim.sim.metrics.metrics import COMPUTE, max_concurrent, parse_slos
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import parse_capacity_slos

@@ -11,8 +11,8 @@ import pytest
 from factories import make_component_profile
 
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim import fast_forward
-from chunksim.sim.engine import Engine, EngineConfig
+from chunksim.sim.engine import fast_forward
+from chunksim.sim.engine.engine import Engine, EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 CASES = [
@@ -131,8 +131,8 @@ def test_fleet_replicas_mix_as_stepping_does(tmp_path, monkeypatch, router, poli
     """A fleet replica read live carries its stretch through prefills too: every record,
     routing included, as stepping gives (its mixed step waits out its time between its
     admissions and its tokens, as a step does)."""
-    from chunksim.sim.fleet_config import FleetConfig
-    from chunksim.sim.routers import ROUTERS
+    from chunksim.sim.fleet.fleet_config import FleetConfig
+    from chunksim.sim.fleet.routers import ROUTERS
 
     prof = make_component_profile(tmp_path, spread=1.3, provenance={
         "step_overhead": {"base_s": 2e-4, "per_request_s": 3e-5}})

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chunksim.sim import pricing
-from chunksim.sim.pricing import Noise
+from chunksim.sim.engine import pricing
+from chunksim.sim.engine.pricing import Noise
 
 BLOCK = pricing._NOISE_BLOCK
 

@@ -397,7 +397,7 @@ def test_fast_forward_never_runs_a_decode_step_the_policy_would_not(const_profil
     # with its last token: 2 free. Step 3 needs a 17th-token block for each of B, C, D: 3
     # > 2, so the policy preempts D (as stepping one by one shows) - but the bulk path
     # runs it.
-    from chunksim.sim.engine import EngineConfig
+    from chunksim.sim.engine.engine import EngineConfig
 
     w = workload([(0.0, 1, 2), (0.0, 15, 10), (0.0, 15, 10), (0.0, 15, 10)])
     stepped, s_stepped = simulate(w, const_profile, RunConfig(
@@ -754,7 +754,7 @@ def test_a_pinned_plan_admits_landed_decodes_as_plan_does(running, landed, famil
     for j, p in enumerate(landed):
         req = waiting_request(request_spec(100 + j, p + 1, 8))
         req.kv_carried = True
-        kv.carry(req, p)  # all of the prompt's KV but its last token's (sim.pd)
+        kv.carry(req, p)  # all of the prompt's KV but its last token's (sim.fleet.pd)
         waiting.append(req)
     if prompt is not None:
         waiting.append(waiting_request(request_spec(200, prompt, 8)))

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.progress import DelayedProgress, ProgressBar
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.policies import POLICIES as REGISTRY
 from chunksim.policies import VARIANTS, knob_owners
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 SIMULATED = [name for name in REGISTRY if name != "vllm"]

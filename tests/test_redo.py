@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunksim.sim.engine.settle import REJECTED_KEY
 from chunksim.sim.run import RunConfig
-from chunksim.sim.settle import REJECTED_KEY
 from chunksim.sweep import probe_drive
 from chunksim.sweep.capacity import SearchParams, capacity_search, judge
 from chunksim.sweep.configs import make_configs, parse_policies

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from chunksim.cli import app
-from chunksim.sim.rejections import all_within, reject_pct, rejection_text
+from chunksim.sim.records.rejections import all_within, reject_pct, rejection_text
 from chunksim.sweep.capacity import judge
 from chunksim.sweep.configs import Config, PolicySpec
 from chunksim.sweep.verdict import decide
@@ -86,7 +86,7 @@ def test_probes_that_reject_stop_once_past_the_cap():
     """Probed anyway, the rates the search skips stop as soon as their rejections pass the
     cap, and fail as they would in full."""
     from chunksim.latency.profile import load_profile
-    from chunksim.sim.engine import EngineConfig
+    from chunksim.sim.engine.engine import EngineConfig
     from chunksim.sim.run import RunConfig
     from chunksim.sweep.capacity import SearchParams, capacity_search
     from chunksim.sweep.capacity_io import entry_document

@@ -14,7 +14,7 @@ from test_decode_rule import RANDOM_RUNS, random_run_config
 from test_properties import build
 
 from chunksim.core.request import Request
-from chunksim.sim.core import EngineCore
+from chunksim.sim.engine.core import EngineCore
 from chunksim.sim.run import simulate
 
 

@@ -15,7 +15,7 @@ import pytest
 from factories import constant_time, make_profile, workload
 
 from chunksim.latency.model import LatencyModel
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 MAX_POSITION = 32768
@@ -118,8 +118,8 @@ def test_no_warning_below_the_threshold(linear_profile):
 def test_extrapolation_warning_counts_each_axis():
     import pandas as pd
 
-    from chunksim.sim.coverage import extrapolation_warnings
-    from chunksim.sim.records import StepTotals
+    from chunksim.sim.engine.coverage import extrapolation_warnings
+    from chunksim.sim.records.records import StepTotals
 
     ranges = {"chunk_len": (0, 1024), "prior_len": (0, 1024), "decode_count": (0, 16),
               "kv_len": (1, 1024)}
@@ -136,7 +136,7 @@ def test_extrapolation_warning_counts_each_axis():
 
 
 def test_a_profiles_grid_ranges_are_worked_out_once_per_profile_object(linear_profile):
-    from chunksim.sim.coverage import grid_ranges, profile_ranges
+    from chunksim.sim.engine.coverage import grid_ranges, profile_ranges
 
     first = profile_ranges(linear_profile)
     assert first == grid_ranges(linear_profile.table)

@@ -26,7 +26,7 @@ from chunksim.reports.board import (
     token_gaps,
     window_size_s,
 )
-from chunksim.sim.records import STEP_COLUMNS
+from chunksim.sim.records.records import STEP_COLUMNS
 from chunksim.sim.run import BOARD_FILES, RunConfig, simulate
 
 RUNNER = CliRunner()
@@ -370,7 +370,7 @@ def test_the_board_reads_a_fleet(fleet, tmp_path):
     res = RUNNER.invoke(app, ["run", "-n", "60", "--rate", "8", *fleet, "--out",
                               str(tmp_path / "f"), "--report"])
     assert res.exit_code == 0, res.output
-    from chunksim.sim.outputs import read_table
+    from chunksim.sim.records.outputs import read_table
 
     steps = read_table(tmp_path / "f" / "steps.parquet")
     req = read_table(tmp_path / "f" / "requests.parquet")
@@ -388,7 +388,7 @@ def test_the_board_reads_a_fleet(fleet, tmp_path):
 def test_fleet_gaps_are_the_fleets_own_gaps(linear_profile, fleet):
     """Each request's tokens are found on the engine that made them: the gaps equal the
     fleet's pooled ITL samples (a P/D request's first gap spans its KV transfer)."""
-    from chunksim.sim.fleet_config import FleetConfig
+    from chunksim.sim.fleet.fleet_config import FleetConfig
 
     rng = np.random.default_rng(5)
     arrivals = np.cumsum(rng.exponential(0.05, 80))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunksim.sim.quantiles import REL_ERROR, LogHistogram, Samples
+from chunksim.sim.records.quantiles import REL_ERROR, LogHistogram, Samples
 
 gaps = st.lists(st.floats(1e-4, 10.0), min_size=1, max_size=200)
 
@@ -51,7 +51,7 @@ def test_a_runs_latency_figures_are_numpys_on_the_sorted_values(values, repeat):
     """The summary's figures of a latency (`metrics._stats`, which scales and partitions
     one sorted copy in place) are numpy's own on the sorted values in ms, bit for bit;
     the samples themselves are left as they were."""
-    from chunksim.sim.metrics import PERCENTILES, _stats
+    from chunksim.sim.metrics.metrics import PERCENTILES, _stats
 
     v = np.array(values * repeat)
     kept = v.copy()

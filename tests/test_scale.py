@@ -16,14 +16,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import chunksim.sim.records as records
+import chunksim.sim.records.records as records
 from chunksim.cli import app
 from chunksim.cli.memory import check_memory, estimate_bytes
 from chunksim.core.spec import RequestSpec, SpecTable, Workload
 from chunksim.progress import DelayedProgress, clock_text
-from chunksim.sim.outputs import OutputFormat, StepFileWriter, read_table, table_names
-from chunksim.sim.quantiles import REL_ERROR, LogHistogram
-from chunksim.sim.records import StepLog, parse_steps_keep
+from chunksim.sim.records.outputs import OutputFormat, StepFileWriter, read_table, table_names
+from chunksim.sim.records.quantiles import REL_ERROR, LogHistogram
+from chunksim.sim.records.records import StepLog, parse_steps_keep
 from chunksim.sim.run import RunConfig, simulate, write_outputs
 from chunksim.workloads.build import workload_from_arrays
 from chunksim.workloads.synthetic import SyntheticConfig, generate
@@ -116,7 +116,7 @@ def test_a_fleet_keeps_none_some_or_all_of_its_merged_steps(linear_profile, flee
     columns and types; every choice leaves the summary as it is."""
     from dataclasses import replace
 
-    from chunksim.sim.fleet_config import FleetConfig
+    from chunksim.sim.fleet.fleet_config import FleetConfig
 
     fc = FleetConfig(replicas=3) if fleet == "replicas" else FleetConfig(pd="1:2")
     cfg = replace(RunConfig(chunk=256), fleet=fc)
@@ -167,7 +167,7 @@ def _live_requests() -> int:
 @pytest.mark.slow
 def test_finished_requests_are_released(linear_profile):
     from chunksim.sim.build import engine_parts
-    from chunksim.sim.core import EngineCore
+    from chunksim.sim.engine.core import EngineCore
 
     w = _chat(80)
     cfg = RunConfig(chunk=512)

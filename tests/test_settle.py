@@ -1,4 +1,4 @@
-"""Probes that stop once their SLO verdict is known (`sim.settle`, `sweep.early`): the
+"""Probes that stop once their SLO verdict is known (`sim.engine.settle`, `sweep.early`): the
 verdict of a stopped run is the full run's, on a corpus of runs and bounds that includes
 bounds at and a hair below each run's own figures; a run that goes to its end reports the
 same figures as one without the watch."""
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import chunksim.sim.engine as engine_mod
+import chunksim.sim.engine.engine as engine_mod
 from chunksim.latency.profile import load_profile
+from chunksim.sim.engine.settle import needed_above, watchable
 from chunksim.sim.run import RunConfig
-from chunksim.sim.settle import needed_above, watchable
 from chunksim.sweep.capacity import capacity_search, judge, probe_workload, search_params
 from chunksim.sweep.configs import make_configs, parse_policies
 from chunksim.sweep.early import decide
@@ -309,8 +309,8 @@ def test_a_passed_probe_does_not_hold_its_search_while_its_figures_fill_in(profi
 def test_gap_counter_counts_as_a_recount_would(ops):
     """The incremental count of logged gaps above a bound equals counting them all
     afresh, through single gaps, runs and packing, checked at random moments."""
-    import chunksim.sim.records as records
-    from chunksim.sim.settle import _GapCounter
+    import chunksim.sim.records.records as records
+    from chunksim.sim.engine.settle import _GapCounter
 
     old = records._SINGLE_FOLD
     records._SINGLE_FOLD = 3
@@ -343,8 +343,8 @@ def test_the_rejection_cap_settles_a_run_exactly(profile):
     """A run whose share of rejected requests (here: prompts over --max-model-len) is
     already above --max-reject-pct stops, and its full run rejects more than the cap; a
     run that went on is the full run, figure for figure."""
-    from chunksim.sim.rejections import reject_pct
-    from chunksim.sim.settle import REJECTED_KEY
+    from chunksim.sim.engine.settle import REJECTED_KEY
+    from chunksim.sim.records.rejections import reject_pct
 
     run = _length_capped()
     stops = 0
@@ -397,7 +397,7 @@ def test_the_watch_checks_again_sooner_as_misses_grow():
     what settles a bound, about when they could reach it, never under the floor."""
     from types import SimpleNamespace
 
-    from chunksim.sim.settle import MIN_SETTLE_STEPS, SETTLE_EVERY_STEPS, Settled, SloWatch
+    from chunksim.sim.engine.settle import MIN_SETTLE_STEPS, SETTLE_EVERY_STEPS, Settled, SloWatch
     from chunksim.workloads.options import build_workload
 
     w = build_workload(WorkloadOptions(num_requests=100, rate=10.0))
@@ -430,7 +430,7 @@ def test_the_watch_gets_its_turn_inside_a_long_stretch(profile, monkeypatch, pol
     so it may run for thousands of steps: the watch still checks the run every
     SETTLE_EVERY_STEPS steps at most, inside it, and a run that never settles reports
     what it reports without the watch."""
-    from chunksim.sim.settle import SETTLE_EVERY_STEPS, SloWatch
+    from chunksim.sim.engine.settle import SETTLE_EVERY_STEPS, SloWatch
 
     at: list[int] = []
     check = SloWatch.check

@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunksim.sim.records import STEP_COLUMNS, StepLog, StepRow
+from chunksim.sim.records.records import STEP_COLUMNS, StepLog, StepRow
 
 _ROW = st.tuples(st.floats(0, 1e4), st.floats(1e-6, 1.0), st.integers(0, 9000),
                  st.integers(0, 8), st.floats(0, 1e4), st.integers(0, 64),
@@ -57,7 +57,7 @@ def test_runs_and_rows_land_as_a_row_by_row_log(capacity, keep, events):
 def test_columns_read_as_the_frame_and_merge_alike(capacity, keep, parts):
     """`StepColumns` gives each column of the kept rows as the frame holds it, and the
     totals merged from columns equal those merged from frames."""
-    from chunksim.sim.records import StepColumns, StepTotals
+    from chunksim.sim.records.records import StepColumns, StepTotals
 
     logs = []
     for events in parts:

@@ -1,4 +1,4 @@
-"""The one place a step's seconds are composed (`sim.pricing.StepPricer`), alone: its
+"""The one place a step's seconds are composed (`sim.engine.pricing.StepPricer`), alone: its
 composition of the forward passes with the drafter, the host overhead, async overlap and
 the wake-up ratio on a latency model whose figures are known, and its vector path for
 decode-all runs, which must give each step exactly what pricing it alone gives."""
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from chunksim.core.shape import StepShape
 from chunksim.latency.composed import ComponentModel
 from chunksim.latency.model import LatencyModel
-from chunksim.sim.pricing import Noise, StepPricer
+from chunksim.sim.engine.pricing import Noise, StepPricer
 
 
 class _Fixed:

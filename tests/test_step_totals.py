@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunksim.sim.fleet_records import merge_steps
-from chunksim.sim.records import STEP_COLUMNS, StepTotals, frame_of
+from chunksim.sim.fleet.fleet_records import merge_steps
+from chunksim.sim.records.records import STEP_COLUMNS, StepTotals, frame_of
 
 RANGES = {"chunk_len": (16.0, 1024.0), "prior_len": (0.0, 2048.0),
           "decode_count": (1.0, 64.0), "kv_len": (32.0, 4096.0)}
@@ -59,7 +59,7 @@ def test_merged_totals_are_the_merged_frames(sizes, seed, ranged):
 def test_folded_part_totals_give_the_same_totals(sizes, seed, capacity):
     """Each part's totals folded as its StepLog recorded them (in buffers of any size)
     stand for reading its rows again: the merge gives the same totals to the bit."""
-    from chunksim.sim.records import StepColumns, StepLog, StepRow
+    from chunksim.sim.records.records import StepColumns, StepLog, StepRow
 
     parts, folded = [], []
     for k, n in enumerate(sizes):
@@ -114,7 +114,7 @@ def _beyond_by_definition(frame, ranges):
 def test_beyond_grid_counts_each_axis_where_it_applies(n, seed, lo, span):
     """Above / below counts and extremes per axis, read straight from the columns, are
     those of the definition (float values, NaN where an axis does not apply)."""
-    from chunksim.sim.coverage import beyond_grid
+    from chunksim.sim.engine.coverage import beyond_grid
 
     frame = _part(seed, n)
     ranges = {axis: (lo, lo + span) for axis in RANGES}

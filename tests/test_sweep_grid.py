@@ -130,8 +130,8 @@ def test_features_left_off_keep_the_digest_older_sweep_tables_carry():
     under the older defaults, 16-token blocks on CPU and 0.9 memory utilization, does not
     resume into this one); each one switched on changes it."""
     from chunksim.core.speculative import SpecConfig
-    from chunksim.sim.engine import EngineConfig
-    from chunksim.sim.offload_config import OffloadConfig
+    from chunksim.sim.engine.engine import EngineConfig
+    from chunksim.sim.engine.offload_config import OffloadConfig
 
     w, r = WorkloadOptions(), RunConfig()
     assert options_hash(w, r, "abc") == "3847764aaad5"

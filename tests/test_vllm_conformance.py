@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 BS = 16

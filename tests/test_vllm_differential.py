@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from chunksim.core.kv_cache import NULL_BLOCKS, blocks_for, usable_blocks
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim.core import request_rejection
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.core import request_rejection
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 

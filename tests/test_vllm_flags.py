@@ -18,8 +18,8 @@ from typing import get_args  # noqa: E402
 
 from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, VLLM_VERSION  # noqa: E402
 from chunksim.latency.profile import load_profile  # noqa: E402
-from chunksim.sim.engine import EngineConfig  # noqa: E402
-from chunksim.sim.offload_config import OffloadConfig  # noqa: E402
+from chunksim.sim.engine.engine import EngineConfig  # noqa: E402
+from chunksim.sim.engine.offload_config import OffloadConfig  # noqa: E402
 from chunksim.sim.run import RunConfig  # noqa: E402
 from chunksim.sweep.configs import Config, PolicySpec  # noqa: E402
 from chunksim.sweep.deploy import deployment  # noqa: E402

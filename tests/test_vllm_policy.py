@@ -26,7 +26,7 @@ from chunksim.core.plan import SchedulerState
 from chunksim.core.request import Request
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.policies import POLICIES, make_policy
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.options import WorkloadKind, WorkloadOptions, build_workload
 

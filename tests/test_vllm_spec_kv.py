@@ -19,7 +19,7 @@ from chunksim.core.plan import Plan, SchedulerState
 from chunksim.core.spec import RequestSpec, Workload
 from chunksim.core.speculative import SpecConfig
 from chunksim.policies import TokenBudgetPolicy
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 BS = 16
@@ -230,7 +230,7 @@ def test_a_padded_admission_rejects_its_placeholders_end_to_end(const_profile):
     # a prompt loaded whole from the CPU tier (write-through) has one token left: with
     # ngram k = 3 it is padded to 4 tokens; every placeholder is rejected although every
     # real draft is accepted (a = 1), so that step emits one token and counts no drafts
-    from chunksim.sim.offload_config import OffloadConfig
+    from chunksim.sim.engine.offload_config import OffloadConfig
 
     block_bytes = 2048 * BS
     reqs = [(0.0, 64, 1, (1, 2, 3, 4)), (1.0, 96, 1, ()), (2.0, 64, 5, (1, 2, 3, 4))]

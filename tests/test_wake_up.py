@@ -10,7 +10,7 @@ from factories import constant_time, make_profile, workload
 
 from chunksim.latency.model import LatencyModel
 from chunksim.policies import POLICIES
-from chunksim.sim.engine import EngineConfig
+from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.run import RunConfig, simulate
 
 WAKE = {"idle_s": [0.01, 0.1], "ratios": [[1.5, 1.2], [2.0, 1.4]]}
@@ -106,7 +106,7 @@ def test_fast_forward_changes_nothing_with_wake_up(request, profile, policy):
 def test_the_decodes_of_a_wake_up_run_in_bulk(long_wake_profile, monkeypatch):
     # only the prefills are stepped: after B's, its three wake-up decodes and the warm
     # ones run as one bulk stretch, each wake-up step priced with its ratio
-    from chunksim.sim.engine import Engine
+    from chunksim.sim.engine.engine import Engine
 
     stepped = []
     step = Engine._step

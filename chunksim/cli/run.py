@@ -14,7 +14,7 @@ from chunksim.cli.options import (
     with_run_options,
     with_workload_options,
 )
-from chunksim.sim.outputs import OutputConfig
+from chunksim.sim.records.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions, build_workload
 

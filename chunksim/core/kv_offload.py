@@ -40,7 +40,7 @@ Deviations, each chosen for a reason:
   hit's cap, and an EAGLE drop gives one up): when it lands the request takes the GPU
   copy and the loaded one is freed; vLLM keeps both, the loaded one for the request.
 
-This module is the block accounting; `sim.offload` schedules and times the loads.
+This module is the block accounting; `sim.engine.offload` schedules and times the loads.
 """
 
 from __future__ import annotations

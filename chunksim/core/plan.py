@@ -74,7 +74,7 @@ class SchedulerState(NamedTuple):
     not read them), and the KV slots of those that open a block, `pinned_blocks`, are
     taken from the cache's free blocks already. The plan plans them as it would plan such
     decodes, says in `Plan.pinned` how many it schedules and lists only the entries after
-    them in `Plan.scheduled` (`sim.fast_forward.BulkDecoder.mixed_step`, `join_step`)."""
+    them in `Plan.scheduled` (`sim.engine.fast_forward.BulkDecoder.mixed_step`, `join_step`)."""
     pinned_blocks: int = 0
     """With `pinned`: the blocks the pinned decodes' slots take (`KVLedger.take_decodes`)."""
 

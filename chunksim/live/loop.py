@@ -38,8 +38,8 @@ from chunksim.live.runtime import Runtime, pinned_threads
 from chunksim.live.settings import LiveSettings
 from chunksim.live.slots import SlotTable
 from chunksim.live.tokens import TokenBook
-from chunksim.sim.core import EngineCore
-from chunksim.sim.quantiles import Samples
+from chunksim.sim.engine.core import EngineCore
+from chunksim.sim.records.quantiles import Samples
 
 _SPIN_S = 0.001
 """Sleep until this close to an arrival, then spin: time.sleep can overshoot by ~0.1 ms."""

@@ -77,7 +77,7 @@ the same to the eye, and a million-token bench draws in a moment."""
 
 def _quantiles(values) -> np.ndarray:
     """Sorted values to draw, or evenly spaced quantiles of a large or streamed sample
-    (`sim.quantiles.Samples` keeps a histogram, not values, past a size)."""
+    (`sim.records.quantiles.Samples` keeps a histogram, not values, past a size)."""
     if getattr(values, "exact", True) is False:
         return (values.percentile(np.linspace(0, 100, CDF_POINTS)) if len(values)
                 else np.zeros(0))
@@ -95,7 +95,7 @@ def _cdf(ax, values, scale: float, label: str, style: str) -> None:
 
 
 def _series(v) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
-    from chunksim.sim.metrics import per_request
+    from chunksim.sim.metrics.metrics import per_request
 
     sim = per_request(v.sim.requests)
     run = v.run

@@ -1,5 +1,5 @@
 """The operator's board of one run, as numbers: pure functions of the run's records (the
-steps and requests tables, `sim.records`) over the run's time, and the observables that
+steps and requests tables, `sim.records.records`) over the run's time, and the observables that
 point at a knob. `reports.run_board` draws them.
 
 - `engine_windows`: per time window, waiting and running requests, KV blocks in use, busy
@@ -370,7 +370,7 @@ _REJECT_ADVICE = {
 def _rejected(requests, summary: dict, window_s: float | None) -> Observable | None:
     """Requests refused at arrival: how many, why, and what admits them (None: the records
     carry no rejection column)."""
-    from chunksim.sim.rejections import rejection_text
+    from chunksim.sim.records.rejections import rejection_text
 
     if "rejected" not in requests.columns:
         return None

@@ -20,7 +20,7 @@ from chunksim.reports.provenance import (
 )
 from chunksim.reports.tables import fmt
 from chunksim.reports.verdict_text import num, ranged, verdict_lines
-from chunksim.sim.rejections import reject_pct, worst
+from chunksim.sim.records.rejections import reject_pct, worst
 from chunksim.sweep.capacity import CapacityEntry
 from chunksim.sweep.verdict import Verdict
 

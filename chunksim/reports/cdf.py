@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from chunksim.reports import style
-from chunksim.sim.metrics import per_request
+from chunksim.sim.metrics.metrics import per_request
 from chunksim.sweep.configs import Config
 
 # Probabilities at which each curve is drawn: dense in the body, denser in the tail; a

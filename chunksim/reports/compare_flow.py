@@ -94,7 +94,7 @@ def run_compare(plan: ComparePlan, run_cfg: RunConfig, workload: WorkloadOptions
     from chunksim.progress import ProgressBar
     from chunksim.reports.answer_files import staged
     from chunksim.reports.console import print_comparison, print_verdict
-    from chunksim.sim.rejections import rejection_text
+    from chunksim.sim.records.rejections import rejection_text
     from chunksim.sweep.compare_answer import compare_answer
     from chunksim.sweep.runner import Runner
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from chunksim.sim.metric_registry import FAMILIES, shown
-from chunksim.sim.rejections import reject_pct, worst
+from chunksim.sim.metrics.metric_registry import FAMILIES, shown
+from chunksim.sim.records.rejections import reject_pct, worst
 
 UNBOUNDED_WIDTH = 10_000
 """Console width off a terminal: wide enough that no table cell is cut to `…`."""
@@ -129,7 +129,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
 
 def run_lines(summary: dict) -> str:
     """The two lines of prose under `sim run`'s table: the run's counts, rates and steps
-    (the `run_line` view of `sim.metric_registry`, each in its declared format; the worst
+    (the `run_line` view of `sim.metrics.metric_registry`, each in its declared format; the worst
     stall to 0.1 ms, finer than the comparison table's column)."""
     (done, rejected, duration, reqs, toks, good, steps, busy, stall, preempt,
      extrapolated) = shown("run_line")
@@ -147,7 +147,7 @@ def run_lines(summary: dict) -> str:
 
 def class_table(by_class: dict) -> Table:
     """Per request-class latency and goodput (the `console_classes` view of
-    `sim.metric_registry`)."""
+    `sim.metrics.metric_registry`)."""
     t = Table(title="per request class", title_justify="left", show_edge=False,
               pad_edge=False)
     columns = shown("console_classes")
@@ -174,7 +174,7 @@ def comparison_table(labels: list[str], summaries: list[dict], title: str | None
                  if multi else ""),
               caption_justify="left")
     t.add_column("configuration", no_wrap=True)
-    columns = shown("console")  # `sim.metric_registry`
+    columns = shown("console")  # `sim.metrics.metric_registry`
     for m in columns:
         t.add_column(m.label, justify="right")
     for label, s in zip(labels, summaries, strict=True):

@@ -1,9 +1,9 @@
-"""Definitions printed in every report: each metric's (`sim.metric_registry`, as `vllm
+"""Definitions printed in every report: each metric's (`sim.metrics.metric_registry`, as `vllm
 bench serve` defines them), then the answers'."""
 
 from __future__ import annotations
 
-from chunksim.sim.metric_registry import metric_definitions
+from chunksim.sim.metrics.metric_registry import metric_definitions
 
 DEFINITIONS: tuple[tuple[str, str], ...] = metric_definitions() + (
     ("capacity", "the highest probed request rate at which every --slo bound holds for the "

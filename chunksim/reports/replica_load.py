@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from chunksim.reports import style
-from chunksim.sim.engine import SimResult
+from chunksim.sim.engine.engine import SimResult
 from chunksim.sweep.configs import Config
 
 COLUMNS = ("replica", "pool", "requests", "busy_s", "busy_fraction")

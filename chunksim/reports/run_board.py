@@ -23,7 +23,7 @@ from pathlib import Path
 from chunksim.reports import style
 from chunksim.reports.board import Observable
 from chunksim.reports.document import Document
-from chunksim.sim.metric_registry import shown
+from chunksim.sim.metrics.metric_registry import shown
 
 PANELS = {
     "queue": ("board_queue", "Waiting and running requests"),

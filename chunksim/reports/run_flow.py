@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chunksim.sim.outputs import OutputConfig
+from chunksim.sim.records.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 
 
@@ -27,7 +27,7 @@ def check_run_flags(out: Path | None, output_cfg: OutputConfig, schedule_log: bo
         raise ValueError("--report writes report.html into the --out directory; give --out "
                          "DIR")
     if report and output_cfg.keep != 1:
-        from chunksim.sim.records import steps_keep_label
+        from chunksim.sim.records.records import steps_keep_label
 
         raise ValueError(f"--report reads every step; drop --steps "
                          f"{steps_keep_label(output_cfg.keep)}")
@@ -52,7 +52,7 @@ def simulate_to(out: Path | None, workload, profile, run_cfg: RunConfig,
     (result, summary, names written)."""
     from chunksim import atomic
     from chunksim.progress import DelayedProgress
-    from chunksim.sim.outputs import StepFileWriter
+    from chunksim.sim.records.outputs import StepFileWriter
     from chunksim.sim.run import simulate, write_outputs
 
     # steps stream to --out as they are recorded; without --out nothing reads them
@@ -82,8 +82,8 @@ def run_warnings(result, summary: dict, out: Path | None, output_cfg: OutputConf
     """What the run warns about (rejections, then the summary's warnings); raises
     ValueError when there is no answer to print (nothing completed, or a board asked of
     a run too long to draw)."""
-    from chunksim.sim.outputs import table_names
-    from chunksim.sim.rejections import rejection_text
+    from chunksim.sim.records.outputs import table_names
+    from chunksim.sim.records.rejections import rejection_text
     from chunksim.sim.run import nothing_completed
 
     if report and too_long(summary):
@@ -102,7 +102,7 @@ def _board(result, summary: dict, run_cfg: RunConfig, staged, output_cfg) -> dic
     """report.html and its figures: the run board (`reports.board`, `reports.run_board`)."""
     from chunksim.reports.board import STEP_FIELDS, build_board
     from chunksim.reports.run_board import render_board
-    from chunksim.sim.outputs import OutputFormat
+    from chunksim.sim.records.outputs import OutputFormat
     from chunksim.sweep.slos import DEFAULT_SLOS
 
     steps = result.steps

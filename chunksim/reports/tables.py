@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from chunksim.sim.metric_registry import shown
+from chunksim.sim.metrics.metric_registry import shown
 
 
 def fmt(value: object, spec: str = "{}") -> str:
@@ -29,7 +29,7 @@ def ranged_cell(med: object, lo: object, hi: object, spec: str) -> str:
 
 SEED_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
     (m.key, m.header, m.fmt) for m in shown("seeds"))
-"""(summary key, header, format) of the table over seeds (`sim.metric_registry`)."""
+"""(summary key, header, format) of the table over seeds (`sim.metrics.metric_registry`)."""
 CLASS_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
     (m.key, m.header, m.fmt) for m in shown("classes"))
 """The same, of its per-class rows."""

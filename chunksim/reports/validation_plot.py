@@ -24,7 +24,7 @@ def plot_validation(v, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from chunksim.sim.metrics import per_request
+    from chunksim.sim.metrics.metrics import per_request
 
     live_req, sim_req = per_request(v.live.requests), per_request(v.sim.requests)
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))

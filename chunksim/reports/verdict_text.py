@@ -4,7 +4,7 @@ console's closing lines. Numbers are the median over seeds with [min–max]."""
 from __future__ import annotations
 
 from chunksim.reports.capacity_plot import metric_name
-from chunksim.sim.rejections import all_within, reject_pct, rejection_text, worst
+from chunksim.sim.records.rejections import all_within, reject_pct, rejection_text, worst
 from chunksim.sweep.verdict import Candidate, Verdict
 
 

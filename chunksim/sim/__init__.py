@@ -1,4 +1,5 @@
-"""The simulator: the SimPy engine (`engine`), the time-free bookkeeping it shares with the
-live loop (`core.EngineCore`: queues, KV, applying plans, records), the records
-(`records`), metrics as `vllm bench serve` defines them (`metrics`), and one run from config
+"""The simulator, by role: one replica's engine (`engine/`: the SimPy loop, the time-free
+bookkeeping it shares with the live loop, a step's price, the bulk path), many replicas
+behind a router (`fleet/`), the records (`records/`), metrics as `vllm bench serve` defines
+them (`metrics/`), the one place an engine is assembled (`build`) and one run from config
 to summary (`run`)."""

@@ -15,13 +15,13 @@ from chunksim.core.vllm_version import GPU_MEMORY_UTILIZATION, Device, vllm_defa
 from chunksim.latency.profile import Profile
 from chunksim.latency.select import latency_model
 from chunksim.policies import knob_owners, make_policy
-from chunksim.sim.core import request_rejection
-from chunksim.sim.engine import Engine, EngineConfig
-from chunksim.sim.fleet_config import FleetConfig
-from chunksim.sim.metrics import parse_class_slos, parse_slos
-from chunksim.sim.offload_config import OffloadConfig
-from chunksim.sim.records import StepLog
-from chunksim.sim.spread_guard import SpreadGuard
+from chunksim.sim.engine.core import request_rejection
+from chunksim.sim.engine.engine import Engine, EngineConfig
+from chunksim.sim.engine.offload_config import OffloadConfig
+from chunksim.sim.engine.spread_guard import SpreadGuard
+from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.metrics.metrics import parse_class_slos, parse_slos
+from chunksim.sim.records.records import StepLog
 
 _E = "Engine and KV cache"
 

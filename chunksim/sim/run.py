@@ -1,6 +1,6 @@
 """One simulation run from config to records and summary: the library entry point that
 `sim run`, `sim compare`, `sim capacity` and `sim sweep` share. `simulate` runs one
-engine (`sim.build`) or a fleet (`sim.fleet_run`); `RunConfig` is defined in `sim.build`
+engine (`sim.build`) or a fleet (`sim.fleet.fleet_run`); `RunConfig` is defined in `sim.build`
 and re-exported here for callers of `simulate`."""
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from chunksim import atomic
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
 from chunksim.sim.build import RunConfig, build_engine, engine_parts
-from chunksim.sim.coverage import describe_ranges, profile_ranges
-from chunksim.sim.engine import SimResult
-from chunksim.sim.fleet_records import no_steps
-from chunksim.sim.fleet_run import simulate_fleet
-from chunksim.sim.outputs import OutputFormat, table_bytes, table_names
-from chunksim.sim.records import StepLog
-from chunksim.sim.run_summary import summarize_run
-from chunksim.sim.settle import SloWatch
-from chunksim.sim.spread_guard import SpreadGuard, widest_sigma
+from chunksim.sim.engine.coverage import describe_ranges, profile_ranges
+from chunksim.sim.engine.engine import SimResult
+from chunksim.sim.engine.settle import SloWatch
+from chunksim.sim.engine.spread_guard import SpreadGuard, widest_sigma
+from chunksim.sim.fleet.fleet_records import no_steps
+from chunksim.sim.fleet.fleet_run import simulate_fleet
+from chunksim.sim.metrics.run_summary import summarize_run
+from chunksim.sim.records.outputs import OutputFormat, table_bytes, table_names
+from chunksim.sim.records.records import StepLog
 
 __all__ = ["RunConfig", "simulate", "nothing_completed", "write_outputs", "OUTPUT_FILES",
            "refuse_unknown_classes"]

@@ -2,7 +2,7 @@
 serve at all, so the search spends no probes on rates far below the answer.
 
 A passing probe runs to its end, while a hopeless one stops within seconds of simulated
-time (`sim.settle`); so the search is cheapest started just above the capacity and
+time (`sim.engine.settle`); so the search is cheapest started just above the capacity and
 walking down. The start is the engine's *service rate* on the workload's mean request:
 with B requests decoding at once (the seat cap, or as many as the KV cache holds), each
 request needs `output` decode steps, and at balance each step also carries

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from chunksim.latency.profile import Profile
 from chunksim.progress import ProgressBar
 from chunksim.sim.build import static_rejections
-from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, reject_pct
-from chunksim.sim.rejections import worst as reject_worst
+from chunksim.sim.records.rejections import MAX_REJECT_PCT_DEFAULT, reject_pct
+from chunksim.sim.records.rejections import worst as reject_worst
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.early import settle_bounds
@@ -220,7 +220,7 @@ def capacity_search(configs: list[Config], workload: WorkloadOptions, run: RunCo
     """Search every configuration's capacity over `seeds` (default: the workload's seed);
     entries in `configs` order. A probe that rejects more than `max_reject_pct` % of its
     requests (on any seed) fails. With `settle`, a probe run stops once one of its bounds
-    has certainly failed (`sim.settle`): the verdict is the full run's, and a probe that
+    has certainly failed (`sim.engine.settle`): the verdict is the full run's, and a probe that
     passes, or whose stopped seeds leave the median open, runs them in full.
 
     With `skip_rejected_rates`, a lone engine's search that has met nothing and failed on

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from chunksim.latency.profile import Profile
-from chunksim.sim.metric_registry import view
+from chunksim.sim.metrics.metric_registry import view
 from chunksim.sweep.capacity import CapacityEntry, SearchParams
 from chunksim.sweep.compare import config_keys
 from chunksim.sweep.probes import deferred
@@ -14,7 +14,7 @@ from chunksim.sweep.table import cell, columns_of, csv_text, flatten
 from chunksim.sweep.verdict import Verdict
 from chunksim.workloads.options import WorkloadOptions
 
-_PROBE_KEYS = view("probe")  # `sim.metric_registry`
+_PROBE_KEYS = view("probe")  # `sim.metrics.metric_registry`
 
 
 def _seed_run(s: dict, slos: dict[str, float], max_reject_pct: float | None) -> dict:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from chunksim.progress import ProgressBar
-from chunksim.sim.engine import SimResult
+from chunksim.sim.engine.engine import SimResult
 from chunksim.sim.run import RunConfig
 from chunksim.sweep.configs import Config
 from chunksim.sweep.job import SimJob

@@ -116,7 +116,7 @@ class Cost:
 def cost_of(label: str, gpus: int, summary: dict, rate: float, price: GpuPrice) -> Cost:
     """The cost of `gpus` GPUs producing `summary`'s served output throughput, offered
     `rate`."""
-    from chunksim.sim.rejections import reject_pct
+    from chunksim.sim.records.rejections import reject_pct
 
     tok = float(summary.get("output_throughput") or 0.0)
     served = float(summary.get("request_throughput") or 0.0)

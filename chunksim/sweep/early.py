@@ -1,4 +1,4 @@
-"""The median-seed rule when some seeds stopped early (`sim.settle`): decided exactly, or
+"""The median-seed rule when some seeds stopped early (`sim.engine.settle`): decided exactly, or
 not at all.
 
 A stopped seed is known only to exceed the bounds it settled (`failed_keys`); its other
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from chunksim.sim.settle import REJECTED_KEY, watchable
+from chunksim.sim.engine.settle import REJECTED_KEY, watchable
 from chunksim.sweep.seeds import median_value
 
 

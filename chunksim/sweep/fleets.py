@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from chunksim.sim.fleet_config import KV_LINKS, FleetConfig
-from chunksim.sim.routers import ROUTERS
+from chunksim.sim.fleet.fleet_config import KV_LINKS, FleetConfig
+from chunksim.sim.fleet.routers import ROUTERS
 
 _KEYS = ("router", "decode-router", "kv-link")
 _SYNTAX = ("give LAYOUT[,KEY=VALUE...]: LAYOUT is N (N replicas) or pd=P:D, keys router, "

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from chunksim.sim.metric_registry import view
+from chunksim.sim.metrics.metric_registry import view
 from chunksim.sweep.capacity import CapacityEntry
 from chunksim.sweep.capacity_io import entry_document
 from chunksim.sweep.compare import config_keys
 from chunksim.sweep.gpus import GpuSearch
 from chunksim.sweep.table import csv_text
 
-_METRICS = view("splits")  # `sim.metric_registry`
+_METRICS = view("splits")  # `sim.metrics.metric_registry`
 SPLIT_COLUMNS = ("rank", "config", "policy", "chunk", "fleet_layout", "gpus", "max_rate",
                  "capped", "max_rate_per_gpu", *_METRICS, "served_rate", "rejected_pct")
 """max_rate is the rate offered; served_rate (requests completed per second on the median

@@ -19,9 +19,9 @@ from functools import lru_cache
 
 from chunksim.core.spec import Workload
 from chunksim.latency.profile import Profile
-from chunksim.sim.engine import SimResult
+from chunksim.sim.engine.engine import SimResult
+from chunksim.sim.engine.settle import Settled
 from chunksim.sim.run import RunConfig, simulate
-from chunksim.sim.settle import Settled
 from chunksim.sweep.configs import Config, with_spec_tokens
 from chunksim.workloads.options import WorkloadOptions, build_workload
 
@@ -40,7 +40,7 @@ class SimJob:
     """Return the request/step records too (compare's plots need them; sweeps do not)."""
     settle_slos_ms: tuple[tuple[str, float], ...] = ()
     """(summary key, bound ms) pairs: stop the run once one has certainly failed
-    (`sim.settle`); its summary then holds that decision only (`stopped`: True)."""
+    (`sim.engine.settle`); its summary then holds that decision only (`stopped`: True)."""
 
 
 @dataclass

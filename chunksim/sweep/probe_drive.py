@@ -18,7 +18,7 @@ from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 from chunksim.progress import ProgressBar
-from chunksim.sim.settle import REJECTED_KEY
+from chunksim.sim.engine.settle import REJECTED_KEY
 from chunksim.sweep.early import failed_keys, merge_runs, open_bounds, stopped
 from chunksim.sweep.job import SimJob
 from chunksim.sweep.probes import (

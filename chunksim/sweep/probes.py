@@ -2,7 +2,7 @@
 summaries are judged (the median-seed rule, `judge`) and folded (`probe_summary`).
 
 A seed's summary is a full run's, a run stopped once a bound certainly failed
-(`sim.settle`, `stopped`), or `DEFERRED`: not run, because the seeds run before it
+(`sim.engine.settle`, `stopped`), or `DEFERRED`: not run, because the seeds run before it
 already failed the probe (`probe_drive`).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
+from chunksim.sim.records.rejections import MAX_REJECT_PCT_DEFAULT, all_within, within
 from chunksim.sweep.early import decide, failed_keys, rejected_too_many, stopped
 from chunksim.sweep.seeds import fold
 from chunksim.sweep.slos import meets
@@ -40,7 +40,7 @@ def judge(runs: Sequence[Mapping], slos: Mapping[str, float],
           max_reject_pct: float = MAX_REJECT_PCT_DEFAULT) -> bool:
     """The median-seed rule: every bound holds for the median over seeds of its metric
     (a seed that completed nothing counts as missing every bound); and no seed rejected
-    more than `max_reject_pct` % of its requests (`sim.rejections`). Seeds that stopped
+    more than `max_reject_pct` % of its requests (`sim.records.rejections`). Seeds that stopped
     early (`early.decide`) must leave it decided."""
     verdict = partial_verdict(runs, slos, max_reject_pct)
     if verdict is None:

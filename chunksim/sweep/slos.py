@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from chunksim.sim.metric_registry import ms_keys, parse_bounds
-from chunksim.sim.rejections import reject_pct
-from chunksim.sim.settle import REJECTED_KEY
+from chunksim.sim.engine.settle import REJECTED_KEY
+from chunksim.sim.metrics.metric_registry import ms_keys, parse_bounds
+from chunksim.sim.records.rejections import reject_pct
 
 SCHED_DELAY_KEY = "median_sched_delay_ms"
 DEFAULT_SCHED_DELAY_MS = 2000.0

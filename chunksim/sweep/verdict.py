@@ -25,8 +25,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chunksim.sim.metric_registry import shown
-from chunksim.sim.rejections import MAX_REJECT_PCT_DEFAULT, within
+from chunksim.sim.metrics.metric_registry import shown
+from chunksim.sim.records.rejections import MAX_REJECT_PCT_DEFAULT, within
 from chunksim.sweep.configs import Config
 from chunksim.sweep.seeds import SeedStats, fold, median_value, overlap
 
@@ -63,7 +63,7 @@ def long_class(summary: Mapping) -> str | None:
 
 def tradeoff_metrics(summary: Mapping) -> list[Metric]:
     """The stable trade-off: worst stall, and the longest requests' TTFT."""
-    stall, p99_ttft = shown("tradeoff")  # `sim.metric_registry`
+    stall, p99_ttft = shown("tradeoff")  # `sim.metrics.metric_registry`
     cls = long_class(summary)
     if cls is None:
         ttft = Metric((p99_ttft.key,), p99_ttft.label)

@@ -2,7 +2,7 @@
 arrivals, prompt and output lengths) in the simulator under the engine settings given
 by flags, and compare predicted with measured figures. No torch.
 
-Both sides' figures are computed by one function (`sim.metrics.summarize`, vLLM bench's
+Both sides' figures are computed by one function (`sim.metrics.metrics.summarize`, vLLM bench's
 definitions) over the same requests: TTFT and E2E per request, TPOT = (E2E - TTFT) /
 (output - 1), ITL pooled over every token gap (measured only where the file has the
 gaps), throughputs over first arrival to last finish. A bench tool's file (vLLM, SGLang)
@@ -20,10 +20,10 @@ import pandas as pd
 
 from chunksim.core.spec import SpecTable, Workload
 from chunksim.latency.profile import Profile
-from chunksim.sim.metric_registry import group, view
-from chunksim.sim.metrics import summarize
-from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import StepTotals
+from chunksim.sim.metrics.metric_registry import group, view
+from chunksim.sim.metrics.metrics import summarize
+from chunksim.sim.records.quantiles import Samples
+from chunksim.sim.records.records import StepTotals
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.validate.compare import rel_error_pct
 from chunksim.validate.match import calibration_note, mismatches
@@ -55,7 +55,7 @@ def profile_warnings(run: MeasuredRun, profile: Profile) -> list[str]:
 
 def table_keys() -> list[str]:
     """Every compared key: latency stats, then throughputs."""
-    return list(view("validate"))  # `sim.metric_registry`
+    return list(view("validate"))  # `sim.metrics.metric_registry`
 
 
 def workload_of(run: MeasuredRun, name: str | None = None) -> Workload:
@@ -109,7 +109,7 @@ class AgainstValidation:
 
     run: MeasuredRun
     sim: object
-    """sim.engine.SimResult."""
+    """sim.engine.engine.SimResult."""
     predicted: dict
     measured: dict
     report: dict

@@ -2,7 +2,7 @@
 
 error_pct = (predicted - measured) / measured * 100: positive means the simulator is
 pessimistic (predicts slower than reality). Metric names and definitions are those of
-`sim.metrics` (`vllm bench serve`'s). The step-level check feeds each live step's own
+`sim.metrics.metrics` (`vllm bench serve`'s). The step-level check feeds each live step's own
 composition to the latency model, so interpolation error is seen apart from queueing
 (where a different step sequence would compound it).
 """
@@ -16,7 +16,7 @@ import numpy as np
 
 from chunksim.core.shape import StepShape
 from chunksim.latency.base import StepCosts
-from chunksim.sim.metric_registry import group, view
+from chunksim.sim.metrics.metric_registry import group, view
 
 THROUGHPUT_KEYS = group("throughput")
 TARGET_KEYS = view("validate_target")
@@ -33,7 +33,7 @@ def rel_error_pct(predicted: float, measured: float) -> float | None:
 
 def metric_keys() -> list[str]:
     """Every compared summary key, latency stats first, then throughput."""
-    return list(view("validate"))  # `sim.metric_registry`
+    return list(view("validate"))  # `sim.metrics.metric_registry`
 
 
 def compare_summaries(predicted: Mapping, measured: Mapping) -> dict[str, dict]:

@@ -45,7 +45,7 @@ class Validation:
     live_summary: dict
     """`summarize` of the live records (same keys as a simulation summary)."""
     sim: object
-    """sim.engine.SimResult."""
+    """sim.engine.engine.SimResult."""
     sim_summary: dict
     """The simulation's summary."""
     report: dict
@@ -113,8 +113,8 @@ def _serve_live(workload: Workload, cfg: RunConfig, kv, settings: LiveSettings,
     """One live run of `workload` (a fresh policy object each time, the model of
     `runtime` where there is one): the LiveResult and its summary."""
     from chunksim.live.loop import LiveEngine
-    from chunksim.sim.metrics import summarize
-    from chunksim.sim.records import StepTotals
+    from chunksim.sim.metrics.metrics import summarize
+    from chunksim.sim.records.records import StepTotals
 
     policy = cfg.make_policy(device)
     live = LiveEngine(workload, policy, kv, settings, cfg.engine.max_model_len,

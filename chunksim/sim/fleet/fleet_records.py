@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from chunksim.core.speculative import merge_spec
-from chunksim.sim.engine import SimResult
-from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import STEP_COLUMNS
+from chunksim.sim.engine.engine import SimResult
+from chunksim.sim.records.quantiles import Samples
+from chunksim.sim.records.records import STEP_COLUMNS
 
 
 def merge_results(results: list[SimResult], dest: np.ndarray) -> SimResult:

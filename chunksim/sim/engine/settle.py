@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from chunksim.sim.records import EXACT_GAP_SAMPLES
+from chunksim.sim.records.records import EXACT_GAP_SAMPLES
 
 REJECTED_KEY = "rejected_pct"
 """The bound of a watched run on the share of its requests rejected, in % (the probe's

@@ -20,8 +20,8 @@ from chunksim.core.request import Request
 from chunksim.core.shape import StepShape
 from chunksim.core.spec import SpecTable, Workload
 from chunksim.core.speculative import Acceptance, SpecConfig
-from chunksim.sim.offload import Offloads
-from chunksim.sim.records import (
+from chunksim.sim.engine.offload import Offloads
+from chunksim.sim.records.records import (
     KIND_DECODE,
     KIND_NEW,
     KIND_PREEMPTED,
@@ -44,7 +44,7 @@ def _class_names(specs: SpecTable) -> list[str]:
 class Inbox:
     """The requests sent to one engine, in the order they reach it. A lone engine's inbox
     is its workload; a fleet replica's is filled by the fleet's router as requests arrive
-    (`sim.fleet`), which also says when the next one may come."""
+    (`sim.fleet.fleet`), which also says when the next one may come."""
 
     def __init__(self, specs) -> None:
         self.specs = specs
@@ -188,7 +188,7 @@ class EngineCore:
         self.drafting = 0
         """Requests that sample in the step begun last (they propose drafts after it)."""
         self.offload: Offloads | None = Offloads(self.kv) if kv.host_blocks else None
-        """The KV loads from the CPU tier, when the cache has one (`sim.offload`)."""
+        """The KV loads from the CPU tier, when the cache has one (`sim.engine.offload`)."""
 
     # ------------------------------------------------------------------ arrivals / queues
     def rejection(self, spec) -> tuple[str, str] | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from chunksim import atomic
 from chunksim.core.knobs import knob
-from chunksim.sim.records import STEP_COLUMNS, parse_steps_keep
+from chunksim.sim.records.records import STEP_COLUMNS, parse_steps_keep
 
 _O = "Outputs"
 

@@ -28,13 +28,13 @@ from chunksim.core.plan import Plan, Policy
 from chunksim.core.spec import Workload
 from chunksim.core.speculative import SpecConfig
 from chunksim.latency.base import StepCosts
-from chunksim.sim.core import EngineCore, Inbox
-from chunksim.sim.fast_forward import MAX_BULK_STEPS, BulkDecoder
-from chunksim.sim.pricing import Noise, StepPricer
-from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import StepColumns, StepLog, frame_of
-from chunksim.sim.settle import SETTLE_EVERY_STEPS
-from chunksim.sim.spread_guard import SpreadGuard
+from chunksim.sim.engine.core import EngineCore, Inbox
+from chunksim.sim.engine.fast_forward import MAX_BULK_STEPS, BulkDecoder
+from chunksim.sim.engine.pricing import Noise, StepPricer
+from chunksim.sim.engine.settle import SETTLE_EVERY_STEPS
+from chunksim.sim.engine.spread_guard import SpreadGuard
+from chunksim.sim.records.quantiles import Samples
+from chunksim.sim.records.records import StepColumns, StepLog, frame_of
 
 PROGRESS_EVERY_STEPS = 4096
 """How often (in engine iterations) a run reports its progress, when asked to."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from chunksim.core.kv_offload import BUSY, Load, OffloadKVCache
 from chunksim.core.plan import Plan
-from chunksim.sim.records import KIND_LOAD, KIND_LOADED
+from chunksim.sim.records.records import KIND_LOAD, KIND_LOADED
 
 
 class Offloads:

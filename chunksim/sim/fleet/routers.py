@@ -5,7 +5,7 @@ there); `make_router` builds one.
 A router either reads no replica state (`reads_state = False`: round-robin, random,
 conversation; its choices depend on the request stream alone) or reads it through a
 `ReplicaView` (least-requests, least-tokens, prefix), possibly an old one
-(`--router-staleness-ms`, see `sim.fleet`). Ties go to the first tied replica at or after
+(`--router-staleness-ms`, see `sim.fleet.fleet`). Ties go to the first tied replica at or after
 a pointer that moves past each choice, so an idle fleet is filled evenly.
 """
 
@@ -20,7 +20,7 @@ from chunksim.core.spec import RequestSpec, Workload
 
 
 class ReplicaView(Protocol):
-    """What a router may read of one replica (`sim.fleet.Replica`)."""
+    """What a router may read of one replica (`sim.fleet.fleet.Replica`)."""
 
     def outstanding_requests(self) -> int:
         """Requests routed to it and not finished: running, waiting or not yet pulled."""
@@ -46,7 +46,7 @@ class Router:
     reads_state: ClassVar[bool] = False
     reads_mid_stretch: ClassVar[bool] = False
     """It reads only what a replica keeps exact in the middle of a bulk decode stretch
-    (`sim.fleet.Replica`: outstanding requests and tokens), so the fleet may let stretches
+    (`sim.fleet.fleet.Replica`: outstanding requests and tokens), so the fleet may let stretches
     run through its reads. Off (the default), every replica ends its stretch before each
     read, so the router sees exactly what stepping would have left, whatever it reads."""
 

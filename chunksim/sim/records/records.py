@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from chunksim.sim.quantiles import LogHistogram, Samples
+from chunksim.sim.records.quantiles import LogHistogram, Samples
 
 STEP_COLUMNS: dict[str, type] = {
     "start_s": float,          # step start, seconds
@@ -123,7 +123,7 @@ class StepTotals:
         """Fold what does not depend on the rows' order (`cols`: columns or a frame)."""
         beyond = {}
         if self.ranges is not None:
-            from chunksim.sim.coverage import beyond_grid
+            from chunksim.sim.engine.coverage import beyond_grid
 
             beyond = beyond_grid(cols, self.ranges)
         self._fold(int(np.count_nonzero(cols["extrapolated"])),
@@ -495,7 +495,7 @@ KINDS = ("new", "resumed", "prefill", "decode", "preempted")
 running request's next prefill chunk; a decode; preempted before the step."""
 KIND_LOAD, KIND_LOADED = 5, 6
 LOAD_KINDS = ("load", "loaded")
-"""With a CPU KV tier (`sim.offload`), before the step: a waiting request's load from the
+"""With a CPU KV tier (`sim.engine.offload`), before the step: a waiting request's load from the
 host starts (tokens: loaded; computed_tokens: its GPU hit; blocks: held for it), and its
 load has landed (computed_tokens: the prefix now cached on the GPU). Their categories
 appear only in a run that loaded."""

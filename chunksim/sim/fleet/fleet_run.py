@@ -27,16 +27,16 @@ from chunksim.sim.build import (
     engine_parts,
     kv_bytes_per_token,
 )
-from chunksim.sim.coverage import profile_ranges
-from chunksim.sim.engine import Engine, SimResult
-from chunksim.sim.fleet import Fleet
-from chunksim.sim.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
-from chunksim.sim.offload import offload_meta
-from chunksim.sim.pd import Disaggregated, first_tokens
-from chunksim.sim.records import StepLog
-from chunksim.sim.routers import make_router
-from chunksim.sim.run_summary import summarize_run
-from chunksim.sim.settle import SloWatch
+from chunksim.sim.engine.coverage import profile_ranges
+from chunksim.sim.engine.engine import Engine, SimResult
+from chunksim.sim.engine.offload import offload_meta
+from chunksim.sim.engine.settle import SloWatch
+from chunksim.sim.fleet.fleet import Fleet
+from chunksim.sim.fleet.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
+from chunksim.sim.fleet.pd import Disaggregated, first_tokens
+from chunksim.sim.fleet.routers import make_router
+from chunksim.sim.metrics.run_summary import summarize_run
+from chunksim.sim.records.records import StepLog
 
 TOKEN_TIME_SHAPE = BatchShape(prefill_tokens=1024)
 """The step that measures a profile's time per token for routing: one 1024-token prefill

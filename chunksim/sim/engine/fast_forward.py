@@ -32,12 +32,12 @@ import simpy
 
 from chunksim.core.plan import Plan, SchedulerState
 from chunksim.core.request import Request
-from chunksim.sim.pricing import MAX_RUN, StepPricer
-from chunksim.sim.pricing import steps as _steps
-from chunksim.sim.records import StepRow
+from chunksim.sim.engine.pricing import MAX_RUN, StepPricer
+from chunksim.sim.engine.pricing import steps as _steps
+from chunksim.sim.records.records import StepRow
 
 if TYPE_CHECKING:
-    from chunksim.sim.core import EngineCore
+    from chunksim.sim.engine.core import EngineCore
 
 MAX_BULK_STEPS = MAX_RUN
 """The longest stretch priced at once (a longer one continues in the next)."""

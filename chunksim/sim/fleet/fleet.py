@@ -34,9 +34,9 @@ import simpy
 
 from chunksim.core.request import Request
 from chunksim.core.spec import RequestSpec, Workload, arrival_times
-from chunksim.sim.core import Inbox
-from chunksim.sim.engine import Engine, SimResult
-from chunksim.sim.routers import Router
+from chunksim.sim.engine.core import Inbox
+from chunksim.sim.engine.engine import Engine, SimResult
+from chunksim.sim.fleet.routers import Router
 
 
 class ReplicaInbox(Inbox):

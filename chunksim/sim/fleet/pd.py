@@ -43,10 +43,10 @@ import simpy
 
 from chunksim.core.request import Request
 from chunksim.core.spec import Workload
-from chunksim.sim.core import Inbox
-from chunksim.sim.engine import Engine, SimResult
-from chunksim.sim.fleet import Fleet, Replica
-from chunksim.sim.routers import Router
+from chunksim.sim.engine.core import Inbox
+from chunksim.sim.engine.engine import Engine, SimResult
+from chunksim.sim.fleet.fleet import Fleet, Replica
+from chunksim.sim.fleet.routers import Router
 
 
 class DecodeInbox(Inbox):

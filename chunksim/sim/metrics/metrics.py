@@ -18,15 +18,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chunksim.sim.metric_registry import (
+from chunksim.sim.metrics.metric_registry import (
     GOODPUT_FAMILIES,
     PERCENTILES,
     SUMMARY,
     Family,
     parse_bounds,
 )
-from chunksim.sim.quantiles import Samples
-from chunksim.sim.records import StepTotals
+from chunksim.sim.records.quantiles import Samples
+from chunksim.sim.records.records import StepTotals
 
 SLO_METRICS = GOODPUT_FAMILIES
 """Goodput SLOs are per request: ttft, tpot, e2el, and itl (the request's worst gap)."""
@@ -183,7 +183,7 @@ def _summarize(cols: dict[str, np.ndarray], steps: StepTotals, itl_s: Samples,
     values = {"ttft": Samples(m["ttft"]), "tpot": Samples(m["tpot"]), "itl": itl_s,
               "e2el": Samples(m["e2el"]), "sched_delay": Samples(m["sched"])}
     summary: dict = {}
-    for entry in SUMMARY:  # `sim.metric_registry`: the schema, in summary.json's order
+    for entry in SUMMARY:  # `sim.metrics.metric_registry`: the schema, in summary.json's order
         if isinstance(entry, Family):
             summary.update(_stats(entry.name, values[entry.name], none))
         elif not (by_class and entry.run_wide):
@@ -291,4 +291,4 @@ COMPUTE: dict[str, Callable[[_Run], object]] = {
     "mean_step_ms": lambda r: r.busy_s / max(r.n_steps, 1) * 1000.0,
     "peak_kv_blocks_used": lambda r: r.peak_kv,
 }
-"""Each summary metric's computation (`sim.metric_registry.SUMMARY` declares it), by key."""
+"""Each summary metric's computation (`sim.metrics.metric_registry.SUMMARY` declares it), by key."""

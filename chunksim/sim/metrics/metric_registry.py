@@ -1,6 +1,6 @@
 """The schema of a run's summary: every metric declared once, with its summary key, label,
 unit, print format and definition, in the order summary.json lists them (`SUMMARY`);
-`sim.metrics` holds each one's computation (`metrics.COMPUTE`, one function per key) and
+`sim.metrics.metrics` holds each one's computation (`metrics.COMPUTE`, one function per key) and
 builds the summary by walking `SUMMARY`. The facts a run reports besides its metrics
 (its settings, the engine's counters, a fleet's rows) are declared in `FACTS`.
 
@@ -154,7 +154,7 @@ ENGINE_METRICS: tuple[Metric, ...] = (
            "fraction; vLLM prints %) = accepted / drafted tokens; per-position acceptance "
            "(spec_position_acceptance) = accepted at position i / verified decodes."),
 )
-"""Metrics the engine reports itself, when it runs what they measure (`sim.core`)."""
+"""Metrics the engine reports itself, when it runs what they measure (`sim.engine.core`)."""
 
 
 def _all_metrics() -> dict[str, Metric]:
@@ -339,4 +339,5 @@ FACTS: dict[str, str] = {
     "warnings": "what the run warns about.",
 }
 """The run's facts besides its metrics: its settings, the engine's counters and a fleet's
-rows (written by the engine, `sim.core`, `sim.fleet_run`, `sim.run_summary`), by key."""
+rows (written by the engine, `sim.engine.core`, `sim.fleet.fleet_run`,
+`sim.metrics.run_summary`), by key."""

@@ -1,4 +1,4 @@
-"""A run's summary from its records: the metrics (`sim.metrics`) completed with the
+"""A run's summary from its records: the metrics (`sim.metrics.metrics`) completed with the
 profile's facts, per-class sections and the warnings."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults
 from chunksim.sim.build import EngineParts, RunConfig
-from chunksim.sim.coverage import extrapolation_warnings, profile_ranges
-from chunksim.sim.engine import SimResult
-from chunksim.sim.metrics import summarize, summarize_classes
-from chunksim.sim.records import StepTotals
+from chunksim.sim.engine.coverage import extrapolation_warnings, profile_ranges
+from chunksim.sim.engine.engine import SimResult
+from chunksim.sim.metrics.metrics import summarize, summarize_classes
+from chunksim.sim.records.records import StepTotals
 
 
 def summarize_run(result: SimResult, profile: Profile, cfg: RunConfig,

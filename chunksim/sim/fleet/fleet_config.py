@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chunksim.core.knobs import knob
-from chunksim.sim.routers import ROUTERS, check_router_name
+from chunksim.sim.fleet.routers import ROUTERS, check_router_name
 
 _F = "Fleet"
 

@@ -1,0 +1,5 @@
+"""One replica's engine: the SimPy loop (`engine`), the time-free bookkeeping it shares
+with the live loop (`core.EngineCore`: queues, KV, applying plans), a step's price
+(`pricing`), the bulk path (`fast_forward`, `settle`, `spread_guard`, `coverage`) and the
+CPU tier's engine side (`offload`, `offload_config`). Empty on purpose: importing the
+package imports none of its modules."""
