@@ -28,9 +28,9 @@ from chunksim.sim.run import RunConfig, simulate
 BS = 16
 
 
-def _batch(prompts_outputs_done):
+def _batch(prompts_outputs_done, bs: int = BS):
     """Decoding requests (prompt, output tokens, outputs already sampled), batch order."""
-    kv = kv_cache(4096, BS)
+    kv = kv_cache(4096 * 16 // bs + 64, bs)
     reqs = [decoding_request(kv, request_spec(i, p, o), outputs=d)
             for i, (p, o, d) in enumerate(prompts_outputs_done)]
     return kv, reqs
@@ -40,12 +40,14 @@ def _batch(prompts_outputs_done):
                 min_size=1, max_size=12),
        st.lists(st.integers(1, 40), min_size=1, max_size=6),
        st.lists(st.lists(st.tuples(st.integers(1, 300), st.integers(2, 60)), max_size=3),
-                max_size=6))
-def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances, joins):
+                max_size=6),
+       st.sampled_from([1, 3, 16, 128]))
+def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances, joins, BS):
     """... and so after requests join it between advances (`DecodeStretch.insert`, each
-    one decoding, with the blocks its context fills)."""
+    one decoding, with the blocks its context fills), at any block size (segments longer
+    and shorter than a block)."""
     rows = [(p, o, min(d, o - 1)) for p, o, d in rows]
-    kv, reqs = _batch(rows)
+    kv, reqs = _batch(rows, BS)
     computed = [0] * (len(reqs) + 20)
     s = DecodeStretch(list(reqs), BS, computed)
     # by hand: each running request's context and tokens left, in batch order
@@ -61,6 +63,7 @@ def test_a_stretch_tracks_what_stepping_each_request_would(rows, advances, joins
         assert s.longest() == max(ctx[r.request_id] for r in running)
         assert s.ctx_sum == sum(ctx[r.request_id] for r in running)
         k = min(a, s.steps_left())
+        assert s.opening() == sum(ctx[r.request_id] % BS == 0 for r in running)
         # the blocks the batch grows by in each of the next k steps, by hand
         grown = s.growth(k)
         for j in range(1, k + 1):

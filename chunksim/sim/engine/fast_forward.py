@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -55,12 +54,15 @@ class DecodeStretch:
     `done`, the steps applied since. The longest context of those running is a suffix
     maximum read by index.
 
-    `phase[q]` counts the requests whose next new KV block comes with the segment's step q
-    (every `block_size` steps after): a decoding request holds exactly the blocks its
-    context fills, so the growth of the whole batch is periodic (`growth`)."""
+    The phase `q` of a request is the step of the segment (counted from 0) whose token
+    opens its next KV block (and every `block_size` steps after): a decoding request holds
+    exactly the blocks its context fills, so the growth of the whole batch is periodic
+    (`growth`). `phase2[(shift + q) % block_size]` counts the requests of phase `q`, held
+    twice over (`phase2[i] == phase2[i + block_size]`) so that any `block_size` phases in
+    order are one slice; a segment of k steps only moves `shift` on by k."""
 
     __slots__ = ("reqs", "ctx", "left", "since", "first", "n", "done", "bs", "computed",
-                 "peak_at", "peak", "end", "ctx_sum", "suffix_max", "phase", "periodic",
+                 "peak_at", "peak", "end", "ctx_sum", "suffix_max", "phase2", "shift", "periodic",
                  "singles")
 
     def __init__(self, running: list[Request], block_size: int,
@@ -94,7 +96,8 @@ class DecodeStretch:
             phase[(-c) % bs] += 1
             if r.num_blocks != -(-c // bs):
                 periodic = False
-        self.phase = phase
+        self.phase2 = np.array(phase + phase, dtype=np.int64)
+        self.shift = 0
         self.periodic = periodic
         """Every request holds exactly the blocks its context fills (else `growth` takes
         the general path)."""
@@ -126,12 +129,23 @@ class DecodeStretch:
         """Extra blocks the batch holds during each of its next k steps (cumulative)."""
         if not self.periodic:
             return _block_growth(self.contexts(), self.held(), self.bs, k)
-        bs, n = self.bs, self.n
-        prefix = list(accumulate(self.phase))
+        bs, s = self.bs, self.shift
         if k <= bs:
-            return np.array(prefix[:k], dtype=np.int64)
+            return self.phase2[s:s + k].cumsum()
         div, mod = _cycles(bs, k)
-        return div * n + np.array(prefix, dtype=np.int64)[mod]
+        return div * self.n + self.phase2[s:s + bs].cumsum()[mod]
+
+    def opening(self) -> int:
+        """How many of those running open a new KV block with the next step."""
+        return int(self.phase2[self.shift])
+
+    def _count(self, ctx: int, by: int) -> None:
+        """Count a request at context `ctx` now in (by=1) or out (by=-1) of its phase."""
+        bs = self.bs
+        i = (self.shift - ctx) % bs
+        p = self.phase2
+        p[i] += by
+        p[i + bs] += by
 
     def advance(self, k: int, end: float) -> None:
         """k decode steps ran, the last ending at `end`."""
@@ -140,16 +154,15 @@ class DecodeStretch:
         self.end = end
         bs = self.bs
         if self.periodic:
-            r = k % bs
-            if r:
-                self.phase = self.phase[r:] + self.phase[:r]
+            self.shift = (self.shift + k) % bs
         else:  # after a step every request holds exactly what its context fills
             self.periodic = True
             phase = [0] * bs
             d = self.done
             for c in self.ctx[self.first:]:
                 phase[(-(c + d)) % bs] += 1
-            self.phase = phase
+            self.phase2 = np.array(phase + phase, dtype=np.int64)
+            self.shift = 0
 
     def finishing(self) -> int:
         """How many of those running (from `first` on) have all their tokens."""
@@ -227,16 +240,16 @@ class DecodeStretch:
             i -= 1
         self.n += 1
         self.ctx_sum += ctx
-        self.phase[(-ctx) % self.bs] += 1
+        self._count(ctx, 1)
 
     def drop(self, m: int, running: list[Request], tail: int = 0) -> None:
         """Forget the first m of those running (they finished); `running` is the engine's
         running list left, the stretch's then `tail` more (`mixed_step`)."""
-        bs, d, ctx = self.bs, self.done, self.ctx
+        d, ctx = self.done, self.ctx
         for i in range(self.first, self.first + m):
             c = ctx[i] + d
             self.ctx_sum -= c
-            self.phase[(-c) % bs] -= 1
+            self._count(c, -1)
         self.first += m
         self.n -= m
         if len(running) - tail != self.n:
@@ -617,7 +630,7 @@ class BulkDecoder:
             if (not req.kv_carried or req.num_preemptions or req.request_id not in carried
                     or req.spec.output_tokens < 2):
                 return None
-        run_blocks = st.phase[0]  # the running decodes whose token opens a block
+        run_blocks = st.opening()  # the running decodes whose token opens a block
         if run_blocks > kv.free_blocks:
             return None  # (the policy preempts)
         plan = c.policy.plan(SchedulerState(c.running, waiting, kv, c.last_prefill,
@@ -718,7 +731,7 @@ class BulkDecoder:
             return None
         running = c.running
         members = st.n
-        run_blocks = st.phase[0]  # the members whose token opens a block
+        run_blocks = st.opening()  # the members whose token opens a block
         if run_blocks > kv.free_blocks:
             return None  # (the policy preempts)
         plan = c.policy.plan(SchedulerState(c.running, c.waiting, kv, c.last_prefill,
