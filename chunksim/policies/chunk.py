@@ -98,16 +98,18 @@ class FixedChunkPolicy(PolicyBase):
                     scheduled.append((req, 1))
                     i += 1
                     continue
-                if ledger.try_grow(req, 1):  # it fits: no victim to look for
-                    scheduled.append((req, 1))
-                    i += 1
-                    continue
                 want = 1
             else:
                 if not prefills or budget <= 0:
                     i += 1
                     continue
                 want = min(self.chunk, remaining, budget)
+            if ledger.try_grow(req, want):  # it fits: no victim to look for
+                scheduled.append((req, want))
+                if not decode:
+                    budget -= want
+                i += 1
+                continue
             if running is state.running:
                 running = list(running)
             ok, removed = preempt_until_fits(req, want, running, ledger, scheduled, preempted)
