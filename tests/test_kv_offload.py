@@ -673,55 +673,16 @@ def _vllm_offloading_run(gpu_blocks: int, host_blocks: int, prompts) -> dict:
     model config, the worker faked: every transfer job completes right after the step
     that issued it. `prompts`: (request id, block contents) run one after another, each
     to its end. Returns request id -> [("load", tokens) or ("step", tokens), ...]."""
-    import json
-    import tempfile
-
-    import torch
-    from vllm.config import (
-        CacheConfig,
-        KVTransferConfig,
-        ModelConfig,
-        SchedulerConfig,
-        VllmConfig,
-    )
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
         OffloadingWorkerMetadata,
     )
     from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
-    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm_factories import vllm_scheduler
 
-    d = tempfile.mkdtemp()
-    with open(d + "/config.json", "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                   "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
-                   "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 10000,
-                   "max_position_embeddings": 4096, "torch_dtype": "float32"}, f)
-    spec = FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=32,
-                             dtype=torch.float32)  # a 4 KiB page: one aligned host chunk
-    cc = CacheConfig(block_size=16, enable_prefix_caching=True)
-    vc = VllmConfig(
-        model_config=ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=4096,
-                                 dtype="float32"),
-        scheduler_config=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8,
-                                         max_model_len=4096, enable_chunked_prefill=True,
-                                         is_encoder_decoder=False),
-        cache_config=cc,
-        kv_transfer_config=KVTransferConfig(
-            kv_connector="OffloadingConnector", kv_role="kv_both",
-            kv_connector_extra_config={"cpu_bytes_to_use": host_blocks * spec.page_size_bytes}))
-    cc.num_gpu_blocks = gpu_blocks + 1  # vLLM keeps one block as its null block
-    sched = Scheduler(vc, KVCacheConfig(num_blocks=gpu_blocks + 1, kv_cache_tensors=[],
-                                        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)]),
-                      StructuredOutputManager(vc), block_size=16, log_stats=False)
-    hash_fn = get_hash_fn_by_name("sha256")
-    init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(16, hash_fn)
+    # vLLM keeps one block as its null block; a head of 32 makes a block one 4 KiB chunk
+    sched, hasher = vllm_scheduler(16, gpu_blocks + 1, head_size=32, host_blocks=host_blocks)
     seen: dict = {}
     for rid, contents in prompts:
         toks = [c * 100 + i for c in contents for i in range(16)]

@@ -268,49 +268,13 @@ def test_vllm_scheduler_pads_the_same_admission_where_installed():
     # the case above on vLLM's own Scheduler (skipped without vLLM): a tiny model config,
     # ngram k = 3, the repeat scheduled with 4 tokens, 3 of them placeholders (-1)
     pytest.importorskip("vllm.v1.core.sched.scheduler")
-    import json
-    import tempfile
-
-    import torch
-    from vllm.config import (
-        CacheConfig,
-        ModelConfig,
-        SchedulerConfig,
-        SpeculativeConfig,
-        VllmConfig,
-    )
     from vllm.sampling_params import SamplingParams
-    from vllm.utils.hashing import get_hash_fn_by_name
-    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-    from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
-    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm_factories import vllm_scheduler
 
-    d = tempfile.mkdtemp()
-    with open(d + "/config.json", "w") as f:
-        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                   "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
-                   "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 1000,
-                   "max_position_embeddings": 4096, "torch_dtype": "float32"}, f)
-    mc = ModelConfig(model=d, skip_tokenizer_init=True, max_model_len=4096, dtype="float32")
-    sc = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=8, max_model_len=4096,
-                         enable_chunked_prefill=True, is_encoder_decoder=False)
-    cc = CacheConfig(block_size=BS, enable_prefix_caching=True)
-    vc = VllmConfig(model_config=mc, scheduler_config=sc, cache_config=cc,
-                    speculative_config=SpeculativeConfig(
-                        method="ngram", num_speculative_tokens=3, prompt_lookup_max=3,
-                        prompt_lookup_min=2))
-    group = KVCacheGroupSpec(["layer"], FullAttentionSpec(
-        block_size=BS, num_kv_heads=1, head_size=16, dtype=torch.float32))
-    cc.num_gpu_blocks = 100
-    sched = Scheduler(vc, KVCacheConfig(num_blocks=100, kv_cache_tensors=[],
-                                        kv_cache_groups=[group]),
-                      StructuredOutputManager(vc), block_size=BS, log_stats=False)
-    hash_fn = get_hash_fn_by_name("sha256")
-    init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(BS, hash_fn)
+    sched, hasher = vllm_scheduler(BS, 100, speculative=dict(
+        method="ngram", num_speculative_tokens=3, prompt_lookup_max=3, prompt_lookup_min=2))
 
     def step() -> dict:
         out = sched.schedule()
