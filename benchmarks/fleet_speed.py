@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from chunksim.latency.profile import load_profile
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.build import workload_from_arrays
 

@@ -9,8 +9,8 @@ from chunksim.core.spec import RequestSpec, Workload
 from chunksim.policies import POLICIES, make_policy
 from chunksim.sim.build import RunConfig, build_engine, engine_parts
 from chunksim.sim.engine.engine import EngineConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.fleet.fleet import Fleet
-from chunksim.sim.fleet.fleet_config import FleetConfig
 from chunksim.sim.fleet.routers import ROUTERS, Router, make_router
 from chunksim.sim.run import simulate
 

@@ -18,7 +18,7 @@ from chunksim.core.speculative import SpecConfig
 from chunksim.sim.engine.core import EngineCore
 from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.engine.fast_forward import BulkDecoder
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.run import simulate
 
 

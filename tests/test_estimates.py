@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chunksim.cli.memory import ENGINE_BYTES, check_memory, estimate_bytes
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 
 
 def test_each_engine_adds_its_state():

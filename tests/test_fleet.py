@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.core.spec import RequestSpec, Workload
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.fleet.routers import ROUTERS
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads.arrivals import ArrivalKind, ArrivalProcess

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from chunksim.cli import app
 from chunksim.reports.replica_load import replica_load
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.sweep.compare import run_comparison
 from chunksim.sweep.configs import make_configs, parse_policies

@@ -29,7 +29,7 @@ from chunksim.core.spec import RequestSpec, Workload
 from chunksim.sim.engine import core as sim_core
 from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.engine.offload_config import OffloadConfig, parse_host_link
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.run import RunConfig, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -36,18 +36,20 @@ ALLOWED = {  # third-party package -> the chunksim packages that may import it
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
 SIM_ALLOWED = {  # part of sim -> the parts of sim it may import besides itself
-    "engine": {"records", "fleet.fleet_config"},
-    "records": {"engine.coverage"},
-    "metrics": {"engine", "records", "build"},
-    "fleet": {"engine", "records", "metrics", "build"},
-    "build": {"engine", "records", "metrics", "fleet.fleet_config"},
-    "run": {"engine", "records", "metrics", "fleet", "build"},
+    "records": set(),
+    "engine": {"records"},
+    "metrics": {"records"},
+    "fleet": {"engine", "records"},
+    "build": {"engine", "records", "metrics", "fleet.config"},
+    "run_summary": {"engine", "records", "metrics", "build"},
+    "fleet_run": {"engine", "records", "metrics", "fleet", "build", "run_summary"},
+    "run": {"engine", "records", "metrics", "fleet", "build", "fleet_run", "run_summary"},
 }
-"""Inside sim: one replica's engine and its records sit below the fleet and the metrics;
-`build` assembles an engine and `run` is the entry point. A part is a subpackage or a
-top-level module; an allowed name is a part or one module of a part (the two edges that
-point the other way: the engine reads the fleet's KV links, a step row asks the engine's
-coverage)."""
+"""Inside sim: the records at the bottom, one replica's engine on them, the fleet on the
+engine, the metrics on the records alone; `build` assembles an engine (reading the fleet's
+knobs, `fleet.config`), `run_summary` and `fleet_run` sit on it and `run` is the entry
+point. A part is a subpackage or a top-level module; an allowed name is a part or one
+module of a part. The table itself has no loop (`test_sim_parts_form_no_loop`)."""
 
 
 def _dotted(path: Path) -> str:
@@ -155,16 +157,37 @@ def test_parts_of_sim_import_only_what_they_may():
     assert _sim_violations() == []
 
 
+def _looping_parts(table: dict[str, set[str]]) -> set[str]:
+    """The parts of `table` that no order puts after everything they may import (those on
+    a loop, and those above one): empty when the table has no loop."""
+    allowed = {part: {name.split(".")[0] for name in names} for part, names in table.items()}
+    placed: set[str] = set()
+    while ready := {p for p in allowed if p not in placed and allowed[p] <= placed}:
+        placed |= ready
+    return set(allowed) - placed
+
+
+def test_sim_parts_form_no_loop():
+    """No two parts of sim may import each other, through any others either."""
+    assert _looping_parts(SIM_ALLOWED) == set()
+
+
+def test_the_loop_check_catches_a_planted_loop():
+    planted = {**SIM_ALLOWED, "records": {"engine.core"}}
+    assert {"records", "engine"} <= _looping_parts(planted)
+
+
 def test_the_sim_check_catches_a_backward_import(monkeypatch):
-    """A planted import of the fleet from the records is reported, so the test above can
-    fail; one of a module the table names alone (the engine's coverage) is not."""
+    """Planted imports of the fleet and of the engine from the records are reported, so
+    the test above can fail; an import from below sim (the latency layer's coverage) is
+    not."""
     fake = ROOT / "sim" / "records" / "_planted_for_test.py"
     monkeypatch.setattr(sys.modules[__name__], "SOURCES", [*SOURCES, fake])
     original = Path.read_text
 
     def read_text(self, *a, **kw):
         if self == fake:
-            return ("from chunksim.sim.engine.coverage import beyond_grid\n"
+            return ("from chunksim.latency.coverage import beyond_grid\n"
                     "def f():\n    from chunksim.sim.fleet.fleet import Fleet\n"
                     "    from chunksim.sim.engine.engine import Engine\n")
         return original(self, *a, **kw)
@@ -221,7 +244,7 @@ def _module_cycles(sources: list[Path]) -> list[list[str]]:
 
 
 def test_no_module_imports_itself_through_others():
-    """Inside a package too, imports form no loop (sim.run and sim.fleet.fleet_run once did)."""
+    """Inside a package too, imports form no loop (sim.run and the fleet run once did)."""
     assert _module_cycles(SOURCES) == []
 
 

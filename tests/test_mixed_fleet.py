@@ -12,7 +12,7 @@ from factories import linear_time, make_profile, workload
 from typer.testing import CliRunner
 
 from chunksim.cli import app
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.fleet.routers import ROUTERS, LeastTokens
 from chunksim.sim.run import RunConfig, simulate
 from chunksim.workloads import WorkloadOptions, build_workload

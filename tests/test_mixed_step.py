@@ -131,7 +131,7 @@ def test_fleet_replicas_mix_as_stepping_does(tmp_path, monkeypatch, router, poli
     """A fleet replica read live carries its stretch through prefills too: every record,
     routing included, as stepping gives (its mixed step waits out its time between its
     admissions and its tokens, as a step does)."""
-    from chunksim.sim.fleet.fleet_config import FleetConfig
+    from chunksim.sim.fleet.config import FleetConfig
     from chunksim.sim.fleet.routers import ROUTERS
 
     prof = make_component_profile(tmp_path, spread=1.3, provenance={

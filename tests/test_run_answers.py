@@ -118,7 +118,7 @@ def test_no_warning_below_the_threshold(linear_profile):
 def test_extrapolation_warning_counts_each_axis():
     import pandas as pd
 
-    from chunksim.sim.engine.coverage import extrapolation_warnings
+    from chunksim.latency.coverage import extrapolation_warnings
     from chunksim.sim.records.records import StepTotals
 
     ranges = {"chunk_len": (0, 1024), "prior_len": (0, 1024), "decode_count": (0, 16),
@@ -136,7 +136,7 @@ def test_extrapolation_warning_counts_each_axis():
 
 
 def test_a_profiles_grid_ranges_are_worked_out_once_per_profile_object(linear_profile):
-    from chunksim.sim.engine.coverage import grid_ranges, profile_ranges
+    from chunksim.latency.coverage import grid_ranges, profile_ranges
 
     first = profile_ranges(linear_profile)
     assert first == grid_ranges(linear_profile.table)

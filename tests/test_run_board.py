@@ -388,7 +388,7 @@ def test_the_board_reads_a_fleet(fleet, tmp_path):
 def test_fleet_gaps_are_the_fleets_own_gaps(linear_profile, fleet):
     """Each request's tokens are found on the engine that made them: the gaps equal the
     fleet's pooled ITL samples (a P/D request's first gap spans its KV transfer)."""
-    from chunksim.sim.fleet.fleet_config import FleetConfig
+    from chunksim.sim.fleet.config import FleetConfig
 
     rng = np.random.default_rng(5)
     arrivals = np.cumsum(rng.exponential(0.05, 80))

@@ -116,7 +116,7 @@ def test_a_fleet_keeps_none_some_or_all_of_its_merged_steps(linear_profile, flee
     columns and types; every choice leaves the summary as it is."""
     from dataclasses import replace
 
-    from chunksim.sim.fleet.fleet_config import FleetConfig
+    from chunksim.sim.fleet.config import FleetConfig
 
     fc = FleetConfig(replicas=3) if fleet == "replicas" else FleetConfig(pd="1:2")
     cfg = replace(RunConfig(chunk=256), fleet=fc)

@@ -345,7 +345,7 @@ def test_fleets_and_pd_decode_instances_speculate(const_profile):
     sp = spec("ngram", 2, 0.5)
     w = workload(reqs)
     for fleet in ({"replicas": 2}, {"pd": "1:1"}):
-        from chunksim.sim.fleet.fleet_config import FleetConfig
+        from chunksim.sim.fleet.config import FleetConfig
 
         c = RunConfig(policy="budget", chunk=512, kv_blocks=4000, prefix_caching=False,
                       engine=EngineConfig(speculative=sp), fleet=FleetConfig(**fleet))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chunksim.sim.fleet.fleet_records import merge_steps
+from chunksim.sim.fleet.records import merge_steps
 from chunksim.sim.records.records import STEP_COLUMNS, StepTotals, frame_of
 
 RANGES = {"chunk_len": (16.0, 1024.0), "prior_len": (0.0, 2048.0),
@@ -114,7 +114,7 @@ def _beyond_by_definition(frame, ranges):
 def test_beyond_grid_counts_each_axis_where_it_applies(n, seed, lo, span):
     """Above / below counts and extremes per axis, read straight from the columns, are
     those of the definition (float values, NaN where an axis does not apply)."""
-    from chunksim.sim.engine.coverage import beyond_grid
+    from chunksim.latency.coverage import beyond_grid
 
     frame = _part(seed, n)
     ranges = {axis: (lo, lo + span) for axis in RANGES}

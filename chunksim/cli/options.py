@@ -26,7 +26,7 @@ from chunksim.latency.profile import DEFAULT_PROFILE
 from chunksim.policies import POLICIES, knob_owners
 from chunksim.sim.engine.engine import EngineConfig
 from chunksim.sim.engine.offload_config import OffloadConfig
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.records.outputs import OutputConfig
 from chunksim.sim.run import RunConfig
 from chunksim.workloads.options import WorkloadOptions
@@ -202,7 +202,7 @@ def load_run_profile(profile: str | None, run_cfg: RunConfig):
                          f"{run_cfg.fleet.replica_groups} both choose the profile; name each "
                          "group's profile in --replica-groups (PROFILE:COUNT,...) and drop "
                          "--profile")
-    from chunksim.sim.fleet.fleet_run import group_profile
+    from chunksim.sim.fleet_run import group_profile
 
     return say_calibration(group_profile(groups[0][0]))
 

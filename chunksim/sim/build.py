@@ -19,7 +19,7 @@ from chunksim.sim.engine.core import request_rejection
 from chunksim.sim.engine.engine import Engine, EngineConfig
 from chunksim.sim.engine.offload_config import OffloadConfig
 from chunksim.sim.engine.spread_guard import SpreadGuard
-from chunksim.sim.fleet.fleet_config import FleetConfig
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.metrics.metrics import parse_class_slos, parse_slos
 from chunksim.sim.records.records import StepLog
 

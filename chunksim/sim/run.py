@@ -12,17 +12,17 @@ import numpy as np
 
 from chunksim import atomic
 from chunksim.core.spec import Workload
+from chunksim.latency.coverage import describe_ranges, profile_ranges
 from chunksim.latency.profile import Profile
 from chunksim.sim.build import RunConfig, build_engine, engine_parts
-from chunksim.sim.engine.coverage import describe_ranges, profile_ranges
 from chunksim.sim.engine.engine import SimResult
 from chunksim.sim.engine.settle import SloWatch
 from chunksim.sim.engine.spread_guard import SpreadGuard, widest_sigma
-from chunksim.sim.fleet.fleet_records import no_steps
-from chunksim.sim.fleet.fleet_run import simulate_fleet
-from chunksim.sim.metrics.run_summary import summarize_run
+from chunksim.sim.fleet.records import no_steps
+from chunksim.sim.fleet_run import simulate_fleet
 from chunksim.sim.records.outputs import OutputFormat, table_bytes, table_names
 from chunksim.sim.records.records import StepLog
+from chunksim.sim.run_summary import summarize_run
 
 __all__ = ["RunConfig", "simulate", "nothing_completed", "write_outputs", "OUTPUT_FILES",
            "refuse_unknown_classes"]
@@ -55,7 +55,7 @@ def simulate(workload: Workload, profile: Profile, cfg: RunConfig,
     Requests longer than --max-model-len (default: the profile model's maximum position)
     are rejected, as vLLM rejects them. A jittered step beyond what the profile's spread
     allows raises ValueError (`spread_guard`). The summary's `warnings` says when more
-    than 5 % of the steps were priced outside the profile's grid (`coverage`). `progress`
+    than 5 % of the steps were priced outside the profile's grid (`latency.coverage`). `progress`
     is called as progress(requests done, requests, sim_s=...) now and then (`Engine`).
 
     `SimResult.steps` keeps every `steps_keep`-th step (1: all, 0: none), or none when

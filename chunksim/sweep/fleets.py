@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from chunksim.sim.fleet.fleet_config import KV_LINKS, FleetConfig
+from chunksim.core.links import KV_LINKS
+from chunksim.sim.fleet.config import FleetConfig
 from chunksim.sim.fleet.routers import ROUTERS
 
 _KEYS = ("router", "decode-router", "kv-link")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chunksim.core.knobs import knob
-from chunksim.sim.fleet.fleet_config import KV_LINKS
+from chunksim.core.links import KV_LINKS
 
 _E = "Engine and KV cache"
 

@@ -1,4 +1,4 @@
-"""Many replicas behind a router: the fleet (`fleet`, `fleet_config`), its records
-(`fleet_records`), one fleet run (`fleet_run`), prefill/decode disaggregation (`pd`) and
-the routers (`routers`). Empty on purpose: importing the package imports none of its
+"""Many replicas behind a router: the fleet (`fleet`), its knobs (`config`), its
+records (`records`), prefill/decode disaggregation (`pd`) and the routers (`routers`); a
+fleet run is `sim.fleet_run`. Empty on purpose: importing the package imports none of its
 modules."""

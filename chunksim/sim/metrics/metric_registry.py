@@ -339,5 +339,5 @@ FACTS: dict[str, str] = {
     "warnings": "what the run warns about.",
 }
 """The run's facts besides its metrics: its settings, the engine's counters and a fleet's
-rows (written by the engine, `sim.engine.core`, `sim.fleet.fleet_run`,
-`sim.metrics.run_summary`), by key."""
+rows (written by the engine, `sim.engine.core`, `sim.fleet_run`,
+`sim.run_summary`), by key."""

@@ -89,7 +89,7 @@ def steps_keep_label(keep: int) -> str:
 class StepTotals:
     """What the summary needs of every step, folded as steps are recorded: count, busy
     time, extrapolated steps, peak KV blocks, and per coverage axis the steps above and
-    below the profile's grid (`coverage`). Exact whatever rows are kept."""
+    below the profile's grid (`latency.coverage`). Exact whatever rows are kept."""
 
     def __init__(self, ranges: dict[str, tuple[float, float]] | None = None) -> None:
         self.n = 0
@@ -123,7 +123,7 @@ class StepTotals:
         """Fold what does not depend on the rows' order (`cols`: columns or a frame)."""
         beyond = {}
         if self.ranges is not None:
-            from chunksim.sim.engine.coverage import beyond_grid
+            from chunksim.latency.coverage import beyond_grid
 
             beyond = beyond_grid(cols, self.ranges)
         self._fold(int(np.count_nonzero(cols["extrapolated"])),
@@ -165,7 +165,7 @@ class StepTotals:
         """The totals of `parts` (step frames, or `StepColumns`: the engines of one fleet
         run) as one run's: counts add, extremes extend, and the busy time is each part's
         own (its durations summed in its order, as `of` sums them) added in part order.
-        The merged steps (`fleet_records.merge_steps`) are never built: a sum over them
+        The merged steps (`sim.fleet.records.merge_steps`) are never built: a sum over them
         in start order agrees to rounding. `folded`: each part's own totals over the
         same `ranges` (its engine's, folded as it recorded), taken as they are rather
         than read again from the rows."""

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from chunksim.core.kv_cache import prefix_hit_rate
 from chunksim.core.shape import BatchShape
 from chunksim.core.spec import Workload
+from chunksim.latency.coverage import profile_ranges
 from chunksim.latency.profile import Profile, load_profile
 from chunksim.sim.build import (
     EngineParts,
@@ -27,16 +28,15 @@ from chunksim.sim.build import (
     engine_parts,
     kv_bytes_per_token,
 )
-from chunksim.sim.engine.coverage import profile_ranges
 from chunksim.sim.engine.engine import Engine, SimResult
 from chunksim.sim.engine.offload import offload_meta
 from chunksim.sim.engine.settle import SloWatch
 from chunksim.sim.fleet.fleet import Fleet
-from chunksim.sim.fleet.fleet_records import merge_pd, merge_results, replica_rows, transfer_stats
 from chunksim.sim.fleet.pd import Disaggregated, first_tokens
+from chunksim.sim.fleet.records import merge_pd, merge_results, replica_rows, transfer_stats
 from chunksim.sim.fleet.routers import make_router
-from chunksim.sim.metrics.run_summary import summarize_run
 from chunksim.sim.records.records import StepLog
+from chunksim.sim.run_summary import summarize_run
 
 TOKEN_TIME_SHAPE = BatchShape(prefill_tokens=1024)
 """The step that measures a profile's time per token for routing: one 1024-token prefill

@@ -3,10 +3,10 @@ profile's facts, per-class sections and the warnings."""
 
 from __future__ import annotations
 
+from chunksim.latency.coverage import extrapolation_warnings, profile_ranges
 from chunksim.latency.profile import Profile
 from chunksim.policies import chosen_defaults
 from chunksim.sim.build import EngineParts, RunConfig
-from chunksim.sim.engine.coverage import extrapolation_warnings, profile_ranges
 from chunksim.sim.engine.engine import SimResult
 from chunksim.sim.metrics.metrics import summarize, summarize_classes
 from chunksim.sim.records.records import StepTotals
