@@ -10,8 +10,10 @@ the caches. `answers_equal` compares what the commands answer: for compare, ever
 configuration's row of comparison.csv (numbers to rounding, 1e-12 relative); for
 capacity, each configuration's max rate (to the search's tolerance, --tol, as the
 bracket may start elsewhere) and the recommendation. With `--repeats N` each answer runs
-N times a side, the sides alternating, and the table shows medians (the JSON line lists
-every run). Prints the machine, a table, then one JSON line.
+N times a side, the sides alternating and taking turns to go first (before, after, after,
+before, ...: the second of two runs back to back can run a few percent slower, so a fixed
+order would favour one side), and the table shows medians (the JSON line lists every
+run). Prints the machine, a table, then one JSON line.
 
     python benchmarks/time_to_answer.py --base REV [--only compare,capacity,...] [--repeats N]
 """
@@ -103,6 +105,12 @@ def same(kind: str, a: dict, b: dict) -> bool:
                for k in a["rates"])
 
 
+def turns(sides: dict[str, Path], i: int) -> list[tuple[str, Path]]:
+    """The sides in the order of repeat i: as given on even repeats, reversed on odd."""
+    order = list(sides.items())
+    return order[::-1] if i % 2 else order
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", required=True, help="the commit to time against")
@@ -128,8 +136,8 @@ def main() -> None:
             sim(tree, ["--help"])  # warm the bytecode and page caches
         startup = {s: [] for s in sides}
         fixed = {s: [] for s in sides}
-        for _ in range(args.startup_repeats):
-            for s, tree in sides.items():
+        for i in range(args.startup_repeats):
+            for s, tree in turns(sides, i):
                 startup[s].append(sim(tree, ["--help"]))
                 fixed[s].append(sim(tree, ["run", "-n", "1"]))
         rows = {"cli_startup": {s: statistics.median(v) for s, v in startup.items()},
@@ -138,9 +146,9 @@ def main() -> None:
         runs: dict[str, dict[str, list[float]]] = {}
         for kind in kinds:
             walls: dict[str, list[float]] = {s: [] for s in sides}
-            for _ in range(max(1, args.repeats)):
+            for i in range(max(1, args.repeats)):
                 answers = {}
-                for s, tree in sides.items():
+                for s, tree in turns(sides, i):
                     out = tmp / f"{kind}-{s}"
                     shutil.rmtree(out, ignore_errors=True)
                     walls[s].append(sim(tree, COMMANDS[kind], out))
