@@ -31,6 +31,19 @@ def preempt(kv, req) -> None:
     req.num_preemptions += 1
 
 
+def prefilled_together(kv) -> tuple[Request, Request]:
+    """Requests 0 and 1 admitted together, then each prefilling the 4 blocks of `H` in
+    one step (neither hits the other at admission): the second commits a duplicate."""
+    a, b = (Request(request_spec(i, 64, output=1, hashes=H)) for i in (0, 1))
+    for r in (a, b):
+        kv.admit(r)
+    for r in (a, b):
+        kv.grow(r, 64)
+        r.num_computed_tokens = 64
+        kv.commit(r)
+    return a, b
+
+
 def lru_keys(kv) -> list:
     return list(kv.lru)
 
@@ -223,13 +236,7 @@ def test_a_duplicate_keeps_its_content_cached_after_the_first_copy_is_evicted():
     # ones, hittable at once (dropping them would leave block 0 cached and lose blocks vLLM
     # still hits), and when b ends, block 0, still cached, moves to b's place
     kv = kv_cache(9, prefix_block_tokens=16)
-    a, b = (Request(request_spec(i, 64, output=1, hashes=H)) for i in (0, 1))
-    for r in (a, b):  # both prefill the 4 blocks in the same step
-        kv.admit(r)
-    for r in (a, b):
-        kv.grow(r, 64)
-        r.num_computed_tokens = 64
-        kv.commit(r)
+    a, b = prefilled_together(kv)  # both prefill the 4 blocks in the same step
     kv.free(a)
     filler = Request(request_spec(2, 64, output=1))
     kv.admit(filler)
@@ -260,13 +267,7 @@ def test_a_duplicate_keeps_its_content_cached_after_the_first_copy_is_evicted():
 def test_a_plan_sees_a_duplicate_keep_its_content_cached(evict):
     # the policy's scratch view evicts as the cache does, the held duplicate included
     kv = kv_cache(10, prefix_block_tokens=16)
-    a, b = (Request(request_spec(i, 64, output=1, hashes=H)) for i in (0, 1))
-    for r in (a, b):
-        kv.admit(r)
-    for r in (a, b):
-        kv.grow(r, 64)
-        r.num_computed_tokens = 64
-        kv.commit(r)
+    a, b = prefilled_together(kv)
     kv.free(a)  # a's copy cached; b holds its duplicate
     kv.take(2)  # the fresh blocks: what is left to take is a's copy
     c = waiting_request(request_spec(3, 80, hashes=(*H, 5)))
